@@ -1,0 +1,10 @@
+//! # capability-core
+//!
+//! The pure heart of the Capability 1.x implementation: documents, canonical JSON, hashing,
+//! validators, effects, plans, protocol info and conformance. No I/O.
+
+pub mod error;
+pub mod js;
+pub mod json;
+
+pub use error::{CapabilityError, ErrorCode};
