@@ -1,1 +1,5 @@
-//! capability-runtime
+//! # capability-runtime
+//!
+//! The governed runtime: registry, plan, authorize, execute, verify, receipt, rollback.
+
+pub mod builtins;

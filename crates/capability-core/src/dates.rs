@@ -1,0 +1,1 @@
+//! `Date.parse` as the reference engine (V8) accepts it.

@@ -1,0 +1,1 @@
+//! Validation against the published JSON Schemas (`schemas/*.schema.json`).

@@ -1,0 +1,1 @@
+//! WHATWG URL checks used by the validators.

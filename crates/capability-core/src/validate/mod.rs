@@ -1,0 +1,1 @@
+//! Document validators that reproduce the reference's issue messages, in order.

@@ -1,0 +1,1 @@
+//! The 12 built-in capabilities.
