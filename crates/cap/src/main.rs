@@ -1,1 +1,5 @@
-fn main() {}
+//! `cap`: governed capabilities for agents.
+
+fn main() -> std::process::ExitCode {
+    cap::main_entry()
+}

@@ -53,7 +53,10 @@ pub fn is_capability_effect(effect: &str) -> bool {
 /// `email.send`, `git.commit`, `git.push` and `process.spawn`.
 pub fn is_mutating_effect(effect: &str) -> bool {
     effect.ends_with(".write")
-        || matches!(effect, "email.send" | "git.commit" | "git.push" | "process.spawn")
+        || matches!(
+            effect,
+            "email.send" | "git.commit" | "git.push" | "process.spawn"
+        )
 }
 
 #[cfg(test)]
@@ -62,10 +65,23 @@ mod tests {
 
     #[test]
     fn effect_grammar_matches_the_reference() {
-        for ok in ["filesystem.read", "git.push", "custom:a", "custom:a/b.c_d-e", EXTERNAL_OPAQUE_EFFECTS] {
+        for ok in [
+            "filesystem.read",
+            "git.push",
+            "custom:a",
+            "custom:a/b.c_d-e",
+            EXTERNAL_OPAQUE_EFFECTS,
+        ] {
             assert!(is_capability_effect(ok), "{ok}");
         }
-        for bad in ["custom:A", "custom:", "custom:-a", "network", "shell", "custom:a b"] {
+        for bad in [
+            "custom:A",
+            "custom:",
+            "custom:-a",
+            "network",
+            "shell",
+            "custom:a b",
+        ] {
             assert!(!is_capability_effect(bad), "{bad}");
         }
     }

@@ -73,6 +73,8 @@ pub struct CapabilityError {
     pub code: ErrorCode,
     pub message: String,
     pub details: Option<Value>,
+    /// The failed receipt stored for this attempt, when there is one.
+    pub receipt_id: Option<String>,
 }
 
 impl CapabilityError {
@@ -81,11 +83,17 @@ impl CapabilityError {
             code,
             message: message.into(),
             details: None,
+            receipt_id: None,
         }
     }
 
     pub fn with_details(mut self, details: Value) -> Self {
         self.details = Some(details);
+        self
+    }
+
+    pub fn with_receipt(mut self, receipt_id: impl Into<String>) -> Self {
+        self.receipt_id = Some(receipt_id.into());
         self
     }
 

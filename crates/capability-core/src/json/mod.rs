@@ -20,6 +20,7 @@ pub use parse::{JsString, JsonNode, MAX_DEPTH, parse_node};
 pub use write::{
     canonical_hash, canonical_node_string, canonical_string, compare_keys, compare_utf16,
     format_number, is_array_index, sha256_hex, to_js_string, to_pretty_string, write_canonical,
+    write_json_string,
 };
 
 use serde_json::{Map, Number, Value};
@@ -168,5 +169,24 @@ pub fn as_f64(n: &Number) -> f64 {
         u as f64
     } else {
         n.as_f64().unwrap_or(f64::NAN)
+    }
+}
+
+/// Rewrites every number to the form [`parse`] gives it: integral doubles up to 2^53 become
+/// integers (`42.0` → `42`), so that values built in Rust compare equal to parsed ones, as
+/// the numbers do in JavaScript.
+pub fn normalize_numbers(v: &mut Value) {
+    match v {
+        Value::Number(n) => {
+            if n.is_f64()
+                && let Some(x) = n.as_f64()
+                && let Some(normal) = number_from_f64(x)
+            {
+                *n = normal;
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(normalize_numbers),
+        Value::Object(map) => map.values_mut().for_each(normalize_numbers),
+        _ => {}
     }
 }

@@ -47,7 +47,7 @@ pub fn compare_utf16(a: &[u8], b: &[u8]) -> Ordering {
     // a surrogate pair in UTF-16) meets a character from U+D800 upwards (lead byte ED..EF).
     let hi = x.max(y);
     let lo = x.min(y);
-    if hi < 0xF0 || lo >= 0xF0 || lo < 0xED {
+    if hi < 0xF0 || !(0xED..0xF0).contains(&lo) {
         return x.cmp(&y);
     }
     Utf16Units::new(&a[n..]).cmp(Utf16Units::new(&b[n..]))
@@ -171,7 +171,7 @@ fn push_escape(out: &mut String, b: u8) {
 }
 
 /// Writes a quoted string with `JSON.stringify` escaping.
-pub(crate) fn write_str(out: &mut String, s: &str) {
+pub fn write_json_string(out: &mut String, s: &str) {
     out.push('"');
     let bytes = s.as_bytes();
     let mut start = 0;
@@ -189,7 +189,7 @@ pub(crate) fn write_str(out: &mut String, s: &str) {
 /// Writes a generalized UTF-8 string; lone surrogates become lowercase `\udxxx`.
 fn write_js_str(out: &mut String, s: &JsString) {
     if let Some(valid) = s.as_str() {
-        write_str(out, valid);
+        write_json_string(out, valid);
         return;
     }
     out.push('"');
@@ -232,7 +232,7 @@ pub fn write_canonical(out: &mut String, v: &Value) {
         Value::Bool(true) => out.push_str("true"),
         Value::Bool(false) => out.push_str("false"),
         Value::Number(n) => write_number(out, n),
-        Value::String(s) => write_str(out, s),
+        Value::String(s) => write_json_string(out, s),
         Value::Array(items) => {
             out.push('[');
             for (i, item) in items.iter().enumerate() {
@@ -258,7 +258,7 @@ fn write_canonical_object(out: &mut String, map: &Map<String, Value>) {
         if i > 0 {
             out.push(',');
         }
-        write_str(out, k);
+        write_json_string(out, k);
         out.push(':');
         write_canonical(out, v);
     }
@@ -385,7 +385,7 @@ fn write_js(out: &mut String, v: &Value, indent: Option<&mut String>) {
                     for (i, (k, item)) in members.into_iter().enumerate() {
                         out.push_str(if i > 0 { ",\n" } else { "\n" });
                         out.push_str(ind);
-                        write_str(out, k);
+                        write_json_string(out, k);
                         out.push_str(": ");
                         write_js(out, item, Some(ind));
                     }
@@ -398,7 +398,7 @@ fn write_js(out: &mut String, v: &Value, indent: Option<&mut String>) {
                         if i > 0 {
                             out.push(',');
                         }
-                        write_str(out, k);
+                        write_json_string(out, k);
                         out.push(':');
                         write_js(out, item, None);
                     }

@@ -1,0 +1,197 @@
+//! The `cap` command line (also installed as `capability`): its definition and dispatch.
+//!
+//! Output is pretty JSON on stdout (`JSON.stringify(value, null, 2)` and a newline). Errors
+//! are one line on stderr and exit status 1; `exec` failures print `{"error": {...}}` on
+//! stdout. Exit status 2 is reserved for unresolved solve/metabolize/compose routes.
+
+mod commands;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Governed capabilities for agents: discover, inspect, plan, authorize, execute behind an
+/// isolation boundary, verify and keep a receipt.
+#[derive(Parser, Debug)]
+#[command(name = "cap", version, about, long_about = None, disable_help_subcommand = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Arguments of a command that is not built yet (accepted so the command name exists).
+#[derive(Args, Debug)]
+pub struct Pending {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, hide = true)]
+    pub args: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct HomeArg {
+    /// Where receipts, approvals and audit live (default: $CAP_HOME, else the user data dir).
+    #[arg(long, global = true)]
+    pub home: Option<std::path::PathBuf>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Validate a document: prints {"valid", "issues"}; exits 1 when invalid.
+    Validate(commands::core::ValidateArgs),
+    /// Canonical JSON and SHA-256 of a JSON text, byte-identical to the reference.
+    Hash(commands::core::HashArgs),
+    /// Run the offline protocol conformance suite; exits 1 on any failed check.
+    Conformance,
+    /// Inspect a package's capability declaration without importing any code.
+    Package(commands::core::PackageArgs),
+    /// Write a public index from package.json files.
+    Index(commands::core::IndexArgs),
+    /// Build the public index record of a package.
+    RegistryEntry(commands::core::RegistryEntryArgs),
+    /// Emit a capability gap document for an unresolved intent.
+    Gap(commands::core::GapArgs),
+    /// The substrate coverage report.
+    Coverage,
+
+    // Commands of the reference (stability lock) that later issues build.
+    #[command(hide = true)]
+    Create(Pending),
+    #[command(hide = true)]
+    Bridge(Pending),
+    #[command(hide = true)]
+    Readiness(Pending),
+    #[command(hide = true)]
+    Novelty(Pending),
+    #[command(hide = true)]
+    World(Pending),
+    #[command(hide = true)]
+    Mine(Pending),
+    #[command(hide = true)]
+    Forge(Pending),
+    #[command(hide = true)]
+    Solve(Pending),
+    #[command(hide = true)]
+    Metabolize(Pending),
+    #[command(hide = true)]
+    PypiInspect(Pending),
+    #[command(hide = true)]
+    PypiMine(Pending),
+    #[command(hide = true)]
+    PypiForge(Pending),
+    #[command(hide = true)]
+    OciInspect(Pending),
+    #[command(hide = true)]
+    OciRun(Pending),
+    #[command(hide = true)]
+    ComposeIntent(Pending),
+    #[command(hide = true)]
+    BuildGap(Pending),
+    #[command(hide = true)]
+    NpmInspect(Pending),
+    #[command(hide = true)]
+    McpImport(Pending),
+    #[command(hide = true)]
+    Probe(Pending),
+    #[command(hide = true)]
+    McpServe(Pending),
+    #[command(hide = true)]
+    Find(Pending),
+    #[command(hide = true)]
+    Info(Pending),
+    #[command(hide = true)]
+    Install(Pending),
+    #[command(hide = true)]
+    Exec(Pending),
+    #[command(hide = true)]
+    Doctor(Pending),
+    #[command(hide = true)]
+    Acquire(Pending),
+    #[command(hide = true)]
+    Plan(Pending),
+    #[command(hide = true)]
+    Run(Pending),
+    #[command(hide = true)]
+    FindLocal(Pending),
+    #[command(hide = true)]
+    Eval(Pending),
+    #[command(hide = true)]
+    Trust(Pending),
+    #[command(hide = true)]
+    Openapi(Pending),
+    #[command(hide = true)]
+    McpTools(Pending),
+}
+
+fn pending(name: &str) -> Result<i32, String> {
+    Err(format!("{name}: not available yet in this implementation"))
+}
+
+fn run(cli: Cli) -> Result<i32, String> {
+    use Command as C;
+    match cli.command {
+        C::Validate(a) => commands::core::validate(a),
+        C::Hash(a) => commands::core::hash(a),
+        C::Conformance => commands::core::conformance(),
+        C::Package(a) => commands::core::package(a),
+        C::Index(a) => commands::core::index(a),
+        C::RegistryEntry(a) => commands::core::registry_entry(a),
+        C::Gap(a) => commands::core::gap(a),
+        C::Coverage => commands::core::coverage(),
+        C::Create(_) => pending("create"),
+        C::Bridge(_) => pending("bridge"),
+        C::Readiness(_) => pending("readiness"),
+        C::Novelty(_) => pending("novelty"),
+        C::World(_) => pending("world"),
+        C::Mine(_) => pending("mine"),
+        C::Forge(_) => pending("forge"),
+        C::Solve(_) => pending("solve"),
+        C::Metabolize(_) => pending("metabolize"),
+        C::PypiInspect(_) => pending("pypi-inspect"),
+        C::PypiMine(_) => pending("pypi-mine"),
+        C::PypiForge(_) => pending("pypi-forge"),
+        C::OciInspect(_) => pending("oci-inspect"),
+        C::OciRun(_) => pending("oci-run"),
+        C::ComposeIntent(_) => pending("compose-intent"),
+        C::BuildGap(_) => pending("build-gap"),
+        C::NpmInspect(_) => pending("npm-inspect"),
+        C::McpImport(_) => pending("mcp-import"),
+        C::Probe(_) => pending("probe"),
+        C::McpServe(_) => pending("mcp-serve"),
+        C::Find(_) => pending("find"),
+        C::Info(_) => pending("info"),
+        C::Install(_) => pending("install"),
+        C::Exec(_) => pending("exec"),
+        C::Doctor(_) => pending("doctor"),
+        C::Acquire(_) => pending("acquire"),
+        C::Plan(_) => pending("plan"),
+        C::Run(_) => pending("run"),
+        C::FindLocal(_) => pending("find-local"),
+        C::Eval(_) => pending("eval"),
+        C::Trust(_) => pending("trust"),
+        C::Openapi(_) => pending("openapi"),
+        C::McpTools(_) => pending("mcp-tools"),
+    }
+}
+
+/// Parses the process arguments, runs the command and returns the exit status.
+pub fn main_entry() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            let code = match e.kind() {
+                ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => 0,
+                _ => 1,
+            };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
+    match run(cli) {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(message) => {
+            output::error_line(&message);
+            ExitCode::from(1)
+        }
+    }
+}
