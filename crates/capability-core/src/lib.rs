@@ -8,6 +8,7 @@ pub mod binder;
 pub mod conformance;
 pub mod dates;
 pub mod discovery;
+pub mod documents;
 pub mod effects;
 pub mod error;
 pub mod gap;

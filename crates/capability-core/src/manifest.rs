@@ -14,19 +14,6 @@ use crate::error::{CapabilityError, ErrorCode};
 /// The manifest document version of Capability 1.x.
 pub const CAPABILITY_SPEC_VERSION: &str = "0.1";
 
-/// Declared behavioural properties.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Behavior {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub deterministic: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub idempotent: Option<bool>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub reversible: Option<bool>,
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
-}
-
 /// A capability manifest: inert, portable metadata that describes a capability without
 /// running it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -37,18 +24,36 @@ pub struct Manifest {
     pub version: String,
     pub name: String,
     pub description: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::json::present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub input: Option<Value>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::json::present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub output: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub effects: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub behavior: Option<Behavior>,
+    /// `{deterministic?, idempotent?, reversible?}` (kept as written: the format does not
+    /// validate it).
+    #[serde(
+        default,
+        deserialize_with = "crate::json::present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub behavior: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tags: Option<Vec<String>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub metadata: Option<Map<String, Value>>,
+    #[serde(
+        default,
+        deserialize_with = "crate::json::present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub metadata: Option<Value>,
     /// Members the format does not define, kept verbatim.
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -78,23 +83,23 @@ impl Manifest {
         self.tags.as_deref().unwrap_or(&[])
     }
 
-    fn flag(&self, f: impl Fn(&Behavior) -> Option<bool>) -> bool {
-        self.behavior.as_ref().and_then(f) == Some(true)
+    fn flag(&self, name: &str) -> bool {
+        self.behavior.as_ref().and_then(|b| b.get(name)) == Some(&Value::Bool(true))
     }
 
     /// `behavior.deterministic === true`.
     pub fn is_deterministic(&self) -> bool {
-        self.flag(|b| b.deterministic)
+        self.flag("deterministic")
     }
 
     /// `behavior.idempotent === true`.
     pub fn is_idempotent(&self) -> bool {
-        self.flag(|b| b.idempotent)
+        self.flag("idempotent")
     }
 
     /// `behavior.reversible === true`.
     pub fn is_reversible(&self) -> bool {
-        self.flag(|b| b.reversible)
+        self.flag("reversible")
     }
 
     /// The reference `inspectCapability`: the manifest members followed by

@@ -26,7 +26,11 @@ pub struct Plan {
     pub effects: Vec<String>,
     pub summary: String,
     pub created_at: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::json::present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub data: Option<Value>,
     pub fingerprint: String,
     /// Members a foreign runtime added; they are part of the fingerprint.

@@ -43,7 +43,11 @@ pub struct Verification {
     pub ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::json::present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub data: Option<Value>,
 }
 
@@ -74,21 +78,45 @@ pub struct Receipt {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_hash: Option<String>,
     pub input: Value,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::json::present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub output: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verification: Option<Verification>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<SerializedError>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::json::present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub metadata: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::json::present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub provenance: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::json::present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub rollback_result: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::json::present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub isolation: Option<Value>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "crate::json::present",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub governance: Option<Value>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,

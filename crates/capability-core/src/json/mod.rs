@@ -190,3 +190,10 @@ pub fn normalize_numbers(v: &mut Value) {
         _ => {}
     }
 }
+
+/// A serde `deserialize_with` for optional JSON members in which `null` is a value: a
+/// present member (even `null`) becomes `Some`, an absent one `None` (with `#[serde(default)]`).
+pub fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    use serde::Deserialize;
+    Value::deserialize(d).map(Some)
+}
