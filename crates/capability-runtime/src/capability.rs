@@ -1,0 +1,401 @@
+//! Defining capabilities: a validated manifest, compiled schemas, provenance, and an
+//! implementation — Rust hooks that run in process (the host's own, trusted code), a package
+//! module that must run behind an isolation boundary, or nothing (inspect only).
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use capability_core::binder::CancelToken;
+use capability_core::manifest::{Manifest, manifest_from_legacy};
+use capability_core::plan::{Plan, PlanDetails};
+use capability_core::receipt::{Receipt, Verification};
+use capability_core::schema::{CompiledSchema, SchemaIssue};
+use capability_core::{CapabilityError, ErrorCode};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// What capability code throws: a [`CapabilityError`] (kept as is), or any other error (the
+/// runtime wraps it as `EXECUTION_FAILED` and records `{name, message}` in the receipt).
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum HookError {
+    #[error(transparent)]
+    Capability(#[from] CapabilityError),
+    #[error("{message}")]
+    Other { name: String, message: String },
+}
+
+impl HookError {
+    /// A plain `Error` with a message.
+    pub fn msg(message: impl Into<String>) -> Self {
+        HookError::Other {
+            name: "Error".into(),
+            message: message.into(),
+        }
+    }
+
+    /// A named error (e.g. `TypeError`).
+    pub fn named(name: impl Into<String>, message: impl Into<String>) -> Self {
+        HookError::Other {
+            name: name.into(),
+            message: message.into(),
+        }
+    }
+
+    pub fn message(&self) -> &str {
+        match self {
+            HookError::Capability(e) => &e.message,
+            HookError::Other { message, .. } => message,
+        }
+    }
+}
+
+/// The result of a hook.
+pub type HookResult<T> = Result<T, HookError>;
+
+/// What hooks see of the execution they take part in.
+#[derive(Clone, Copy, Debug)]
+pub struct ExecutionContext<'a> {
+    pub manifest: &'a Manifest,
+    /// The plan being executed (absent while planning).
+    pub plan: Option<&'a Plan>,
+    pub approved: bool,
+    /// The caller's metadata.
+    pub metadata: Option<&'a Value>,
+    pub cancel: &'a CancelToken,
+}
+
+/// The owned context an async `execute` receives.
+#[derive(Clone, Debug)]
+pub struct AsyncContext {
+    pub capability_id: String,
+    pub approved: bool,
+    pub metadata: Option<Value>,
+    pub cancel: CancelToken,
+}
+
+/// A boxed future.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+pub(crate) type SyncExecute =
+    dyn Fn(&Value, &ExecutionContext<'_>) -> HookResult<Value> + Send + Sync;
+type AsyncExecute = dyn Fn(Value, AsyncContext) -> BoxFuture<HookResult<Value>> + Send + Sync;
+type PlanHook = dyn Fn(&Value, &ExecutionContext<'_>) -> HookResult<PlanDetails> + Send + Sync;
+type VerifyHook =
+    dyn Fn(&Value, &Value, &ExecutionContext<'_>) -> HookResult<Verification> + Send + Sync;
+type RollbackHook = dyn Fn(&Receipt, &ExecutionContext<'_>) -> HookResult<Value> + Send + Sync;
+
+/// The `execute` hook, synchronous or asynchronous.
+#[derive(Clone)]
+pub enum ExecuteHook {
+    Sync(Arc<SyncExecute>),
+    Async(Arc<AsyncExecute>),
+}
+
+/// Rust hooks of an in-process capability.
+#[derive(Clone)]
+pub struct Hooks {
+    pub execute: ExecuteHook,
+    pub plan: Option<Arc<PlanHook>>,
+    pub verify: Option<Arc<VerifyHook>>,
+    pub rollback: Option<Arc<RollbackHook>>,
+}
+
+/// A package module behind an isolation boundary (never loaded into the host).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModuleSource {
+    /// The package root directory.
+    pub package_root: PathBuf,
+    /// The package-relative module path (`./dist/add.js`).
+    pub module: String,
+    /// The expected integrity of the module bytes.
+    pub integrity: Option<String>,
+}
+
+/// How a capability is implemented.
+#[derive(Clone)]
+pub enum Implementation {
+    /// Rust hooks: the host's own code, run in process.
+    Native(Hooks),
+    /// A package module, run by an isolating executor.
+    Module(ModuleSource),
+    /// Metadata only: inspectable, never executable.
+    Inert,
+}
+
+/// A registered capability: manifest, compiled schemas, provenance and implementation.
+pub struct Capability {
+    manifest: Manifest,
+    input_schema: Option<CompiledSchema>,
+    output_schema: Option<CompiledSchema>,
+    implementation: Implementation,
+    provenance: Option<Value>,
+}
+
+impl std::fmt::Debug for Capability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Capability")
+            .field("id", &self.manifest.id)
+            .finish()
+    }
+}
+
+fn compile(schema: Option<&Value>, which: &str) -> Result<Option<CompiledSchema>, CapabilityError> {
+    match schema {
+        None => Ok(None),
+        Some(s) => CompiledSchema::compile(s).map(Some).map_err(|e| {
+            CapabilityError::new(ErrorCode::InvalidManifest, format!("{which} schema: {e}"))
+        }),
+    }
+}
+
+impl Capability {
+    /// A capability from a manifest and an implementation; validates the manifest and
+    /// compiles its schemas.
+    pub fn new(
+        manifest: Manifest,
+        implementation: Implementation,
+    ) -> Result<Self, CapabilityError> {
+        capability_core::manifest::assert_valid_manifest(&manifest.to_value())?;
+        let input_schema = compile(manifest.input.as_ref(), "input")?;
+        let output_schema = compile(manifest.output.as_ref(), "output")?;
+        Ok(Capability {
+            manifest,
+            input_schema,
+            output_schema,
+            implementation,
+            provenance: None,
+        })
+    }
+
+    /// Starts a builder from manifest JSON.
+    pub fn builder(manifest: Value) -> CapabilityBuilder {
+        CapabilityBuilder::start(manifest, false)
+    }
+
+    /// Starts a builder from a legacy definition (`{name, description, effects?, ...}`;
+    /// the id defaults to `local/<slug(name)>`).
+    pub fn legacy(definition: Value) -> CapabilityBuilder {
+        CapabilityBuilder::start(definition, true)
+    }
+
+    /// An inert capability from manifest JSON.
+    pub fn inert(manifest: &Value) -> Result<Self, CapabilityError> {
+        Capability::new(Manifest::from_value(manifest)?, Implementation::Inert)
+    }
+
+    /// A package-module capability from its inert manifest.
+    pub fn module(manifest: &Value, source: ModuleSource) -> Result<Self, CapabilityError> {
+        Capability::new(
+            Manifest::from_value(manifest)?,
+            Implementation::Module(source),
+        )
+    }
+
+    /// Attaches a provenance record (copied into every receipt).
+    pub fn with_provenance(mut self, provenance: Value) -> Self {
+        self.provenance = Some(provenance);
+        self
+    }
+
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    pub fn id(&self) -> &str {
+        &self.manifest.id
+    }
+
+    pub fn implementation(&self) -> &Implementation {
+        &self.implementation
+    }
+
+    pub fn provenance(&self) -> Option<&Value> {
+        self.provenance.as_ref()
+    }
+
+    /// In-process code: the host's own Rust hooks.
+    pub fn is_native(&self) -> bool {
+        matches!(self.implementation, Implementation::Native(_))
+    }
+
+    /// Input issues; empty when valid or when there is no input schema.
+    pub fn validate_input(&self, input: &Value) -> Vec<SchemaIssue> {
+        self.input_schema
+            .as_ref()
+            .map(|s| s.validate(input))
+            .unwrap_or_default()
+    }
+
+    /// Output issues; empty when valid or when there is no output schema.
+    pub fn validate_output(&self, output: &Value) -> Vec<SchemaIssue> {
+        self.output_schema
+            .as_ref()
+            .map(|s| s.validate(output))
+            .unwrap_or_default()
+    }
+
+    /// The reference `inspectCapability`: manifest members plus `executable: false`.
+    pub fn inspect(&self) -> Value {
+        self.manifest.inspect()
+    }
+
+    pub(crate) fn hooks(&self) -> Option<&Hooks> {
+        match &self.implementation {
+            Implementation::Native(h) => Some(h),
+            _ => None,
+        }
+    }
+}
+
+/// Builds a capability from manifest JSON and Rust hooks; [`CapabilityBuilder::build`]
+/// validates the manifest and compiles its schemas.
+pub struct CapabilityBuilder {
+    manifest: Result<Value, CapabilityError>,
+    execute: Option<ExecuteHook>,
+    plan: Option<Arc<PlanHook>>,
+    verify: Option<Arc<VerifyHook>>,
+    rollback: Option<Arc<RollbackHook>>,
+    provenance: Option<Value>,
+    legacy: bool,
+}
+
+fn decode<I: DeserializeOwned>(input: &Value) -> HookResult<I> {
+    I::deserialize(input).map_err(|e| {
+        HookError::Capability(CapabilityError::new(
+            ErrorCode::InvalidInput,
+            format!("Input could not be decoded: {e}"),
+        ))
+    })
+}
+
+fn encode<O: Serialize>(output: O) -> HookResult<Value> {
+    serde_json::to_value(output)
+        .map_err(|e| HookError::msg(format!("Output could not be encoded: {e}")))
+}
+
+impl CapabilityBuilder {
+    fn start(manifest: Value, legacy: bool) -> Self {
+        CapabilityBuilder {
+            manifest: Ok(manifest),
+            execute: None,
+            plan: None,
+            verify: None,
+            rollback: None,
+            provenance: None,
+            legacy,
+        }
+    }
+
+    fn set_execute(mut self, execute: ExecuteHook) -> Self {
+        self.execute = Some(execute);
+        self
+    }
+
+    /// A synchronous `execute` over JSON values.
+    pub fn execute_json<F>(self, f: F) -> Self
+    where
+        F: Fn(&Value, &ExecutionContext<'_>) -> HookResult<Value> + Send + Sync + 'static,
+    {
+        self.set_execute(ExecuteHook::Sync(Arc::new(f)))
+    }
+
+    /// A synchronous, typed `execute`: the input is decoded with serde (after schema
+    /// validation) and the output encoded.
+    pub fn execute<I, O, F>(self, f: F) -> Self
+    where
+        I: DeserializeOwned,
+        O: Serialize,
+        F: Fn(I, &ExecutionContext<'_>) -> HookResult<O> + Send + Sync + 'static,
+    {
+        self.execute_json(move |input, ctx| encode(f(decode(input)?, ctx)?))
+    }
+
+    /// An asynchronous, typed `execute`. The runtime drives the future itself, so a timeout
+    /// or cancellation drops it at its next suspension point.
+    pub fn execute_async<I, O, F, Fut>(self, f: F) -> Self
+    where
+        I: DeserializeOwned,
+        O: Serialize,
+        F: Fn(I, AsyncContext) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = HookResult<O>> + Send + 'static,
+    {
+        let f = Arc::new(f);
+        self.set_execute(ExecuteHook::Async(Arc::new(
+            move |input: Value, ctx: AsyncContext| {
+                let f = Arc::clone(&f);
+                Box::pin(async move {
+                    let decoded = decode(&input)?;
+                    encode(f(decoded, ctx).await?)
+                }) as BoxFuture<HookResult<Value>>
+            },
+        )))
+    }
+
+    /// A plan hook (precedence: this hook, then the executor's, then the default plan).
+    pub fn plan<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Value, &ExecutionContext<'_>) -> HookResult<PlanDetails> + Send + Sync + 'static,
+    {
+        self.plan = Some(Arc::new(f));
+        self
+    }
+
+    /// A verification hook over `(input, output)`.
+    pub fn verify<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Value, &Value, &ExecutionContext<'_>) -> HookResult<Verification>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.verify = Some(Arc::new(f));
+        self
+    }
+
+    /// A rollback hook over the successful receipt to undo.
+    pub fn rollback<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Receipt, &ExecutionContext<'_>) -> HookResult<Value> + Send + Sync + 'static,
+    {
+        self.rollback = Some(Arc::new(f));
+        self
+    }
+
+    /// Attaches a provenance record.
+    pub fn provenance(mut self, provenance: Value) -> Self {
+        self.provenance = Some(provenance);
+        self
+    }
+
+    /// Validates the manifest, compiles the schemas and returns the capability. Without an
+    /// `execute` hook the capability is inert.
+    pub fn build(self) -> Result<Capability, CapabilityError> {
+        let raw = self.manifest?;
+        let manifest = if self.legacy {
+            manifest_from_legacy(&raw)?
+        } else {
+            Manifest::from_value(&raw)?
+        };
+        let implementation = match self.execute {
+            Some(execute) => Implementation::Native(Hooks {
+                execute,
+                plan: self.plan,
+                verify: self.verify,
+                rollback: self.rollback,
+            }),
+            None if self.plan.is_some() || self.verify.is_some() || self.rollback.is_some() => {
+                return Err(CapabilityError::new(
+                    ErrorCode::InvalidManifest,
+                    format!("capability {} has hooks but no execute", manifest.id),
+                ));
+            }
+            None => Implementation::Inert,
+        };
+        let mut cap = Capability::new(manifest, implementation)?;
+        cap.provenance = self.provenance;
+        Ok(cap)
+    }
+}

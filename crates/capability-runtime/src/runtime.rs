@@ -1,0 +1,564 @@
+//! The governed lifecycle: plan → authorize → execute → verify → receipt → rollback.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use capability_core::authorization::{AuthorizationDecision, EffectPolicy, authorize_effects};
+use capability_core::binder::CancelToken;
+use capability_core::discovery::DiscoveryQuery;
+use capability_core::json::{canonical_hash, canonical_string};
+use capability_core::plan::{CapabilityRef, Plan, PlanDetails, new_plan_id, unique};
+use capability_core::receipt::{
+    Receipt, ReceiptStatus, SerializedError, Verification, new_receipt_id,
+};
+use capability_core::{CapabilityError, ErrorCode};
+use serde_json::{Value, json};
+
+use crate::capability::{Capability, ExecutionContext, HookError, Implementation};
+use crate::executor::{Executed, ExecutionRequest, Executor, InProcessExecutor};
+use crate::registry::{CapabilityRegistry, Discovered, Ranker};
+use crate::store::{MemoryReceiptStore, ReceiptQuery, ReceiptStore};
+
+/// A source of time (milliseconds since the Unix epoch), replaceable for deterministic tests.
+pub trait Clock: Send + Sync {
+    fn now_millis(&self) -> i64;
+}
+
+/// The system clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_millis(&self) -> i64 {
+        capability_core::js::now_millis()
+    }
+}
+
+/// Per-call options of `execute`, `invoke` and `rollback`.
+#[derive(Clone, Debug, Default)]
+pub struct ExecuteOptions {
+    /// The caller approves effects that require approval.
+    pub approved: bool,
+    /// Caller metadata, copied into the receipt.
+    pub metadata: Option<Value>,
+    /// Wall-clock limit for the execution.
+    pub timeout: Option<Duration>,
+    /// Cooperative cancellation.
+    pub cancel: Option<CancelToken>,
+}
+
+impl ExecuteOptions {
+    pub fn approved() -> Self {
+        ExecuteOptions {
+            approved: true,
+            ..Default::default()
+        }
+    }
+}
+
+/// Builds a [`CapabilityRuntime`].
+pub struct RuntimeBuilder {
+    policy: EffectPolicy,
+    store: Arc<dyn ReceiptStore>,
+    executor: Option<Arc<dyn Executor>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl RuntimeBuilder {
+    /// The effect policy (default: deny all effects, as the reference).
+    pub fn policy(mut self, policy: EffectPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Where receipts go (default: in memory).
+    pub fn store(mut self, store: Arc<dyn ReceiptStore>) -> Self {
+        self.store = store;
+        self
+    }
+
+    /// The isolating executor for package modules (default: none, so they cannot run).
+    pub fn executor(mut self, executor: Arc<dyn Executor>) -> Self {
+        self.executor = Some(executor);
+        self
+    }
+
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    pub fn build(self) -> CapabilityRuntime {
+        CapabilityRuntime {
+            registry: CapabilityRegistry::new(),
+            policy: self.policy,
+            store: self.store,
+            module_executor: self.executor,
+            clock: self.clock,
+        }
+    }
+}
+
+/// The capability runtime.
+pub struct CapabilityRuntime {
+    registry: CapabilityRegistry,
+    policy: EffectPolicy,
+    store: Arc<dyn ReceiptStore>,
+    module_executor: Option<Arc<dyn Executor>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for CapabilityRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CapabilityRuntime")
+            .field("capabilities", &self.registry.len())
+            .finish()
+    }
+}
+
+impl Default for CapabilityRuntime {
+    fn default() -> Self {
+        CapabilityRuntime::builder().build()
+    }
+}
+
+fn iso(ms: i64) -> String {
+    capability_core::js::iso_from_millis(ms)
+}
+
+fn serialize_hook_error(e: &HookError) -> SerializedError {
+    match e {
+        HookError::Capability(c) => SerializedError {
+            name: "CapabilityError".into(),
+            message: c.message.clone(),
+            code: Some(c.code.as_str().into()),
+        },
+        HookError::Other { name, message } => SerializedError {
+            name: name.clone(),
+            message: message.clone(),
+            code: None,
+        },
+    }
+}
+
+static IN_PROCESS: InProcessExecutor = InProcessExecutor;
+
+impl CapabilityRuntime {
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder {
+            policy: EffectPolicy::deny_all(),
+            store: Arc::new(MemoryReceiptStore::new()),
+            executor: None,
+            clock: Arc::new(SystemClock),
+        }
+    }
+
+    pub fn registry(&self) -> &CapabilityRegistry {
+        &self.registry
+    }
+
+    pub fn policy(&self) -> &EffectPolicy {
+        &self.policy
+    }
+
+    pub fn store(&self) -> &Arc<dyn ReceiptStore> {
+        &self.store
+    }
+
+    /// Registers a capability (`DUPLICATE_CAPABILITY` when the id is taken).
+    pub fn register(&self, capability: Capability) -> Result<Arc<Capability>, CapabilityError> {
+        self.registry.register(capability)
+    }
+
+    /// The inert view of a capability: manifest plus `executable: false`.
+    pub fn inspect(&self, id: &str) -> Result<Value, CapabilityError> {
+        Ok(self.registry.require(id)?.inspect())
+    }
+
+    /// Lexical discovery over the registered capabilities.
+    pub fn discover(&self, query: &DiscoveryQuery) -> Vec<Discovered> {
+        self.registry.discover(query)
+    }
+
+    /// Ranked discovery.
+    pub fn discover_with(
+        &self,
+        query: &DiscoveryQuery,
+        ranker: &dyn Ranker,
+    ) -> Result<Vec<Discovered>, CapabilityError> {
+        self.registry.discover_with(query, ranker)
+    }
+
+    fn executor_for(&self, capability: &Capability) -> Result<&dyn Executor, CapabilityError> {
+        match capability.implementation() {
+            Implementation::Native(_) => Ok(&IN_PROCESS),
+            Implementation::Module(_) => match &self.module_executor {
+                Some(e) => Ok(e.as_ref()),
+                None => Err(CapabilityError::new(
+                    ErrorCode::ExecutionFailed,
+                    format!(
+                        "Module-backed capability {} requires an isolated executor",
+                        capability.id()
+                    ),
+                )),
+            },
+            Implementation::Inert => Err(CapabilityError::new(
+                ErrorCode::ExecutionFailed,
+                format!(
+                    "Capability {} is inert: it has no implementation",
+                    capability.id()
+                ),
+            )),
+        }
+    }
+
+    /// Plans an execution: validates the input (`INVALID_INPUT`, issues as details), runs the
+    /// plan hook (the capability's, else the executor's, else the default), checks that the
+    /// planned effects were declared (`INVALID_PLAN`) and fingerprints the plan.
+    pub fn plan(&self, id: &str, input: Value) -> Result<Plan, CapabilityError> {
+        let capability = self.registry.require(id)?;
+        self.plan_for(&capability, input)
+    }
+
+    fn plan_for(
+        &self,
+        capability: &Arc<Capability>,
+        input: Value,
+    ) -> Result<Plan, CapabilityError> {
+        let issues = capability.validate_input(&input);
+        if !issues.is_empty() {
+            return Err(CapabilityError::new(
+                ErrorCode::InvalidInput,
+                "Input failed schema validation",
+            )
+            .with_details(serde_json::to_value(issues).unwrap_or(Value::Null)));
+        }
+        let manifest = capability.manifest();
+        let cancel = CancelToken::new();
+        let details = match capability.hooks().and_then(|h| h.plan.as_ref()) {
+            Some(hook) => {
+                let ctx = ExecutionContext {
+                    manifest,
+                    plan: None,
+                    approved: false,
+                    metadata: None,
+                    cancel: &cancel,
+                };
+                hook(&input, &ctx).map_err(hook_to_plan_error)?
+            }
+            None => match capability.implementation() {
+                Implementation::Module(_) => self
+                    .executor_for(capability)?
+                    .plan(capability, &input, &cancel)
+                    .map_err(hook_to_plan_error)?
+                    .unwrap_or_default(),
+                _ => PlanDetails::default(),
+            },
+        };
+        let effects = unique(
+            details
+                .effects
+                .unwrap_or_else(|| manifest.effects().to_vec()),
+        );
+        let undeclared: Vec<&str> = effects
+            .iter()
+            .filter(|e| !manifest.effects().contains(e))
+            .map(String::as_str)
+            .collect();
+        if !undeclared.is_empty() {
+            return Err(CapabilityError::new(
+                ErrorCode::InvalidPlan,
+                format!(
+                    "Plan requested undeclared effects: {}",
+                    undeclared.join(", ")
+                ),
+            ));
+        }
+        let summary = details
+            .summary
+            .unwrap_or_else(|| format!("Execute {}", manifest.name));
+        let input_canonical = canonical_string(&input);
+        Ok(Plan::build(
+            new_plan_id(),
+            CapabilityRef {
+                id: manifest.id.clone(),
+                version: manifest.version.clone(),
+            },
+            input,
+            effects,
+            summary,
+            iso(self.clock.now_millis()),
+            details.data,
+            Some(&input_canonical),
+        ))
+    }
+
+    /// Re-checks the plan's integrity, then authorizes its effects under the host policy.
+    pub fn authorize(
+        &self,
+        plan: &Plan,
+        approved: bool,
+    ) -> Result<AuthorizationDecision, CapabilityError> {
+        plan.verify_integrity()?;
+        Ok(authorize_effects(&plan.effects, &self.policy, approved))
+    }
+
+    /// Executes a plan: rejects drift (fingerprint, input hash, version), authorizes
+    /// (`PERMISSION_DENIED` / `APPROVAL_REQUIRED`, no receipt), runs the capability through
+    /// its executor, validates the output, verifies, and stores a receipt for the attempt —
+    /// a failed receipt is stored before the error is returned.
+    pub fn execute(
+        &self,
+        plan: &Plan,
+        options: &ExecuteOptions,
+    ) -> Result<Arc<Receipt>, CapabilityError> {
+        let capability = self.registry.require(&plan.capability.id)?;
+        plan.verify_integrity()?;
+        self.execute_verified(&capability, plan, options)
+    }
+
+    /// Plans and executes in one call.
+    pub fn invoke(
+        &self,
+        id: &str,
+        input: Value,
+        options: &ExecuteOptions,
+    ) -> Result<Arc<Receipt>, CapabilityError> {
+        let capability = self.registry.require(id)?;
+        let plan = self.plan_for(&capability, input)?;
+        // The plan was built here and never left this call: its integrity holds.
+        self.execute_verified(&capability, &plan, options)
+    }
+
+    fn execute_verified(
+        &self,
+        capability: &Arc<Capability>,
+        plan: &Plan,
+        options: &ExecuteOptions,
+    ) -> Result<Arc<Receipt>, CapabilityError> {
+        if capability.manifest().version != plan.capability.version {
+            return Err(CapabilityError::new(
+                ErrorCode::InvalidPlan,
+                "Capability version changed after planning",
+            ));
+        }
+        let decision = authorize_effects(&plan.effects, &self.policy, options.approved);
+        if let Some(e) = decision.to_error() {
+            return Err(e);
+        }
+        let executor = self.executor_for(capability)?;
+        let cancel = options.cancel.clone().unwrap_or_default();
+        let request = ExecutionRequest {
+            capability,
+            plan,
+            approved: options.approved,
+            metadata: options.metadata.as_ref(),
+            cancel: &cancel,
+            timeout: options.timeout,
+        };
+        let started = self.clock.now_millis();
+        let outcome = self.run(executor, &request);
+        let ended = self.clock.now_millis();
+        let mut receipt = Receipt {
+            receipt_id: new_receipt_id(),
+            plan_id: plan.plan_id.clone(),
+            capability: plan.capability.clone(),
+            status: ReceiptStatus::Succeeded,
+            started_at: iso(started),
+            ended_at: iso(ended),
+            duration_ms: u64::try_from(ended - started).unwrap_or(0),
+            effects: plan.effects.clone(),
+            input_hash: plan.input_hash.clone(),
+            output_hash: None,
+            input: plan.input.clone(),
+            output: None,
+            verification: None,
+            error: None,
+            metadata: options.metadata.clone(),
+            provenance: capability.provenance().cloned(),
+            rollback_result: None,
+            isolation: None,
+            governance: None,
+            extra: Default::default(),
+        };
+        match outcome {
+            Ok((executed, verification)) => {
+                receipt.output_hash = Some(canonical_hash(&executed.output));
+                receipt.output = Some(executed.output);
+                receipt.verification = verification;
+                receipt.isolation = Some(executed.isolation);
+                let receipt = Arc::new(receipt);
+                self.store.put(Arc::clone(&receipt)).map_err(store_error)?;
+                Ok(receipt)
+            }
+            Err((error, isolation)) => {
+                receipt.status = ReceiptStatus::Failed;
+                receipt.error = Some(serialize_hook_error(&error));
+                receipt.isolation = isolation;
+                let id = receipt.receipt_id.clone();
+                self.store.put(Arc::new(receipt)).map_err(store_error)?;
+                Err(match error {
+                    HookError::Capability(e) => e.with_receipt(id),
+                    HookError::Other { name, message } => CapabilityError::new(
+                        ErrorCode::ExecutionFailed,
+                        format!("Capability execution failed; receipt {id}"),
+                    )
+                    .with_details(
+                        json!({"receiptId": id, "cause": {"name": name, "message": message}}),
+                    )
+                    .with_receipt(id),
+                })
+            }
+        }
+    }
+
+    /// Runs execute, output validation and verification; failures carry the isolation record
+    /// when the boundary was crossed.
+    fn run(
+        &self,
+        executor: &dyn Executor,
+        request: &ExecutionRequest<'_>,
+    ) -> Result<(Executed, Option<Verification>), (HookError, Option<Value>)> {
+        let mut executed = executor.execute(request).map_err(|e| (e, None))?;
+        capability_core::json::normalize_numbers(&mut executed.output);
+        let capability = request.capability;
+        let issues = capability.validate_output(&executed.output);
+        if !issues.is_empty() {
+            let e =
+                CapabilityError::new(ErrorCode::InvalidOutput, "Output failed schema validation")
+                    .with_details(serde_json::to_value(issues).unwrap_or(Value::Null));
+            return Err((HookError::Capability(e), Some(executed.isolation)));
+        }
+        let verification = match capability.hooks().and_then(|h| h.verify.as_ref()) {
+            Some(hook) => Some(hook(
+                &request.plan.input,
+                &executed.output,
+                &request.context(),
+            )),
+            None => executor.verify(request, &executed.output).transpose(),
+        };
+        let verification = match verification {
+            None => None,
+            Some(Ok(v)) => Some(v),
+            Some(Err(e)) => return Err((e, Some(executed.isolation))),
+        };
+        if let Some(v) = &verification
+            && !v.ok
+        {
+            let message = v
+                .message
+                .clone()
+                .unwrap_or_else(|| "Capability verification failed".into());
+            let e = CapabilityError::new(ErrorCode::VerifyFailed, message);
+            return Err((HookError::Capability(e), Some(executed.isolation)));
+        }
+        Ok((executed, verification))
+    }
+
+    /// Rolls back a successful receipt of a reversible capability that has a rollback
+    /// implementation, after authorizing the receipt's effects. The receipt becomes
+    /// `rolled_back` (with `rollbackResult`) or `rollback_failed` (then `ROLLBACK_FAILED`).
+    pub fn rollback(
+        &self,
+        receipt_id: &str,
+        options: &ExecuteOptions,
+    ) -> Result<Arc<Receipt>, CapabilityError> {
+        let receipt = self
+            .store
+            .get(receipt_id)
+            .map_err(store_error)?
+            .ok_or_else(|| {
+                CapabilityError::new(
+                    ErrorCode::NotFound,
+                    format!("Receipt not found: {receipt_id}"),
+                )
+            })?;
+        if receipt.status != ReceiptStatus::Succeeded {
+            return Err(CapabilityError::new(
+                ErrorCode::RollbackUnavailable,
+                "Only successful executions can be rolled back",
+            ));
+        }
+        let capability = self.registry.require(&receipt.capability.id)?;
+        let executor = self.executor_for(&capability)?;
+        if !capability.manifest().is_reversible() || !executor.can_rollback(&capability) {
+            return Err(CapabilityError::new(
+                ErrorCode::RollbackUnavailable,
+                format!("Capability is not rollback-enabled: {}", capability.id()),
+            ));
+        }
+        let decision = authorize_effects(&receipt.effects, &self.policy, options.approved);
+        if let Some(e) = decision.to_error() {
+            return Err(e);
+        }
+        let plan = Plan {
+            plan_id: receipt.plan_id.clone(),
+            capability: receipt.capability.clone(),
+            input: receipt.input.clone(),
+            input_hash: receipt.input_hash.clone(),
+            effects: receipt.effects.clone(),
+            summary: format!("Roll back {}", capability.manifest().name),
+            created_at: iso(self.clock.now_millis()),
+            data: None,
+            fingerprint: "rollback".into(),
+            extra: Default::default(),
+        };
+        let cancel = options.cancel.clone().unwrap_or_default();
+        let request = ExecutionRequest {
+            capability: &capability,
+            plan: &plan,
+            approved: options.approved,
+            metadata: options.metadata.as_ref(),
+            cancel: &cancel,
+            timeout: options.timeout,
+        };
+        let result = executor.rollback(&request, &receipt);
+        let mut updated = (*receipt).clone();
+        updated.ended_at = iso(self.clock.now_millis());
+        match result {
+            Ok(value) => {
+                updated.status = ReceiptStatus::RolledBack;
+                updated.rollback_result = Some(value);
+                let updated = Arc::new(updated);
+                self.store.put(Arc::clone(&updated)).map_err(store_error)?;
+                Ok(updated)
+            }
+            Err(e) => {
+                updated.status = ReceiptStatus::RollbackFailed;
+                updated.error = Some(serialize_hook_error(&e));
+                self.store.put(Arc::new(updated)).map_err(store_error)?;
+                Err(CapabilityError::new(
+                    ErrorCode::RollbackFailed,
+                    format!("Rollback failed for receipt {receipt_id}"),
+                )
+                .with_details(json!({"receiptId": receipt_id, "cause": serialize_hook_error(&e)}))
+                .with_receipt(receipt_id))
+            }
+        }
+    }
+
+    pub fn get_receipt(&self, receipt_id: &str) -> Result<Option<Arc<Receipt>>, CapabilityError> {
+        self.store.get(receipt_id).map_err(store_error)
+    }
+
+    pub fn list_receipts(
+        &self,
+        query: &ReceiptQuery,
+    ) -> Result<Vec<Arc<Receipt>>, CapabilityError> {
+        self.store.list(query).map_err(store_error)
+    }
+}
+
+fn hook_to_plan_error(e: HookError) -> CapabilityError {
+    match e {
+        HookError::Capability(c) => c,
+        HookError::Other { name, message } => CapabilityError::new(
+            ErrorCode::InvalidPlan,
+            format!("Plan hook failed: {name}: {message}"),
+        ),
+    }
+}
+
+fn store_error(e: crate::store::StoreError) -> CapabilityError {
+    CapabilityError::new(ErrorCode::ExecutionFailed, e.to_string())
+}

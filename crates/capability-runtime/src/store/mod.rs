@@ -1,0 +1,150 @@
+//! Receipt stores: every execution attempt leaves a receipt, and the store keeps it.
+//!
+//! * [`MemoryReceiptStore`]: in memory, for tests and embedders that persist elsewhere.
+//! * [`SqliteReceiptStore`]: the default, an embedded SQLite database under the capability
+//!   home, fronted by a per-process append-only journal so that a receipt is safe from a
+//!   process crash the moment `put` returns, without a disk flush on the hot path.
+
+mod sqlite;
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::{Arc, RwLock};
+
+use capability_core::receipt::{Receipt, ReceiptStatus};
+
+pub use sqlite::{Durability, SqliteReceiptStore};
+
+/// A store failure.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("receipt store i/o failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("receipt database failed: {0}")]
+    Database(String),
+    #[error("stored receipt is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// A receipt query: filters are AND-ed; results are newest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReceiptQuery {
+    pub capability: Option<String>,
+    pub status: Option<ReceiptStatus>,
+    /// Inclusive lower bound on `startedAt` (ISO-8601).
+    pub since: Option<String>,
+    /// Exclusive upper bound on `startedAt` (ISO-8601).
+    pub until: Option<String>,
+    pub limit: Option<usize>,
+}
+
+impl ReceiptQuery {
+    /// Whether a receipt passes the filters.
+    pub fn matches(&self, r: &Receipt) -> bool {
+        self.capability
+            .as_ref()
+            .is_none_or(|c| *c == r.capability.id)
+            && self.status.is_none_or(|s| s == r.status)
+            && self
+                .since
+                .as_ref()
+                .is_none_or(|s| r.started_at.as_str() >= s.as_str())
+            && self
+                .until
+                .as_ref()
+                .is_none_or(|u| r.started_at.as_str() < u.as_str())
+    }
+}
+
+/// Where receipts are kept.
+pub trait ReceiptStore: Send + Sync {
+    /// Inserts or replaces (by `receiptId`) a receipt.
+    fn put(&self, receipt: Arc<Receipt>) -> Result<(), StoreError>;
+    /// The receipt with that id.
+    fn get(&self, receipt_id: &str) -> Result<Option<Arc<Receipt>>, StoreError>;
+    /// Receipts matching the query, newest first.
+    fn list(&self, query: &ReceiptQuery) -> Result<Vec<Arc<Receipt>>, StoreError>;
+}
+
+/// Writes the receipts matching a query as JSON lines.
+pub fn export_jsonl(
+    store: &dyn ReceiptStore,
+    query: &ReceiptQuery,
+    out: &mut dyn Write,
+) -> Result<usize, StoreError> {
+    let receipts = store.list(query)?;
+    for r in &receipts {
+        writeln!(
+            out,
+            "{}",
+            capability_core::json::to_js_string(&r.to_value())
+        )?;
+    }
+    Ok(receipts.len())
+}
+
+#[derive(Default)]
+struct MemoryInner {
+    by_id: HashMap<String, Arc<Receipt>>,
+    order: Vec<String>,
+}
+
+/// Receipts in memory.
+#[derive(Default)]
+pub struct MemoryReceiptStore {
+    inner: RwLock<MemoryInner>,
+}
+
+impl std::fmt::Debug for MemoryReceiptStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryReceiptStore").finish()
+    }
+}
+
+impl MemoryReceiptStore {
+    pub fn new() -> Self {
+        MemoryReceiptStore::default()
+    }
+}
+
+impl ReceiptStore for MemoryReceiptStore {
+    fn put(&self, receipt: Arc<Receipt>) -> Result<(), StoreError> {
+        let mut inner = self
+            .inner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let id = receipt.receipt_id.clone();
+        if inner.by_id.insert(id.clone(), receipt).is_none() {
+            inner.order.push(id);
+        }
+        Ok(())
+    }
+
+    fn get(&self, receipt_id: &str) -> Result<Option<Arc<Receipt>>, StoreError> {
+        let inner = self
+            .inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(inner.by_id.get(receipt_id).cloned())
+    }
+
+    fn list(&self, query: &ReceiptQuery) -> Result<Vec<Arc<Receipt>>, StoreError> {
+        let inner = self
+            .inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut out: Vec<Arc<Receipt>> = inner
+            .order
+            .iter()
+            .rev()
+            .filter_map(|id| inner.by_id.get(id))
+            .filter(|r| query.matches(r))
+            .cloned()
+            .collect();
+        out.sort_by(|a, b| b.started_at.cmp(&a.started_at));
+        if let Some(limit) = query.limit {
+            out.truncate(limit);
+        }
+        Ok(out)
+    }
+}

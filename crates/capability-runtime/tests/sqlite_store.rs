@@ -1,0 +1,184 @@
+//! The durable receipt store: read-your-writes, queries, replacement, journal recovery after
+//! a crash (including a torn last line), and the journals of live processes left alone.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::Write;
+use std::sync::Arc;
+
+use capability_core::plan::CapabilityRef;
+use capability_core::receipt::{Receipt, ReceiptStatus};
+use capability_runtime::store::{ReceiptQuery, ReceiptStore, SqliteReceiptStore};
+use serde_json::json;
+
+fn receipt(id: &str, capability: &str, status: ReceiptStatus, started: &str) -> Receipt {
+    Receipt {
+        receipt_id: id.into(),
+        plan_id: format!("plan_{id}"),
+        capability: CapabilityRef {
+            id: capability.into(),
+            version: "1.0.0".into(),
+        },
+        status,
+        started_at: started.into(),
+        ended_at: started.into(),
+        duration_ms: 0,
+        effects: vec![],
+        input_hash: "h".into(),
+        output_hash: None,
+        input: json!({"n": id}),
+        output: Some(json!(null)),
+        verification: None,
+        error: None,
+        metadata: None,
+        provenance: None,
+        rollback_result: None,
+        isolation: None,
+        governance: None,
+        extra: Default::default(),
+    }
+}
+
+#[test]
+fn receipts_are_readable_at_once_and_persist_across_reopen() {
+    let home = tempfile::tempdir().unwrap();
+    {
+        let store = SqliteReceiptStore::open(home.path()).unwrap();
+        store
+            .put(Arc::new(receipt(
+                "r1",
+                "a/x",
+                ReceiptStatus::Succeeded,
+                "2026-01-01T00:00:01.000Z",
+            )))
+            .unwrap();
+        store
+            .put(Arc::new(receipt(
+                "r2",
+                "a/x",
+                ReceiptStatus::Failed,
+                "2026-01-01T00:00:02.000Z",
+            )))
+            .unwrap();
+        store
+            .put(Arc::new(receipt(
+                "r3",
+                "b/y",
+                ReceiptStatus::Succeeded,
+                "2026-01-01T00:00:03.000Z",
+            )))
+            .unwrap();
+        assert_eq!(
+            store.get("r2").unwrap().unwrap().status,
+            ReceiptStatus::Failed
+        );
+        // Rollback rewrites a receipt in place.
+        let mut rolled = receipt(
+            "r1",
+            "a/x",
+            ReceiptStatus::RolledBack,
+            "2026-01-01T00:00:01.000Z",
+        );
+        rolled.rollback_result = Some(json!({"undone": true}));
+        store.put(Arc::new(rolled)).unwrap();
+    }
+    let store = SqliteReceiptStore::open(home.path()).unwrap();
+    let r1 = store.get("r1").unwrap().unwrap();
+    assert_eq!(r1.status, ReceiptStatus::RolledBack);
+    assert_eq!(r1.output, Some(json!(null)), "a null output stays a value");
+    let all = store.list(&ReceiptQuery::default()).unwrap();
+    assert_eq!(
+        all.iter()
+            .map(|r| r.receipt_id.as_str())
+            .collect::<Vec<_>>(),
+        ["r3", "r2", "r1"]
+    );
+    let q = ReceiptQuery {
+        capability: Some("a/x".into()),
+        ..Default::default()
+    };
+    assert_eq!(store.list(&q).unwrap().len(), 2);
+    let q = ReceiptQuery {
+        status: Some(ReceiptStatus::Succeeded),
+        ..Default::default()
+    };
+    assert_eq!(store.list(&q).unwrap().len(), 1);
+    let q = ReceiptQuery {
+        since: Some("2026-01-01T00:00:02.000Z".into()),
+        until: Some("2026-01-01T00:00:03.000Z".into()),
+        ..Default::default()
+    };
+    assert_eq!(store.list(&q).unwrap()[0].receipt_id, "r2");
+    let q = ReceiptQuery {
+        limit: Some(1),
+        ..Default::default()
+    };
+    assert_eq!(store.list(&q).unwrap().len(), 1);
+    assert!(store.get("missing").unwrap().is_none());
+}
+
+#[test]
+fn a_dead_process_journal_is_replayed_and_a_torn_line_skipped() {
+    let home = tempfile::tempdir().unwrap();
+    drop(SqliteReceiptStore::open(home.path()).unwrap());
+    let journal = home.path().join("journal").join("4242-dead.jsonl");
+    let good = serde_json::to_string(&receipt(
+        "r-journal",
+        "a/x",
+        ReceiptStatus::Succeeded,
+        "2026-01-01T00:00:00.000Z",
+    ))
+    .unwrap();
+    let mut f = std::fs::File::create(&journal).unwrap();
+    writeln!(f, "{good}").unwrap();
+    write!(f, "{}", &good[..good.len() / 2]).unwrap(); // died mid-write
+    drop(f);
+    let store = SqliteReceiptStore::open(home.path()).unwrap();
+    assert_eq!(
+        store.get("r-journal").unwrap().unwrap().receipt_id,
+        "r-journal"
+    );
+    assert!(!journal.exists(), "a replayed journal is removed");
+    assert_eq!(store.list(&ReceiptQuery::default()).unwrap().len(), 1);
+}
+
+#[test]
+fn a_live_store_journal_is_left_alone_and_receipts_wait_in_it_while_the_database_is_locked() {
+    let home = tempfile::tempdir().unwrap();
+    let writer = SqliteReceiptStore::open(home.path()).unwrap();
+    let lock = rusqlite::Connection::open(home.path().join("capability.db")).unwrap();
+    lock.execute_batch("BEGIN EXCLUSIVE").unwrap();
+    writer
+        .put(Arc::new(receipt(
+            "r-live",
+            "a/x",
+            ReceiptStatus::Succeeded,
+            "2026-01-01T00:00:00.000Z",
+        )))
+        .unwrap();
+    // Read-your-writes while the commit is blocked.
+    assert!(writer.get("r-live").unwrap().is_some());
+    let journals: Vec<_> = std::fs::read_dir(home.path().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(journals.len(), 1);
+    let line = std::fs::read_to_string(&journals[0]).unwrap();
+    assert!(
+        line.contains("\"receiptId\":\"r-live\""),
+        "the receipt is in the journal: {line}"
+    );
+    lock.execute_batch("ROLLBACK").unwrap();
+    drop(lock);
+    // Another store in a live process does not take the live journal.
+    let other = SqliteReceiptStore::open(home.path()).unwrap();
+    writer.flush().unwrap();
+    assert!(other.get("r-live").unwrap().is_some());
+    drop(writer);
+    assert_eq!(
+        std::fs::read_dir(home.path().join("journal"))
+            .unwrap()
+            .count(),
+        1,
+        "only the other store's journal is left"
+    );
+}
