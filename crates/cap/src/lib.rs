@@ -27,13 +27,6 @@ pub struct Pending {
     pub args: Vec<String>,
 }
 
-#[derive(Args, Debug)]
-pub struct HomeArg {
-    /// Where receipts, approvals and audit live (default: $CAP_HOME, else the user data dir).
-    #[arg(long, global = true)]
-    pub home: Option<std::path::PathBuf>,
-}
-
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Validate a document: prints {"valid", "issues"}; exits 1 when invalid.
@@ -52,6 +45,16 @@ pub enum Command {
     Gap(commands::core::GapArgs),
     /// The substrate coverage report.
     Coverage,
+    /// Run a capability through the whole governed lifecycle and print its receipt.
+    Exec(commands::runtime::ExecArgs),
+    /// Search the capability index.
+    Find(commands::runtime::FindArgs),
+    /// Resolve a capability id or query against the index.
+    Info(commands::runtime::InfoArgs),
+    /// List, show and export stored receipts.
+    Receipts(commands::runtime::ReceiptsArgs),
+    /// Roll back a successful execution of a reversible capability.
+    Rollback(commands::runtime::RollbackArgs),
 
     // Commands of the reference (stability lock) that later issues build.
     #[command(hide = true)]
@@ -95,13 +98,7 @@ pub enum Command {
     #[command(hide = true)]
     McpServe(Pending),
     #[command(hide = true)]
-    Find(Pending),
-    #[command(hide = true)]
-    Info(Pending),
-    #[command(hide = true)]
     Install(Pending),
-    #[command(hide = true)]
-    Exec(Pending),
     #[command(hide = true)]
     Doctor(Pending),
     #[command(hide = true)]
@@ -137,6 +134,11 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::RegistryEntry(a) => commands::core::registry_entry(a),
         C::Gap(a) => commands::core::gap(a),
         C::Coverage => commands::core::coverage(),
+        C::Exec(a) => commands::runtime::exec(a),
+        C::Find(a) => commands::runtime::find(a),
+        C::Info(a) => commands::runtime::info(a),
+        C::Receipts(a) => commands::runtime::receipts(a),
+        C::Rollback(a) => commands::runtime::rollback(a),
         C::Create(_) => pending("create"),
         C::Bridge(_) => pending("bridge"),
         C::Readiness(_) => pending("readiness"),
@@ -157,10 +159,7 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::McpImport(_) => pending("mcp-import"),
         C::Probe(_) => pending("probe"),
         C::McpServe(_) => pending("mcp-serve"),
-        C::Find(_) => pending("find"),
-        C::Info(_) => pending("info"),
         C::Install(_) => pending("install"),
-        C::Exec(_) => pending("exec"),
         C::Doctor(_) => pending("doctor"),
         C::Acquire(_) => pending("acquire"),
         C::Plan(_) => pending("plan"),

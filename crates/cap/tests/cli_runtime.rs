@@ -1,0 +1,288 @@
+//! The runtime commands of `cap`: exec (every built-in), find, info, receipts, rollback, and
+//! a receipt surviving a SIGKILL of the process that printed it.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use capability_core::json;
+use capability_core::published::{PublishedSchema, validate_published};
+use serde_json::{Value, json};
+
+fn cap(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cap"))
+        .env("CAP_HOME", home)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout_json(out: &Output) -> Value {
+    json::parse(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {} / {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn vectors(name: &str) -> Value {
+    let path = format!(
+        "{}/../../../shared/vectors/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    json::parse(&std::fs::read(path).unwrap()).unwrap()
+}
+
+#[test]
+fn every_builtin_runs_through_cap_exec() {
+    let home = tempfile::tempdir().unwrap();
+    let doc = vectors("builtins.json");
+    let mut seen = std::collections::BTreeSet::new();
+    for case in doc["cases"].as_array().unwrap() {
+        let id = case["id"].as_str().unwrap();
+        if case.get("error").is_some() || !seen.insert(id.to_string()) {
+            continue;
+        }
+        let input = json::to_js_string(&case["input"]);
+        let out = cap(home.path(), &["exec", id, &input]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{id}: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let result = stdout_json(&out);
+        assert_eq!(result["capability"]["id"], id);
+        assert_eq!(result["receipt"]["output"], case["output"], "{id}");
+        assert_eq!(result["receipt"]["outputHash"], case["outputHash"], "{id}");
+        let issues = validate_published(PublishedSchema::Receipt, &result["receipt"]);
+        assert!(issues.is_empty(), "{id}: {issues:?}");
+    }
+    assert_eq!(seen.len(), 12);
+    let listed = stdout_json(&cap(home.path(), &["receipts", "list"]));
+    assert_eq!(listed.as_array().unwrap().len(), 12);
+}
+
+#[test]
+fn exec_failures_print_the_error_and_keep_a_failed_receipt() {
+    let home = tempfile::tempdir().unwrap();
+    let out = cap(
+        home.path(),
+        &["exec", "text/slugify", r#"{"text":"x","separator":""}"#],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stdout_json(&out)["error"].clone();
+    assert_eq!(err["code"], "EXECUTION_FAILED");
+    let receipt_id = err["receiptId"].as_str().unwrap().to_string();
+    let shown = stdout_json(&cap(home.path(), &["receipts", "show", &receipt_id]));
+    assert_eq!(shown["status"], "failed");
+    assert_eq!(
+        shown["error"]["message"],
+        "separator must be 1-8 non-alphanumeric characters"
+    );
+    assert_eq!(
+        shown["inputHash"],
+        "b5cfc04c7e14299c989ff878e975bde528d0fab31fa63eef5d5e3f5c7906f729"
+    );
+    assert!(validate_published(PublishedSchema::Receipt, &shown).is_empty());
+
+    let out = cap(home.path(), &["exec", "text/normalize", r#"{"text": 5}"#]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stdout_json(&out),
+        json!({"error": {"code": "INVALID_INPUT", "message": "Input failed schema validation",
+                          "details": [{"path": "$.text", "message": "expected string"}]}})
+    );
+    let out = cap(home.path(), &["exec", "no/such-capability-anywhere", "{}"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout_json(&out)["error"]["code"], "NOT_FOUND");
+    let out = cap(home.path(), &["exec", "text/slugify", "{not json"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("input: invalid JSON"));
+}
+
+#[test]
+fn presets_and_approval_govern_exec() {
+    // The built-ins are effect-free, so even deny-all runs them.
+    let home = tempfile::tempdir().unwrap();
+    let out = cap(
+        home.path(),
+        &[
+            "exec",
+            "data/sha256",
+            r#"{"value":{"b":1,"a":[1,2]}}"#,
+            "--preset",
+            "deny-all",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        stdout_json(&out)["receipt"]["inputHash"],
+        "04864ccfb78ffbf0f1e4692b1c23518bd4d0970c33d4ffbb29fc329c7eea81b4"
+    );
+}
+
+#[test]
+fn find_and_info_use_the_embedded_index() {
+    let home = tempfile::tempdir().unwrap();
+    let found = stdout_json(&cap(home.path(), &["find", "slug text"]));
+    assert_eq!(found[0]["id"], "text/slugify");
+    assert_eq!(found[0]["score"], 23);
+    assert_eq!(
+        found[0]["reasons"],
+        json!([
+            "tag:slug",
+            "description:slug",
+            "id:text",
+            "name:text",
+            "tag:text",
+            "description:text"
+        ])
+    );
+    assert_eq!(found[1]["id"], "text/normalize");
+    assert_eq!(found[1]["score"], 17);
+    let limited = stdout_json(&cap(home.path(), &["find", "capability", "--limit", "3"]));
+    assert_eq!(limited.as_array().unwrap().len(), 3);
+    let info = stdout_json(&cap(home.path(), &["info", "hash digest"]));
+    assert_eq!(info["capability"]["manifest"]["id"], "data/sha256");
+    assert_eq!(info["score"], 10);
+    assert_eq!(
+        info["reasons"],
+        json!(["tag:hash", "tag:digest", "description:digest"])
+    );
+    let exact = stdout_json(&cap(home.path(), &["info", "json/get"]));
+    assert_eq!(exact["reasons"], json!(["exact-id"]));
+}
+
+#[test]
+fn receipts_filter_export_and_rollback_refusal() {
+    let home = tempfile::tempdir().unwrap();
+    cap(home.path(), &["exec", "text/slugify", r#"{"text":"A B"}"#]);
+    cap(
+        home.path(),
+        &["exec", "text/normalize", r#"{"text":" A "}"#],
+    );
+    let out = cap(
+        home.path(),
+        &["exec", "text/slugify", r#"{"text":"x","separator":"a"}"#],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let slugs = stdout_json(&cap(
+        home.path(),
+        &["receipts", "list", "--capability", "text/slugify"],
+    ));
+    assert_eq!(slugs.as_array().unwrap().len(), 2);
+    let failed = stdout_json(&cap(
+        home.path(),
+        &["receipts", "list", "--status", "failed"],
+    ));
+    assert_eq!(failed.as_array().unwrap().len(), 1);
+    let none = stdout_json(&cap(
+        home.path(),
+        &["receipts", "list", "--since", "2999-01-01T00:00:00.000Z"],
+    ));
+    assert_eq!(none, json!([]));
+    let out = cap(home.path(), &["receipts", "export"]);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 3);
+    for line in text.lines() {
+        assert!(json::parse_str(line).unwrap()["receiptId"].is_string());
+    }
+    assert_eq!(
+        cap(home.path(), &["receipts", "list", "--status", "bogus"])
+            .status
+            .code(),
+        Some(1)
+    );
+    let ok = slugs[0]["receiptId"].as_str().unwrap();
+    let out = cap(home.path(), &["rollback", ok, "--approve"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout_json(&out)["error"]["code"], "ROLLBACK_UNAVAILABLE");
+    let out = cap(home.path(), &["receipts", "show", "receipt_missing"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+/// The database is locked by this test, so the `cap` process cannot commit its receipt and
+/// lingers after printing it; it is killed with SIGKILL at that moment, and the receipt must
+/// still be there afterwards (recovered from its journal).
+#[test]
+fn a_receipt_survives_sigkill_right_after_it_was_printed() {
+    let home = tempfile::tempdir().unwrap();
+    // Create the database.
+    assert_eq!(
+        cap(
+            home.path(),
+            &["exec", "text/normalize", r#"{"text":"warm up"}"#]
+        )
+        .status
+        .code(),
+        Some(0)
+    );
+    let db = rusqlite::Connection::open(home.path().join("capability.db")).unwrap();
+    db.execute_batch("BEGIN EXCLUSIVE").unwrap();
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cap"))
+        .env("CAP_HOME", home.path())
+        .args([
+            "exec",
+            "text/slugify",
+            r#"{"text":"Hello Capability World"}"#,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    let mut printed = Vec::new();
+    let started = Instant::now();
+    let receipt = loop {
+        let mut buf = [0u8; 4096];
+        let n = stdout.read(&mut buf).unwrap();
+        printed.extend_from_slice(&buf[..n]);
+        if let Ok(v) = json::parse(&printed) {
+            break v["receipt"].clone();
+        }
+        assert!(
+            n > 0 && started.elapsed() < Duration::from_secs(30),
+            "no receipt printed"
+        );
+    };
+    // Still alive: its writer is blocked on our lock.
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "cap exited before it could be killed"
+    );
+    child.kill().unwrap(); // SIGKILL
+    let status = child.wait().unwrap();
+    assert!(!status.success());
+    db.execute_batch("ROLLBACK").unwrap();
+    drop(db);
+
+    let receipt_id = receipt["receiptId"].as_str().unwrap();
+    let out = cap(home.path(), &["receipts", "show", receipt_id]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown = stdout_json(&out);
+    assert_eq!(shown, receipt);
+    assert_eq!(shown["output"], json!({"slug": "hello-capability-world"}));
+    // The recovered journal was folded into the database and removed.
+    let journals: Vec<_> = std::fs::read_dir(home.path().join("journal"))
+        .unwrap()
+        .collect();
+    assert!(journals.is_empty(), "{journals:?}");
+    assert_eq!(
+        stdout_json(&cap(home.path(), &["receipts", "list"]))
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+}
