@@ -1,1 +1,144 @@
-//! capability-sandbox
+//! Executors that keep package code out of the host process.
+//!
+//! A module-backed capability (a `package.json` `capability` export descriptor
+//! `{module, manifest, integrity?}`) runs behind an explicit isolation boundary, and every run
+//! says which boundary it used and which limits were applied ([`BoundaryReport`]), so the
+//! runtime can put it in the receipt. Package code is never imported into the host.
+//!
+//! # Entry points
+//!
+//! * [`run_module`] / [`ProcessSandbox::run`]: one hook (plan, execute, verify, rollback) of a
+//!   module in the Linux process sandbox. `Err` means the run was refused before any code ran
+//!   (integrity mismatch, path escape, boundary unavailable, invalid grant); once the boundary
+//!   was entered, the outcome — output, guest error, limit, protocol violation, manifest
+//!   mismatch — is in [`RunOutcome::result`], next to the [`BoundaryReport`].
+//! * [`OciExecutor`]: the same protocol through docker or podman, when an engine answers.
+//! * [`doctor`] and [`select_boundary`]: what works on this host; the strongest boundary for a
+//!   module kind. In-process execution is never selected for package code.
+//!
+//! # Module kinds
+//!
+//! The module path implies the runner ([`ModuleKind::of`]):
+//!
+//! | extension | runner |
+//! |---|---|
+//! | `.js`, `.mjs`, `.cjs` | node, through an embedded ESM shim (`node --input-type=module -e`) |
+//! | `.py` | python3, through an embedded shim (`python3 -I -S -B -c`) |
+//! | `.wasm` | refused with [`SandboxError::UseWasmExecutor`]: the `capability-wasm` crate runs it |
+//! | anything else | an executable speaking the native protocol |
+//!
+//! Before anything runs, on the host: the module path must start with `./`, contain no `..`,
+//! not be absolute, and resolve (symlinks included) inside the package root
+//! ([`SandboxError::PathEscape`]); its exact bytes are checked against `integrity` when present
+//! (sha256 as hex or base64 with an optional `sha256-` prefix, or `sha512-<base64>` SRI).
+//!
+//! # Protocols
+//!
+//! **Native protocol.** The executable reads one JSON object on stdin (then EOF):
+//!
+//! ```json
+//! {"op": "plan"|"execute"|"verify"|"rollback", "input": ..., "plan": ...|null,
+//!  "output"?: ..., "receipt"?: ..., "manifest": {...}, "effects": [...], "secrets"?: {...}}
+//! ```
+//!
+//! `output` is present for verify, `receipt` for rollback; `effects` lists the granted effects;
+//! `secrets` appears only when `secrets.read` is granted. It writes exactly one JSON object on
+//! stdout: `{"output": ...}` or `{"error": {"message": ..., "code"?: ...}}`. Anything else
+//! (nothing, two objects, text) is a [`SandboxError::ProtocolViolation`]. stderr is free-form and
+//! kept (its last 64 KiB) for diagnostics.
+//!
+//! **Node protocol.** The module's default export (or its `capability` export) is
+//! `{manifest, execute, plan?, verify?, rollback?}` as in the reference: `plan(input, ctx)`,
+//! `execute(input, ctx)`, `verify(input, output, ctx)`, `rollback(receipt, ctx)`, each may be
+//! async; `ctx = {manifest, plan, effects, secrets}`. The shim speaks the native protocol with
+//! one extra step before the hook runs: after importing the module it writes
+//! `{"manifest": <loaded manifest>}` as its first stdout line and waits; the host compares
+//! `canonical_hash(loaded)` with `canonical_hash(inert)` and answers `{"proceed": true}` only
+//! when they are equal — otherwise it kills the sandbox and the run fails with
+//! [`SandboxError::ManifestMismatch`] before `execute` (or any hook) is called. `console.*` and
+//! `process.stdout` are redirected to stderr so guest logging cannot corrupt the channel.
+//!
+//! **Python protocol.** The module defines `execute(input, context)` and optionally `plan`,
+//! `verify`, `rollback` (same signatures; coroutines are awaited) and `MANIFEST`. The shim does
+//! the same handshake; a `MANIFEST` must equal the inert manifest (host-side canonical hash),
+//! a module without one is not checked. `OSError`s report their errno name as `code`
+//! (`EACCES`, `ENOSPC`, ...), `MemoryError` reports `ENOMEM`.
+//!
+//! A missing `plan` hook yields `{}` and a missing `verify` yields `null`, both with
+//! [`RunOutcome::hook_present`] false; a missing `rollback` is a guest error with code
+//! `ROLLBACK_UNSUPPORTED`. A guest error with code `ENOMEM` is reported as
+//! [`SandboxError::MemoryLimit`].
+//!
+//! # The Linux process sandbox
+//!
+//! No daemon, no root: everything works for an unprivileged user with user namespaces.
+//!
+//! * **Namespaces**: user (the guest is uid/gid 1000 inside, mapped to the host user), mount,
+//!   pid (a small init is pid 1; when it exits the kernel kills the whole tree), ipc, uts,
+//!   cgroup, and network — an empty network namespace unless `network.connect` is granted, in
+//!   which case the host network is shared.
+//! * **Filesystem**: a fresh tmpfs root (read-only after setup) with read-only, nosuid, nodev
+//!   binds of `/usr` (and the `/bin`, `/lib*` symlinks or dirs), a minimal `/etc` (dynamic
+//!   linker cache, name resolution, TLS roots, a synthetic `passwd`), `/dev/{null,zero,full,
+//!   random,urandom}`, a fresh `/proc`, the interpreter's prefix when it lives elsewhere, the
+//!   package at [`PACKAGE_MOUNT`] (read-only), and a private size-limited `/tmp` (tmpfs, noexec).
+//!   Granted paths appear at their host path: `filesystem.read` paths read-only,
+//!   `filesystem.write` paths read-write.
+//! * **Landlock** (ABI up to 7): every access right the kernel knows is handled; rules allow
+//!   reading the system dirs, `/etc`, the package and read grants; writing only `/tmp` and
+//!   write grants; executing only the runner (and its ELF interpreter), unless `process.spawn`
+//!   is granted. Without `network.connect`, TCP bind/connect are denied (ABI 4+); abstract unix
+//!   sockets and signals are scoped to the sandbox (ABI 6+).
+//! * **Seccomp**: a deny list (ptrace, mount APIs, namespaces, keyrings, bpf, perf, userfaultfd,
+//!   modules, kexec, reboot, clock setting, io_uring, ...); `clone3` answers `ENOSYS` so the
+//!   C library falls back to `clone`, whose flags are checked: threads are allowed, new
+//!   processes are refused with `EPERM` unless `process.spawn` is granted, namespace flags
+//!   always.
+//! * **Environment**: empty unless `environment.read` is granted (then exactly the host-chosen
+//!   map); secrets only with `secrets.read`, in the request envelope. The init wipes its copy of
+//!   the host's argv and environment and is not dumpable, so `/proc/1` shows nothing.
+//! * **Limits** ([`Limits`]): RLIMIT_DATA (memory), RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_NOFILE,
+//!   RLIMIT_FSIZE, no core dumps; the tmpfs size; a wall-clock timer that kills the pid
+//!   namespace's init (and so the tree). A cgroup v2 with delegated `pids` and `memory` is used
+//!   when available (`CLONE_INTO_CGROUP`), else a writable cgroup v1 `pids` group; uid 0 is
+//!   exempt from RLIMIT_NPROC, so without any cgroup a root host falls back to a best-effort
+//!   watchdog. Every run's [`BoundaryReport::limits`] says which mechanism enforced each limit.
+//!
+//! # Errors
+//!
+//! [`SandboxError`] is the one error type; [`SandboxError::kind`] gives a stable tag for
+//! receipts (`timeout`, `memory_limit`, `cpu_limit`, `pid_limit`, `guest_error`,
+//! `manifest_mismatch`, `path_escape`, `integrity_mismatch`, `protocol_violation`, ...).
+
+mod doctor;
+mod error;
+mod linux;
+mod oci;
+mod package;
+mod process;
+mod protocol;
+mod report;
+mod types;
+
+pub use doctor::{Boundary, DoctorReport, Probe, doctor, select_boundary};
+pub use error::{GuestError, SandboxError};
+pub use oci::{
+    OCI_WORKSPACE, OciEngine, OciExecutor, OciImages, OciRun, check_pinned_image, detect_engine,
+    docker_args, probe_engine,
+};
+pub use package::{ResolvedModule, resolve_module, verify_integrity};
+pub use process::{PACKAGE_MOUNT, ProcessSandbox, SANDBOX_UID, SandboxConfig};
+pub use protocol::{Response, envelope, parse_response};
+pub use report::{AppliedLimit, BoundaryReport};
+pub use types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, Op, RunOutcome, effects};
+
+/// Runs one hook of a module-backed capability behind the process sandbox, with the default
+/// [`SandboxConfig`]. See the crate docs for the protocol and the boundary.
+pub fn run_module(
+    spec: &ModuleSpec,
+    invocation: &Invocation,
+    grants: &Grants,
+    limits: &Limits,
+) -> Result<RunOutcome, SandboxError> {
+    ProcessSandbox::global().run(spec, invocation, grants, limits)
+}

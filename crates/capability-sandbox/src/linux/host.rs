@@ -1,0 +1,463 @@
+//! Facts about the host gathered once: ids, landlock, interpreters, argv/env ranges, cgroups.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+/// An interpreter found on the host.
+#[derive(Clone, Debug)]
+pub struct Interpreter {
+    /// Canonical path of the real binary (not a wrapper script).
+    pub path: PathBuf,
+    pub version: String,
+    /// Directories to mount read-only (at the same path) besides the system directories.
+    pub extra_roots: Vec<PathBuf>,
+}
+
+/// System directories mounted read-only (or recreated as symlinks) in every sandbox.
+pub const SYSTEM_DIRS: &[&str] = &[
+    "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
+];
+
+/// Files and directories of `/etc` that dynamic linking, name resolution and TLS need.
+pub const ETC_ENTRIES: &[&str] = &[
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "nsswitch.conf",
+    "host.conf",
+    "hosts",
+    "resolv.conf",
+    "gai.conf",
+    "services",
+    "protocols",
+    "ssl",
+    "ca-certificates",
+    "ca-certificates.conf",
+    "alternatives",
+];
+
+/// True when `path` lies under one of the system directories (after resolving their symlinks).
+pub fn under_system_dirs(path: &Path) -> bool {
+    SYSTEM_DIRS.iter().any(|d| {
+        let real = Path::new(d)
+            .canonicalize()
+            .unwrap_or_else(|_| PathBuf::from(d));
+        path.starts_with(&real) || path.starts_with(d)
+    })
+}
+
+/// Runs a short host command and returns its stdout, with a timeout.
+pub fn run_capture(program: &Path, args: &[&str], timeout: Duration) -> Option<String> {
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", std::env::var_os("HOME").unwrap_or_default())
+        .spawn()
+        .ok()?;
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => {
+                let mut out = String::new();
+                child.stdout.take()?.read_to_string(&mut out).ok()?;
+                return status.success().then_some(out);
+            }
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
+/// Finds `name` on the host's PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
+}
+
+pub fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Locates node: `configured`, else `node` on PATH.
+pub fn find_node(configured: Option<&Path>) -> Result<Interpreter, String> {
+    let found = match configured {
+        Some(p) => p.to_path_buf(),
+        None => which("node").ok_or("node was not found on PATH")?,
+    };
+    let path = found
+        .canonicalize()
+        .map_err(|e| format!("node at {}: {e}", found.display()))?;
+    let version = run_capture(&path, &["--version"], Duration::from_secs(10))
+        .map(|v| v.trim().to_string())
+        .ok_or_else(|| format!("{} --version failed", path.display()))?;
+    let mut extra_roots = Vec::new();
+    if !under_system_dirs(&path)
+        && let Some(prefix) = path.parent().and_then(Path::parent)
+    {
+        extra_roots.push(prefix.to_path_buf());
+    }
+    Ok(Interpreter {
+        path,
+        version,
+        extra_roots,
+    })
+}
+
+/// Locates python3: `configured`, else `python3` on PATH. Wrapper scripts (pyenv shims) are
+/// resolved by asking the interpreter for `sys.executable`.
+pub fn find_python(configured: Option<&Path>) -> Result<Interpreter, String> {
+    let found = match configured {
+        Some(p) => p.to_path_buf(),
+        None => which("python3").ok_or("python3 was not found on PATH")?,
+    };
+    let script = "import sys;print(sys.executable);print(sys.base_prefix);print('%d.%d.%d' % sys.version_info[:3])";
+    let out = run_capture(&found, &["-I", "-S", "-c", script], Duration::from_secs(20))
+        .ok_or_else(|| format!("{} did not answer", found.display()))?;
+    let mut lines = out.lines();
+    let exe = lines.next().unwrap_or("").trim();
+    let prefix = lines.next().unwrap_or("").trim();
+    let version = lines.next().unwrap_or("").trim().to_string();
+    if exe.is_empty() {
+        return Err(format!("{} did not report sys.executable", found.display()));
+    }
+    let path = Path::new(exe)
+        .canonicalize()
+        .map_err(|e| format!("python at {exe}: {e}"))?;
+    let mut extra_roots = Vec::new();
+    if !prefix.is_empty() {
+        let prefix = Path::new(prefix);
+        let prefix = prefix
+            .canonicalize()
+            .unwrap_or_else(|_| prefix.to_path_buf());
+        if !under_system_dirs(&prefix) && prefix != Path::new("/") {
+            extra_roots.push(prefix);
+        }
+    }
+    if !under_system_dirs(&path)
+        && !extra_roots.iter().any(|r| path.starts_with(r))
+        && let Some(dir) = path.parent()
+    {
+        extra_roots.push(dir.to_path_buf());
+    }
+    Ok(Interpreter {
+        path,
+        version: format!("Python {version}"),
+        extra_roots,
+    })
+}
+
+/// The ELF program interpreter (`PT_INTERP`) of an executable, if it has one.
+pub fn elf_interpreter(path: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::FileExt as _;
+    let file = std::fs::File::open(path).ok()?;
+    let mut hdr = [0u8; 64];
+    file.read_exact_at(&mut hdr, 0).ok()?;
+    if &hdr[..4] != b"\x7fELF" || hdr[4] != 2 || hdr[5] != 1 {
+        return None;
+    }
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+    let u64_at = |b: &[u8], o: usize| {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(&b[o..o + 8]);
+        u64::from_le_bytes(a)
+    };
+    let phoff = u64_at(&hdr, 0x20);
+    let phentsize = u16_at(&hdr, 0x36) as u64;
+    let phnum = u16_at(&hdr, 0x38) as u64;
+    if phentsize < 56 || phnum > 256 {
+        return None;
+    }
+    for i in 0..phnum {
+        let mut ph = [0u8; 56];
+        file.read_exact_at(&mut ph, phoff + i * phentsize).ok()?;
+        if u32::from_le_bytes([ph[0], ph[1], ph[2], ph[3]]) == 3 {
+            let off = u64_at(&ph, 8);
+            let size = u64_at(&ph, 32).min(4096) as usize;
+            let mut name = vec![0u8; size];
+            file.read_exact_at(&mut name, off).ok()?;
+            let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+            let s = std::str::from_utf8(&name[..end]).ok()?;
+            return Some(PathBuf::from(s));
+        }
+    }
+    None
+}
+
+/// The `#!` interpreter of a script, if any.
+pub fn shebang(head: &[u8]) -> Option<PathBuf> {
+    let rest = head.strip_prefix(b"#!")?;
+    let line_end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+    let line = std::str::from_utf8(&rest[..line_end]).ok()?.trim();
+    let prog = line.split_whitespace().next()?;
+    prog.starts_with('/').then(|| PathBuf::from(prog))
+}
+
+/// The host's argv and environment address ranges (fields 48-51 of /proc/self/stat), which
+/// the sandbox init wipes in its copy of the host's memory.
+pub fn scrub_ranges() -> &'static [(usize, usize)] {
+    static RANGES: OnceLock<Vec<(usize, usize)>> = OnceLock::new();
+    RANGES.get_or_init(|| {
+        let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+            return Vec::new();
+        };
+        let Some(close) = stat.rfind(')') else {
+            return Vec::new();
+        };
+        let fields: Vec<&str> = stat[close + 1..].split_whitespace().collect();
+        // fields[0] is field 3 (state); field N is fields[N - 3].
+        let get = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<usize>().ok());
+        match (get(48), get(49), get(50), get(51)) {
+            (Some(a), Some(b), Some(c), Some(d)) if b > a && d > c => vec![(a, b), (c, d)],
+            _ => Vec::new(),
+        }
+    })
+}
+
+/// The cgroup v2 situation of this process.
+#[derive(Clone, Debug)]
+pub struct CgroupInfo {
+    /// Where cgroup2 is mounted, if anywhere.
+    pub mount: Option<PathBuf>,
+    /// This process's cgroup directory.
+    pub own: Option<PathBuf>,
+    /// Controllers available to children of `own` (its cgroup.subtree_control).
+    pub subtree_controllers: Vec<String>,
+    /// Controllers present in `own` (cgroup.controllers).
+    pub controllers: Vec<String>,
+    pub writable: bool,
+}
+
+impl CgroupInfo {
+    pub fn detect() -> CgroupInfo {
+        let mount = std::fs::read_to_string("/proc/self/mountinfo")
+            .ok()
+            .and_then(|mi| {
+                mi.lines().find_map(|line| {
+                    let (left, right) = line.split_once(" - ")?;
+                    let fstype = right.split_whitespace().next()?;
+                    let mount = left.split_whitespace().nth(4)?;
+                    (fstype == "cgroup2").then(|| PathBuf::from(mount))
+                })
+            });
+        let rel = std::fs::read_to_string("/proc/self/cgroup")
+            .ok()
+            .and_then(|c| {
+                c.lines()
+                    .find_map(|l| l.strip_prefix("0::").map(|p| p.trim().to_string()))
+            });
+        let own = match (&mount, rel) {
+            (Some(m), Some(r)) => Some(m.join(r.trim_start_matches('/'))),
+            _ => None,
+        };
+        let read_list = |name: &str| -> Vec<String> {
+            own.as_ref()
+                .and_then(|o| std::fs::read_to_string(o.join(name)).ok())
+                .map(|s| s.split_whitespace().map(str::to_string).collect())
+                .unwrap_or_default()
+        };
+        let writable = own.as_ref().is_some_and(|o| {
+            let c = std::ffi::CString::new(o.as_os_str().as_encoded_bytes()).unwrap_or_default();
+            // SAFETY: access(2) on a NUL-terminated path.
+            unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+        });
+        CgroupInfo {
+            subtree_controllers: read_list("cgroup.subtree_control"),
+            controllers: read_list("cgroup.controllers"),
+            mount,
+            own,
+            writable,
+        }
+    }
+
+    /// The directory under which per-run cgroups can be made, or why not.
+    pub fn usable_parent(&self, configured: Option<&Path>) -> Result<PathBuf, String> {
+        let Some(mount) = &self.mount else {
+            return Err("no cgroup v2 mount".into());
+        };
+        let parent = match configured {
+            Some(p) => p.to_path_buf(),
+            None => self
+                .own
+                .clone()
+                .ok_or_else(|| "this process has no cgroup v2 membership".to_string())?,
+        };
+        let subtree: Vec<String> = std::fs::read_to_string(parent.join("cgroup.subtree_control"))
+            .map(|s| s.split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default();
+        let missing: Vec<&str> = ["pids", "memory"]
+            .into_iter()
+            .filter(|c| !subtree.iter().any(|s| s == c))
+            .collect();
+        if !missing.is_empty() {
+            return Err(format!(
+                "cgroup v2 at {} does not delegate the {} controller(s) to {} (available: {})",
+                mount.display(),
+                missing.join(" and "),
+                parent.display(),
+                if self.controllers.is_empty() {
+                    "none".to_string()
+                } else {
+                    self.controllers.join(" ")
+                }
+            ));
+        }
+        let c = std::ffi::CString::new(parent.as_os_str().as_encoded_bytes())
+            .map_err(|_| "bad cgroup path".to_string())?;
+        // SAFETY: access(2) on a NUL-terminated path.
+        if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+            return Err(format!("cgroup {} is not writable", parent.display()));
+        }
+        Ok(parent)
+    }
+}
+
+/// The cgroup v1 `pids` hierarchy directory of this process, when mounted and writable
+/// (typically only for root). Used when cgroup v2 offers no delegated pids controller.
+pub fn v1_pids_dir() -> Result<PathBuf, String> {
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
+    let mount = mi
+        .lines()
+        .find_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mut r = right.split_whitespace();
+            let fstype = r.next()?;
+            let opts = r.nth(1)?;
+            (fstype == "cgroup" && opts.split(',').any(|o| o == "pids"))
+                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .ok_or_else(|| "no cgroup v1 pids hierarchy".to_string())?;
+    let cg = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
+    let rel = cg
+        .lines()
+        .find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let _ = parts.next()?;
+            let controllers = parts.next()?;
+            let path = parts.next()?;
+            controllers
+                .split(',')
+                .any(|c| c == "pids")
+                .then(|| path.to_string())
+        })
+        .ok_or_else(|| "this process is in no cgroup v1 pids group".to_string())?;
+    let dir = mount.join(rel.trim_start_matches('/'));
+    let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
+        .map_err(|_| "bad cgroup path".to_string())?;
+    // SAFETY: access(2) on a NUL-terminated path.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
+        return Err(format!(
+            "cgroup v1 pids group {} is not writable",
+            dir.display()
+        ));
+    }
+    Ok(dir)
+}
+
+/// Where per-run cgroups are made.
+#[derive(Clone, Debug)]
+pub enum CgroupParent {
+    /// A cgroup v2 directory delegating `pids` and `memory`.
+    V2(PathBuf),
+    /// A writable cgroup v1 `pids` group (pids only).
+    V1Pids(PathBuf),
+}
+
+/// A per-run cgroup, removed on drop.
+pub struct RunCgroup {
+    pub dir: PathBuf,
+    pub version: u8,
+    /// v2: the directory, for `CLONE_INTO_CGROUP`.
+    pub dir_fd: Option<std::os::fd::OwnedFd>,
+    /// v1: `cgroup.procs`, opened by the host; the sandbox init writes `0` to join.
+    pub procs_fd: Option<std::os::fd::OwnedFd>,
+}
+
+impl RunCgroup {
+    pub fn create(parent: &CgroupParent, memory: u64, pids: u32) -> Result<RunCgroup, String> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let (base, version) = match parent {
+            CgroupParent::V2(p) => (p, 2),
+            CgroupParent::V1Pids(p) => (p, 1),
+        };
+        let dir = base.join(format!("capability-sandbox-{}-{n}", std::process::id()));
+        std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+        let mut cg = RunCgroup {
+            dir,
+            version,
+            dir_fd: None,
+            procs_fd: None,
+        };
+        let write = |dir: &Path, name: &str, value: String| -> Result<(), String> {
+            std::fs::write(dir.join(name), value).map_err(|e| format!("{name}: {e}"))
+        };
+        write(&cg.dir, "pids.max", pids.to_string())?;
+        if version == 2 {
+            write(&cg.dir, "memory.max", memory.to_string())?;
+            // Swap may not be configured; that is fine.
+            let _ = write(&cg.dir, "memory.swap.max", "0".into());
+            let f = std::fs::File::open(&cg.dir)
+                .map_err(|e| format!("open {}: {e}", cg.dir.display()))?;
+            cg.dir_fd = Some(f.into());
+        } else {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(cg.dir.join("cgroup.procs"))
+                .map_err(|e| format!("open cgroup.procs: {e}"))?;
+            cg.procs_fd = Some(f.into());
+        }
+        Ok(cg)
+    }
+
+    fn event(&self, file: &str, key: &str) -> u64 {
+        std::fs::read_to_string(self.dir.join(file))
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| {
+                    let (k, v) = l.split_once(' ')?;
+                    (k == key).then(|| v.trim().parse().ok())?
+                })
+            })
+            .unwrap_or(0)
+    }
+
+    pub fn oom_killed(&self) -> bool {
+        self.version == 2 && self.event("memory.events", "oom_kill") > 0
+    }
+
+    pub fn pids_max_hit(&self) -> bool {
+        self.event("pids.events", "max") > 0
+    }
+}
+
+impl Drop for RunCgroup {
+    fn drop(&mut self) {
+        self.procs_fd = None;
+        self.dir_fd = None;
+        // The sandbox is reaped before this runs; retry briefly while the kernel finishes.
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+}

@@ -1,0 +1,1114 @@
+//! The Linux process sandbox: policy (what the boundary opens) on top of `linux::spawn`.
+
+use std::collections::BTreeSet;
+use std::ffi::CString;
+use std::os::fd::AsRawFd as _;
+use std::os::unix::ffi::OsStrExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::error::{GuestError, SandboxError};
+use crate::linux::host::{self, CgroupInfo, CgroupParent, Interpreter, RunCgroup};
+use crate::linux::landlock::{self, LandlockPlan};
+use crate::linux::seccomp;
+use crate::linux::spawn::{self, ChildPlan, End, Exchange, MountOp};
+use crate::linux::sys;
+use crate::package::{ResolvedModule, resolve_module};
+use crate::protocol::{self, Response};
+use crate::report::{AppliedLimit, BoundaryReport};
+use crate::types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, RunOutcome, effects};
+
+const NODE_SHIM: &str = include_str!("shims/node.mjs");
+const PYTHON_SHIM: &str = include_str!("shims/python.py");
+
+/// Where the package (or install root) appears inside the sandbox.
+pub const PACKAGE_MOUNT: &str = "/package";
+/// The uid and gid the guest has inside its user namespace (mapped to the host user).
+pub const SANDBOX_UID: u32 = 1000;
+
+/// Host-side configuration of the process sandbox.
+#[derive(Clone, Debug, Default)]
+pub struct SandboxConfig {
+    /// The node binary; default: `node` on PATH.
+    pub node: Option<PathBuf>,
+    /// The python3 binary; default: `python3` on PATH (wrappers such as pyenv shims are
+    /// resolved to the real interpreter).
+    pub python: Option<PathBuf>,
+    /// A delegated cgroup v2 directory (with `pids` and `memory` in its subtree_control) under
+    /// which each run gets its own cgroup; default: this process's own cgroup when it
+    /// qualifies.
+    pub cgroup_parent: Option<PathBuf>,
+    /// Do not use cgroups even when available.
+    pub disable_cgroup: bool,
+    /// Directory for the per-run mount points (default: the system temp dir). Nothing is
+    /// written there except one empty directory per run, removed afterwards.
+    pub scratch_dir: Option<PathBuf>,
+}
+
+/// The process sandbox executor. Cheap to share; host facts are probed once.
+#[derive(Debug, Default)]
+pub struct ProcessSandbox {
+    config: SandboxConfig,
+    node: OnceLock<Result<Interpreter, String>>,
+    python: OnceLock<Result<Interpreter, String>>,
+    landlock: OnceLock<Result<u32, String>>,
+    cgroup: OnceLock<Result<CgroupParent, String>>,
+}
+
+/// What a run executes, once resolved.
+struct Target {
+    kind: ModuleKind,
+    program_label: String,
+    argv: Vec<Vec<u8>>,
+    extra_roots: Vec<PathBuf>,
+    /// Files the guest must be able to `execve` (inside paths == host paths, or /package/...).
+    exec_files: Vec<PathBuf>,
+}
+
+impl ProcessSandbox {
+    pub fn new(config: SandboxConfig) -> Self {
+        ProcessSandbox {
+            config,
+            ..ProcessSandbox::default()
+        }
+    }
+
+    /// A process-wide instance with the default configuration.
+    pub fn global() -> &'static ProcessSandbox {
+        static GLOBAL: OnceLock<ProcessSandbox> = OnceLock::new();
+        GLOBAL.get_or_init(|| ProcessSandbox::new(SandboxConfig::default()))
+    }
+
+    pub fn config(&self) -> &SandboxConfig {
+        &self.config
+    }
+
+    /// The node interpreter, or why there is none.
+    pub fn node(&self) -> Result<&Interpreter, String> {
+        self.node
+            .get_or_init(|| host::find_node(self.config.node.as_deref()))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The python interpreter, or why there is none.
+    pub fn python(&self) -> Result<&Interpreter, String> {
+        self.python
+            .get_or_init(|| host::find_python(self.config.python.as_deref()))
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    /// The landlock ABI, or why landlock is unavailable.
+    pub fn landlock_abi(&self) -> Result<u32, String> {
+        self.landlock
+            .get_or_init(|| sys::landlock_abi().map_err(|e| e.to_string()))
+            .clone()
+    }
+
+    /// Where per-run cgroups are made, or why none is used: a delegated cgroup v2 directory
+    /// (pids + memory), else a writable cgroup v1 pids group (pids only).
+    pub(crate) fn cgroup_parent(&self) -> Result<CgroupParent, String> {
+        if self.config.disable_cgroup {
+            return Err("cgroups disabled by configuration".into());
+        }
+        self.cgroup
+            .get_or_init(|| {
+                match CgroupInfo::detect().usable_parent(self.config.cgroup_parent.as_deref()) {
+                    Ok(p) => Ok(CgroupParent::V2(p)),
+                    Err(v2) => match host::v1_pids_dir() {
+                        Ok(p) => Ok(CgroupParent::V1Pids(p)),
+                        Err(v1) => Err(format!("{v2}; {v1}")),
+                    },
+                }
+            })
+            .clone()
+    }
+
+    /// A one-line description of the cgroup situation (for `doctor`).
+    pub fn cgroup_summary(&self) -> String {
+        match self.cgroup_parent() {
+            Ok(CgroupParent::V2(p)) => format!("v2 pids+memory under {}", p.display()),
+            Ok(CgroupParent::V1Pids(p)) => {
+                format!("v1 pids under {} (memory by rlimit)", p.display())
+            }
+            Err(e) => format!("unavailable: {e}"),
+        }
+    }
+
+    /// Runs one hook of a module-backed capability behind the process boundary.
+    pub fn run(
+        &self,
+        spec: &ModuleSpec,
+        invocation: &Invocation,
+        grants: &Grants,
+        limits: &Limits,
+    ) -> Result<RunOutcome, SandboxError> {
+        let kind = ModuleKind::of(&spec.module);
+        if kind == ModuleKind::Wasm {
+            return Err(SandboxError::UseWasmExecutor {
+                module: spec.module.clone(),
+            });
+        }
+        check_limits(limits)?;
+        let module = resolve_module(spec)?;
+        let inside_module = Path::new(PACKAGE_MOUNT).join(&module.relative);
+        let target = self.target(kind, spec, &module, &inside_module, limits)?;
+        let envelope = protocol::envelope(invocation, &spec.manifest, grants);
+        let mut initial = capability_core::json::to_js_string(&envelope).into_bytes();
+        initial.push(b'\n');
+        self.execute(target, &module, initial, spec, grants, limits)
+    }
+
+    fn target(
+        &self,
+        kind: ModuleKind,
+        spec: &ModuleSpec,
+        module: &ResolvedModule,
+        inside_module: &Path,
+        limits: &Limits,
+    ) -> Result<Target, SandboxError> {
+        let unavailable = |reason: String| SandboxError::Unavailable {
+            boundary: "process-sandbox",
+            reason,
+        };
+        let module_arg = inside_module.as_os_str().as_bytes().to_vec();
+        match kind {
+            ModuleKind::Node => {
+                let node = self.node().map_err(unavailable)?;
+                let heap_mb = (limits.memory_bytes / (1 << 20) / 2).max(16);
+                Ok(Target {
+                    kind,
+                    program_label: format!("node {} ({})", node.version, node.path.display()),
+                    argv: vec![
+                        node.path.as_os_str().as_bytes().to_vec(),
+                        format!("--max-old-space-size={heap_mb}").into_bytes(),
+                        b"--input-type=module".to_vec(),
+                        b"-e".to_vec(),
+                        NODE_SHIM.as_bytes().to_vec(),
+                        b"--".to_vec(),
+                        module_arg,
+                    ],
+                    extra_roots: node.extra_roots.clone(),
+                    exec_files: vec![node.path.clone()],
+                })
+            }
+            ModuleKind::Python => {
+                let py = self.python().map_err(unavailable)?;
+                Ok(Target {
+                    kind,
+                    program_label: format!("{} ({})", py.version, py.path.display()),
+                    argv: vec![
+                        py.path.as_os_str().as_bytes().to_vec(),
+                        b"-I".to_vec(),
+                        b"-S".to_vec(),
+                        b"-B".to_vec(),
+                        b"-c".to_vec(),
+                        PYTHON_SHIM.as_bytes().to_vec(),
+                        module_arg,
+                    ],
+                    extra_roots: py.extra_roots.clone(),
+                    exec_files: vec![py.path.clone()],
+                })
+            }
+            ModuleKind::Native | ModuleKind::Wasm => {
+                if !module.executable {
+                    return Err(SandboxError::NotACapability {
+                        module: spec.module.clone(),
+                        detail: "a native module must be an executable file".into(),
+                    });
+                }
+                let mut exec_files = vec![inside_module.to_path_buf()];
+                if let Some(interp) = host::shebang(&module.head) {
+                    exec_files.push(interp);
+                }
+                Ok(Target {
+                    kind: ModuleKind::Native,
+                    program_label: format!("native {} (sha256 {})", spec.module, module.sha256),
+                    argv: vec![module_arg],
+                    extra_roots: Vec::new(),
+                    exec_files,
+                })
+            }
+        }
+    }
+
+    fn execute(
+        &self,
+        target: Target,
+        module: &ResolvedModule,
+        initial: Vec<u8>,
+        spec: &ModuleSpec,
+        grants: &Grants,
+        limits: &Limits,
+    ) -> Result<RunOutcome, SandboxError> {
+        let network = grants.network();
+        let spawn_granted = grants.spawn();
+        // SAFETY: geteuid/getegid cannot fail.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let mut notes: Vec<String> = Vec::new();
+
+        let scratch = MountDir::create(self.config.scratch_dir.as_deref())?;
+        let mut root = RootBuilder::new(scratch.path.clone());
+        let landlock_abi = self.landlock_abi();
+        let mut ll = landlock_abi
+            .as_ref()
+            .ok()
+            .map(|&abi| LandlockPlan::new(abi, network));
+        if let Err(e) = &landlock_abi {
+            notes.push(format!("landlock unavailable: {e}"));
+        }
+        let exec_right = if spawn_granted { sys::FS_EXECUTE } else { 0 };
+        let allow = |ll: &mut Option<LandlockPlan>, p: &str, access: u64, is_dir: bool| {
+            if let Some(ll) = ll.as_mut() {
+                ll.allow(p, access, is_dir);
+            }
+        };
+        allow(&mut ll, "/", sys::FS_READ_DIR, true);
+
+        // System directories.
+        for dir in host::SYSTEM_DIRS {
+            let p = Path::new(dir);
+            match std::fs::symlink_metadata(p) {
+                Ok(m) if m.file_type().is_symlink() => {
+                    if let Ok(t) = std::fs::read_link(p) {
+                        root.symlink(&t, p)?;
+                    }
+                }
+                Ok(m) if m.is_dir() => root.bind(p, p, ro_attrs(), true)?,
+                _ => continue,
+            }
+            allow(&mut ll, dir, landlock::READ | exec_right, true);
+        }
+        // A minimal /etc.
+        root.mkdir_p(Path::new("/etc"))?;
+        for entry in host::ETC_ENTRIES {
+            let p = Path::new("/etc").join(entry);
+            let Ok(real) = p.canonicalize() else { continue };
+            let Ok(meta) = std::fs::metadata(&real) else {
+                continue;
+            };
+            root.bind(&real, &p, ro_attrs(), meta.is_dir())?;
+        }
+        root.write_file(
+            Path::new("/etc/passwd"),
+            format!("sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/tmp:/nonexistent\n")
+                .into_bytes(),
+        )?;
+        root.write_file(
+            Path::new("/etc/group"),
+            format!("sandbox:x:{SANDBOX_UID}:\n").into_bytes(),
+        )?;
+        allow(&mut ll, "/etc", landlock::READ, true);
+        // /dev with the harmless character devices.
+        root.mkdir_p(Path::new("/dev"))?;
+        for dev in ["null", "zero", "full", "random", "urandom"] {
+            let p = Path::new("/dev").join(dev);
+            if p.exists() {
+                root.bind(
+                    &p,
+                    &p,
+                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC,
+                    false,
+                )?;
+                allow(
+                    &mut ll,
+                    &p.to_string_lossy(),
+                    sys::FS_READ_FILE | sys::FS_WRITE_FILE | sys::FS_IOCTL_DEV,
+                    false,
+                );
+            }
+        }
+        for (link, to) in [
+            ("/dev/fd", "/proc/self/fd"),
+            ("/dev/stdin", "/proc/self/fd/0"),
+            ("/dev/stdout", "/proc/self/fd/1"),
+            ("/dev/stderr", "/proc/self/fd/2"),
+        ] {
+            root.symlink(Path::new(to), Path::new(link))?;
+        }
+        allow(&mut ll, "/dev", sys::FS_READ_DIR, true);
+        // The package, read-only.
+        root.bind(
+            &module.mount_root,
+            Path::new(PACKAGE_MOUNT),
+            ro_attrs(),
+            true,
+        )?;
+        allow(&mut ll, PACKAGE_MOUNT, landlock::READ, true);
+        // Private tmp.
+        root.mkdir_p(Path::new("/tmp"))?;
+        let inodes = (limits.tmp_size / 4096).clamp(1024, 1 << 20);
+        root.tmpfs(
+            Path::new("/tmp"),
+            &format!("size={},nr_inodes={inodes},mode=1777", limits.tmp_size),
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+        )?;
+        allow(&mut ll, "/tmp", landlock::WRITE, true);
+        // procfs of the new pid namespace.
+        root.mkdir_p(Path::new("/proc"))?;
+        root.proc(Path::new("/proc"))?;
+        allow(&mut ll, "/proc", landlock::READ, true);
+        // Interpreter prefixes outside the system directories.
+        for extra in &target.extra_roots {
+            root.bind(extra, extra, ro_attrs(), true)?;
+            allow(
+                &mut ll,
+                &extra.to_string_lossy(),
+                landlock::READ | exec_right,
+                true,
+            );
+        }
+        // Executables the guest itself must be able to execve.
+        let mut exec_files = target.exec_files.clone();
+        for f in &target.exec_files {
+            let host_path = if f.starts_with(PACKAGE_MOUNT) {
+                module.host_path.clone()
+            } else {
+                f.clone()
+            };
+            if let Some(interp) = host::elf_interpreter(&host_path) {
+                exec_files.push(interp);
+            }
+        }
+        for f in &exec_files {
+            allow(
+                &mut ll,
+                &f.to_string_lossy(),
+                sys::FS_EXECUTE | sys::FS_READ_FILE,
+                false,
+            );
+        }
+        // Granted paths.
+        let mut read_paths = Vec::new();
+        let mut write_paths = Vec::new();
+        let mut grant_list: Vec<(PathBuf, bool)> = Vec::new();
+        if grants.has(effects::FILESYSTEM_READ) {
+            for p in &grants.read_paths {
+                grant_list.push((check_grant_path(p)?, false));
+            }
+        }
+        if grants.has(effects::FILESYSTEM_WRITE) {
+            for p in &grants.write_paths {
+                grant_list.push((check_grant_path(p)?, true));
+            }
+        }
+        grant_list.sort_by_key(|(p, _)| p.components().count());
+        for (p, write) in grant_list {
+            let is_dir = p.is_dir();
+            let attrs = if write {
+                sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV
+            } else {
+                ro_attrs()
+            };
+            if write || !host::under_system_dirs(&p) {
+                root.bind(&p, &p, attrs, is_dir)?;
+            }
+            let rights = if write {
+                landlock::WRITE
+            } else {
+                landlock::READ
+            };
+            allow(&mut ll, &p.to_string_lossy(), rights, is_dir);
+            if write {
+                write_paths.push(p.display().to_string());
+            } else {
+                read_paths.push(p.display().to_string());
+            }
+        }
+        if !grants.has(effects::FILESYSTEM_READ) && !grants.read_paths.is_empty() {
+            notes.push("read paths ignored: filesystem.read is not granted".into());
+        }
+        if !grants.has(effects::FILESYSTEM_WRITE) && !grants.write_paths.is_empty() {
+            notes.push("write paths ignored: filesystem.write is not granted".into());
+        }
+
+        // Environment.
+        let env: Vec<(String, String)> = if grants.has(effects::ENVIRONMENT_READ) {
+            grants
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        if !grants.has(effects::ENVIRONMENT_READ) && !grants.env.is_empty() {
+            notes.push("environment ignored: environment.read is not granted".into());
+        }
+        let mut envp = Vec::with_capacity(env.len());
+        for (k, v) in &env {
+            if k.is_empty() || k.contains('=') {
+                return Err(SandboxError::Invalid {
+                    detail: format!("invalid environment variable name {k:?}"),
+                });
+            }
+            envp.push(cstring(format!("{k}={v}").into_bytes())?);
+        }
+
+        // Limits.
+        let cpu_secs = limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64;
+        let mut rlimits: Vec<(libc::c_int, u64, u64)> = vec![
+            (
+                libc::RLIMIT_DATA as libc::c_int,
+                limits.memory_bytes,
+                limits.memory_bytes,
+            ),
+            (libc::RLIMIT_CPU as libc::c_int, cpu_secs, cpu_secs + 1),
+            (
+                libc::RLIMIT_NOFILE as libc::c_int,
+                limits.max_open_files,
+                limits.max_open_files,
+            ),
+            (
+                libc::RLIMIT_FSIZE as libc::c_int,
+                limits.max_file_size,
+                limits.max_file_size,
+            ),
+            (libc::RLIMIT_CORE as libc::c_int, 0, 0),
+            (libc::RLIMIT_MSGQUEUE as libc::c_int, 0, 0),
+        ];
+        rlimits.push((
+            libc::RLIMIT_NPROC as libc::c_int,
+            limits.max_pids as u64,
+            limits.max_pids as u64,
+        ));
+        let cgroup = match self.cgroup_parent() {
+            Ok(parent) => match RunCgroup::create(&parent, limits.memory_bytes, limits.max_pids) {
+                Ok(cg) => Some(cg),
+                Err(e) => {
+                    notes.push(format!("cgroup not used: {e}"));
+                    None
+                }
+            },
+            Err(e) => {
+                notes.push(format!("cgroup not used: {e}"));
+                None
+            }
+        };
+        let cgroup_label = match &cgroup {
+            Some(cg) if cg.version == 2 => "v2".to_string(),
+            Some(_) => "v1-pids".to_string(),
+            None => "unavailable".to_string(),
+        };
+        let cg_v2 = cgroup.as_ref().is_some_and(|c| c.version == 2);
+        // uid 0 is exempt from RLIMIT_NPROC: without a cgroup, a watchdog counts processes.
+        let pids_watchdog =
+            (spawn_granted && cgroup.is_none() && uid == 0).then_some(limits.max_pids);
+        let mut applied = vec![
+            AppliedLimit::new(
+                "wallTimeoutMs",
+                limits.wall_timeout.as_millis() as u64,
+                "timer",
+            ),
+            AppliedLimit::new("cpuTimeMs", cpu_secs * 1000, "rlimit"),
+            AppliedLimit::new(
+                "memoryBytes",
+                limits.memory_bytes,
+                if cg_v2 { "rlimit+cgroup" } else { "rlimit" },
+            ),
+        ];
+        applied.push(match (&cgroup, uid, spawn_granted) {
+            (Some(cg), _, _) => AppliedLimit::new(
+                "maxPids",
+                limits.max_pids as u64,
+                if cg.version == 2 { "rlimit+cgroup" } else { "rlimit+cgroup-v1" },
+            ),
+            (None, 0, true) => {
+                let mut l = AppliedLimit::new("maxPids", limits.max_pids as u64, "watchdog");
+                l.note = Some("best effort: uid 0 is exempt from RLIMIT_NPROC and no cgroup is available; processes are counted in /proc every 1 ms and the sandbox is killed past the limit, but a fast fork bomb can briefly exceed it".into());
+                l
+            }
+            (None, 0, false) => {
+                let mut l = AppliedLimit::new("maxPids", 1, "seccomp");
+                l.note = Some("process creation is refused (process.spawn not granted); threads are not counted because uid 0 is exempt from RLIMIT_NPROC".into());
+                l
+            }
+            (None, _, _) => AppliedLimit::new("maxPids", limits.max_pids as u64, "rlimit"),
+        });
+        applied.push(AppliedLimit::new(
+            "maxOpenFiles",
+            limits.max_open_files,
+            "rlimit",
+        ));
+        applied.push(AppliedLimit::new(
+            "maxFileSize",
+            limits.max_file_size,
+            "rlimit",
+        ));
+        applied.push(AppliedLimit::new("tmpSize", limits.tmp_size, "tmpfs"));
+        applied.push(AppliedLimit::new(
+            "maxOutputBytes",
+            limits.max_output_bytes as u64,
+            "host",
+        ));
+        if let Some(w) = pids_watchdog {
+            notes.push(format!("pid watchdog active (limit {w})"));
+        }
+
+        let mut namespaces = vec!["user", "mount", "pid", "ipc", "uts", "cgroup"];
+        let mut flags = sys::CLONE_NEWUSER
+            | sys::CLONE_NEWNS
+            | sys::CLONE_NEWPID
+            | sys::CLONE_NEWIPC
+            | sys::CLONE_NEWUTS
+            | sys::CLONE_NEWCGROUP;
+        if !network {
+            flags |= sys::CLONE_NEWNET;
+            namespaces.push("net");
+        }
+
+        let mut argv = Vec::with_capacity(target.argv.len());
+        for a in &target.argv {
+            argv.push(cstring(a.clone())?);
+        }
+        let plan = ChildPlan {
+            uid_map: format!("{SANDBOX_UID} {uid} 1\n").into_bytes(),
+            gid_map: format!("{SANDBOX_UID} {gid} 1\n").into_bytes(),
+            new_root: path_cstring(&scratch.path)?,
+            mounts: root.ops,
+            scrub: host::scrub_ranges().to_vec(),
+            pids_watchdog,
+            workdir: c"/tmp".to_owned(),
+            rlimits,
+            landlock: ll,
+            seccomp: Some(seccomp::build_filter(spawn_granted)),
+            exec: cstring(target.argv[0].clone())?,
+            argv,
+            envp,
+            cgroup_procs_fd: cgroup
+                .as_ref()
+                .and_then(|c| c.procs_fd.as_ref())
+                .map(|f| f.as_raw_fd()),
+        };
+
+        let mut report = BoundaryReport {
+            kind: "process-sandbox",
+            runner: target.kind.as_str(),
+            program: target.program_label.clone(),
+            namespaces,
+            landlock: match &landlock_abi {
+                Ok(abi) => format!("abi-{abi}"),
+                Err(_) => "unavailable".into(),
+            },
+            seccomp: true,
+            network: if network { "host" } else { "none" },
+            process_spawn: spawn_granted,
+            read_paths,
+            write_paths,
+            environment: env.iter().map(|(k, _)| k.clone()).collect(),
+            secrets: if grants.has(effects::SECRETS_READ) {
+                grants.secrets.keys().cloned().collect()
+            } else {
+                Vec::new()
+            },
+            cgroup: cgroup_label,
+            limits: applied,
+            notes,
+        };
+
+        let start = Instant::now();
+        let child = spawn::spawn(
+            &plan,
+            flags,
+            cgroup
+                .as_ref()
+                .and_then(|c| c.dir_fd.as_ref())
+                .map(|f| f.as_raw_fd()),
+        )?;
+        let mut hello_error: Option<SandboxError> = None;
+        let manifest_hash = capability_core::json::canonical_hash(&spec.manifest);
+        let id = spec.id().to_string();
+        let module_name = spec.module.clone();
+        let mut hello = |line: &[u8]| -> Result<Vec<u8>, SandboxError> {
+            let value = capability_core::json::parse(protocol::trim_ascii(line)).map_err(|e| {
+                SandboxError::ProtocolViolation {
+                    detail: format!(
+                        "bad handshake from the shim ({e}): {}",
+                        protocol::preview(line)
+                    ),
+                }
+            })?;
+            if value.get("error").is_some() {
+                match protocol::response_from_value(value)? {
+                    Response::Error(g) => {
+                        hello_error = Some(guest_failure(g, &module_name, limits))
+                    }
+                    Response::Output { .. } => {}
+                }
+                return Ok(Vec::new());
+            }
+            match value.get("manifest") {
+                Some(Value::Null) => {}
+                Some(loaded) => {
+                    let loaded_hash = capability_core::json::canonical_hash(loaded);
+                    if loaded_hash != manifest_hash {
+                        return Err(SandboxError::ManifestMismatch {
+                            id: id.clone(),
+                            expected: manifest_hash.clone(),
+                            loaded: loaded_hash,
+                        });
+                    }
+                }
+                None => {
+                    return Err(SandboxError::ProtocolViolation {
+                        detail: format!(
+                            "the shim's handshake has no manifest: {}",
+                            protocol::preview(line)
+                        ),
+                    });
+                }
+            }
+            Ok(b"{\"proceed\":true}\n".to_vec())
+        };
+        let uses_shim = matches!(target.kind, ModuleKind::Node | ModuleKind::Python);
+        let finished = child.converse(Exchange {
+            initial,
+            hello: if uses_shim { Some(&mut hello) } else { None },
+            deadline: start + limits.wall_timeout,
+            max_output: limits.max_output_bytes,
+        });
+        drop(scratch);
+        for note in &finished.notes {
+            report.notes.push(format!(
+                "{} not available: {}",
+                note.stage_name(),
+                sys::errno_name(note.errno)
+            ));
+        }
+        let stderr = String::from_utf8_lossy(&finished.stderr).into_owned();
+        let mut hook_present = true;
+        let mut result = classify(
+            &finished,
+            hello_error,
+            cgroup.as_ref(),
+            limits,
+            &spec.module,
+            &stderr,
+            &mut hook_present,
+        );
+        // A failure after the cgroup refused a fork is the pid limit's doing.
+        if let Err(e) = &result {
+            let fork_refused = match e {
+                SandboxError::Guest(g) => g.code.as_deref() == Some("EAGAIN"),
+                SandboxError::Killed { .. }
+                | SandboxError::Crashed { .. }
+                | SandboxError::ProtocolViolation { .. } => true,
+                _ => false,
+            };
+            if fork_refused && cgroup.as_ref().is_some_and(RunCgroup::pids_max_hit) {
+                result = Err(SandboxError::PidLimit {
+                    limit: limits.max_pids,
+                });
+            }
+        }
+        drop(cgroup);
+        Ok(RunOutcome {
+            result,
+            hook_present,
+            boundary: report,
+            duration: finished.elapsed,
+            stderr,
+        })
+    }
+}
+
+fn ro_attrs() -> u64 {
+    sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV
+}
+
+fn check_limits(limits: &Limits) -> Result<(), SandboxError> {
+    let bad = |what: &str| {
+        Err(SandboxError::Invalid {
+            detail: format!("limit {what} must be positive"),
+        })
+    };
+    if limits.wall_timeout.is_zero() {
+        return bad("wall_timeout");
+    }
+    if limits.cpu_time.is_zero() {
+        return bad("cpu_time");
+    }
+    if limits.memory_bytes == 0 {
+        return bad("memory_bytes");
+    }
+    if limits.max_pids == 0 {
+        return bad("max_pids");
+    }
+    if limits.max_open_files < 16 {
+        return Err(SandboxError::Invalid {
+            detail: "limit max_open_files must be at least 16".into(),
+        });
+    }
+    if limits.tmp_size == 0 {
+        return bad("tmp_size");
+    }
+    Ok(())
+}
+
+/// A granted path must exist, be absolute, and not collide with the sandbox's own mounts.
+fn check_grant_path(p: &Path) -> Result<PathBuf, SandboxError> {
+    if !p.is_absolute() {
+        return Err(SandboxError::Invalid {
+            detail: format!("granted path {} must be absolute", p.display()),
+        });
+    }
+    let real = p.canonicalize().map_err(|e| SandboxError::Invalid {
+        detail: format!("granted path {} cannot be opened: {e}", p.display()),
+    })?;
+    for reserved in ["/proc", "/dev", PACKAGE_MOUNT, "/sys"] {
+        if real.starts_with(reserved) {
+            return Err(SandboxError::Invalid {
+                detail: format!(
+                    "granted path {} lies under the reserved {reserved}",
+                    real.display()
+                ),
+            });
+        }
+    }
+    if real == Path::new("/") || real == Path::new("/tmp") {
+        return Err(SandboxError::Invalid {
+            detail: format!("refusing to grant {} as a whole", real.display()),
+        });
+    }
+    Ok(real)
+}
+
+fn cstring(bytes: Vec<u8>) -> Result<CString, SandboxError> {
+    CString::new(bytes).map_err(|_| SandboxError::Invalid {
+        detail: "a path or argument contains a NUL byte".into(),
+    })
+}
+
+fn path_cstring(p: &Path) -> Result<CString, SandboxError> {
+    cstring(p.as_os_str().as_bytes().to_vec())
+}
+
+/// Builds the list of mount operations for the new root.
+struct RootBuilder {
+    root: PathBuf,
+    ops: Vec<MountOp>,
+    made: BTreeSet<PathBuf>,
+}
+
+impl RootBuilder {
+    fn new(root: PathBuf) -> Self {
+        let mut b = RootBuilder {
+            root,
+            ops: Vec::new(),
+            made: BTreeSet::new(),
+        };
+        b.made.insert(PathBuf::from("/"));
+        if let Ok(target) = path_cstring(&b.root) {
+            b.ops.push(MountOp::Tmpfs {
+                target,
+                flags: libc::MS_NOSUID | libc::MS_NODEV,
+                data: c"size=4m,nr_inodes=4096,mode=0755".to_owned(),
+            });
+        }
+        b
+    }
+
+    fn host(&self, inside: &Path) -> PathBuf {
+        self.root.join(inside.strip_prefix("/").unwrap_or(inside))
+    }
+
+    fn mkdir_p(&mut self, inside: &Path) -> Result<(), SandboxError> {
+        let mut cur = PathBuf::from("/");
+        for c in inside.components().skip(1) {
+            cur.push(c);
+            if self.made.insert(cur.clone()) {
+                let h = self.host(&cur);
+                self.ops.push(MountOp::Mkdir(path_cstring(&h)?));
+            }
+        }
+        Ok(())
+    }
+
+    fn bind(
+        &mut self,
+        source: &Path,
+        inside: &Path,
+        attrs: u64,
+        is_dir: bool,
+    ) -> Result<(), SandboxError> {
+        if is_dir {
+            self.mkdir_p(inside)?;
+        } else {
+            if let Some(parent) = inside.parent() {
+                self.mkdir_p(parent)?;
+            }
+            if self.made.insert(inside.to_path_buf()) {
+                let h = self.host(inside);
+                self.ops.push(MountOp::Touch(path_cstring(&h)?));
+            }
+        }
+        let target = path_cstring(&self.host(inside))?;
+        self.ops.push(MountOp::Bind {
+            source: path_cstring(source)?,
+            target,
+            attrs,
+        });
+        Ok(())
+    }
+
+    fn symlink(&mut self, to: &Path, inside: &Path) -> Result<(), SandboxError> {
+        if let Some(parent) = inside.parent() {
+            self.mkdir_p(parent)?;
+        }
+        if self.made.insert(inside.to_path_buf()) {
+            self.ops.push(MountOp::Symlink {
+                target: path_cstring(to)?,
+                link: path_cstring(&self.host(inside))?,
+            });
+        }
+        Ok(())
+    }
+
+    fn tmpfs(
+        &mut self,
+        inside: &Path,
+        data: &str,
+        flags: libc::c_ulong,
+    ) -> Result<(), SandboxError> {
+        self.mkdir_p(inside)?;
+        self.ops.push(MountOp::Tmpfs {
+            target: path_cstring(&self.host(inside))?,
+            flags,
+            data: cstring(data.as_bytes().to_vec())?,
+        });
+        Ok(())
+    }
+
+    fn proc(&mut self, inside: &Path) -> Result<(), SandboxError> {
+        self.mkdir_p(inside)?;
+        self.ops.push(MountOp::Proc {
+            target: path_cstring(&self.host(inside))?,
+        });
+        Ok(())
+    }
+
+    fn write_file(&mut self, inside: &Path, data: Vec<u8>) -> Result<(), SandboxError> {
+        if let Some(parent) = inside.parent() {
+            self.mkdir_p(parent)?;
+        }
+        self.made.insert(inside.to_path_buf());
+        self.ops.push(MountOp::WriteFile {
+            path: path_cstring(&self.host(inside))?,
+            data,
+        });
+        Ok(())
+    }
+}
+
+/// The empty host directory the new root is mounted on (in the child's namespace only).
+struct MountDir {
+    path: PathBuf,
+}
+
+impl MountDir {
+    fn create(base: Option<&Path>) -> Result<MountDir, SandboxError> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let base = base
+            .map(Path::to_path_buf)
+            .unwrap_or_else(std::env::temp_dir);
+        for _ in 0..100 {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let path = base.join(format!(".capability-sandbox-{}-{n}", std::process::id()));
+            match std::fs::DirBuilder::new().mode(0o700).create(&path) {
+                Ok(()) => return Ok(MountDir { path }),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => {
+                    return Err(SandboxError::io(
+                        format!("mount point in {}", base.display()),
+                        e,
+                    ));
+                }
+            }
+        }
+        Err(SandboxError::Spawn {
+            detail: "could not create a mount point directory".into(),
+        })
+    }
+}
+
+impl Drop for MountDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+/// Markers that the guest died of memory exhaustion.
+const OOM_MARKERS: &[&str] = &[
+    "out of memory",
+    "allocation failed",
+    "cannot allocate memory",
+    "memoryerror",
+    "bad_alloc",
+    "heap limit",
+];
+
+fn looks_like_oom(stderr: &str) -> bool {
+    let lower = stderr.to_ascii_lowercase();
+    OOM_MARKERS.iter().any(|m| lower.contains(m))
+}
+
+fn guest_failure(g: GuestError, module: &str, limits: &Limits) -> SandboxError {
+    match g.code.as_deref() {
+        Some("ENOMEM") => SandboxError::MemoryLimit {
+            limit: limits.memory_bytes,
+            detail: format!("the guest reported an allocation failure: {}", g.message),
+        },
+        Some("NOT_A_CAPABILITY") => SandboxError::NotACapability {
+            module: module.to_string(),
+            detail: g.message,
+        },
+        Some("PROTOCOL") => SandboxError::ProtocolViolation { detail: g.message },
+        _ => SandboxError::Guest(g),
+    }
+}
+
+fn classify(
+    finished: &spawn::Finished,
+    hello_error: Option<SandboxError>,
+    cgroup: Option<&RunCgroup>,
+    limits: &Limits,
+    module: &str,
+    stderr: &str,
+    hook_present: &mut bool,
+) -> Result<Value, SandboxError> {
+    let oom_cgroup = cgroup.is_some_and(RunCgroup::oom_killed);
+    let pids_cgroup = cgroup.is_some_and(RunCgroup::pids_max_hit);
+    let rec = match &finished.end {
+        End::TimedOut => {
+            return Err(SandboxError::Timeout {
+                limit: limits.wall_timeout,
+            });
+        }
+        End::OutputOverflow => {
+            return Err(SandboxError::OutputLimit {
+                limit: limits.max_output_bytes,
+            });
+        }
+        End::PidLimit => {
+            return Err(SandboxError::PidLimit {
+                limit: limits.max_pids,
+            });
+        }
+        End::Aborted(e) => {
+            return Err(match e {
+                SandboxError::ManifestMismatch {
+                    id,
+                    expected,
+                    loaded,
+                } => SandboxError::ManifestMismatch {
+                    id: id.clone(),
+                    expected: expected.clone(),
+                    loaded: loaded.clone(),
+                },
+                SandboxError::ProtocolViolation { detail } => SandboxError::ProtocolViolation {
+                    detail: detail.clone(),
+                },
+                other => SandboxError::Spawn {
+                    detail: other.to_string(),
+                },
+            });
+        }
+        End::InitGone => {
+            if let Some(se) = finished.setup_error {
+                return Err(setup_error(&se));
+            }
+            return Err(SandboxError::Spawn {
+                detail: "the sandbox init exited without reporting".into(),
+            });
+        }
+        End::Exited(rec) => *rec,
+    };
+    if let Some(se) = finished.setup_error {
+        return Err(setup_error(&se));
+    }
+    if oom_cgroup {
+        return Err(SandboxError::MemoryLimit {
+            limit: limits.memory_bytes,
+            detail: "the cgroup's OOM killer stopped the guest".into(),
+        });
+    }
+    let status = rec.status;
+    let cpu_used = Duration::from_micros(rec.utime_us + rec.stime_us);
+    if libc::WIFSIGNALED(status) {
+        let sig = libc::WTERMSIG(status);
+        let cpu_limit = Duration::from_secs(limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64);
+        if sig == libc::SIGXCPU
+            || (sig == libc::SIGKILL && cpu_used + Duration::from_millis(50) >= cpu_limit)
+        {
+            return Err(SandboxError::CpuLimit { limit: cpu_limit });
+        }
+        if sig == libc::SIGXFSZ {
+            return Err(SandboxError::FileSizeLimit {
+                limit: limits.max_file_size,
+            });
+        }
+        if looks_like_oom(stderr) {
+            return Err(SandboxError::MemoryLimit {
+                limit: limits.memory_bytes,
+                detail: format!(
+                    "the guest died of {} after an allocation failure",
+                    sys::signal_name(sig)
+                ),
+            });
+        }
+        if pids_cgroup {
+            return Err(SandboxError::PidLimit {
+                limit: limits.max_pids,
+            });
+        }
+        return Err(SandboxError::Killed {
+            signal: sig,
+            name: sys::signal_name(sig),
+            stderr: stderr.to_string(),
+        });
+    }
+    let code = libc::WEXITSTATUS(status);
+    if let Some(e) = hello_error {
+        return Err(e);
+    }
+    let body = protocol::trim_ascii(&finished.stdout);
+    if body.is_empty() {
+        if looks_like_oom(stderr) {
+            return Err(SandboxError::MemoryLimit {
+                limit: limits.memory_bytes,
+                detail: format!("the guest exited with status {code} after an allocation failure"),
+            });
+        }
+        return Err(SandboxError::Crashed {
+            status: code,
+            stderr: stderr.to_string(),
+        });
+    }
+    match protocol::parse_response(body)? {
+        Response::Output {
+            output,
+            hook_present: present,
+        } => {
+            *hook_present = present;
+            Ok(output)
+        }
+        Response::Error(g) => Err(guest_failure(g, module, limits)),
+    }
+}
+
+fn setup_error(rec: &spawn::Record) -> SandboxError {
+    let stage = rec.stage_name();
+    let detail = sys::errno_name(rec.errno);
+    if stage == "execve" {
+        return SandboxError::Spawn {
+            detail: format!("execve failed: {detail}"),
+        };
+    }
+    SandboxError::Setup { stage, detail }
+}

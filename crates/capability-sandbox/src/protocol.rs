@@ -1,0 +1,208 @@
+//! The JSON envelope on stdin and the response on stdout (see the crate docs).
+
+use serde_json::{Map, Value, json};
+
+use crate::error::{GuestError, SandboxError};
+use crate::types::{Grants, Invocation, effects};
+
+/// Builds the request envelope: `{"op", "input", "plan", "output"?, "receipt"?, "manifest",
+/// "effects", "secrets"?}`. Secrets are included only when `secrets.read` is granted.
+pub fn envelope(invocation: &Invocation, manifest: &Value, grants: &Grants) -> Value {
+    let mut m = Map::new();
+    m.insert("op".into(), Value::String(invocation.op.as_str().into()));
+    m.insert("input".into(), invocation.input.clone());
+    m.insert(
+        "plan".into(),
+        invocation.plan.clone().unwrap_or(Value::Null),
+    );
+    if let Some(output) = &invocation.output {
+        m.insert("output".into(), output.clone());
+    }
+    if let Some(receipt) = &invocation.receipt {
+        m.insert("receipt".into(), receipt.clone());
+    }
+    m.insert("manifest".into(), manifest.clone());
+    m.insert(
+        "effects".into(),
+        Value::Array(
+            grants
+                .effects
+                .iter()
+                .map(|e| Value::String(e.clone()))
+                .collect(),
+        ),
+    );
+    if grants.has(effects::SECRETS_READ) && !grants.secrets.is_empty() {
+        m.insert("secrets".into(), json!(grants.secrets));
+    }
+    Value::Object(m)
+}
+
+/// A parsed response.
+#[derive(Debug)]
+pub enum Response {
+    Output { output: Value, hook_present: bool },
+    Error(GuestError),
+}
+
+/// Parses one response object: `{"output": ...}` (with the shims' optional `"hook": false`)
+/// or `{"error": {"message": ..., "code"?: ...}}`. Exactly one JSON value may appear
+/// (surrounding whitespace is allowed).
+pub fn parse_response(bytes: &[u8]) -> Result<Response, SandboxError> {
+    let violation = |detail: String| SandboxError::ProtocolViolation { detail };
+    let text = trim_ascii(bytes);
+    if text.is_empty() {
+        return Err(violation("the guest wrote no response on stdout".into()));
+    }
+    let value = capability_core::json::parse(text).map_err(|e| {
+        violation(format!(
+            "stdout is not exactly one JSON object ({e}): {}",
+            preview(text)
+        ))
+    })?;
+    response_from_value(value)
+}
+
+pub(crate) fn response_from_value(value: Value) -> Result<Response, SandboxError> {
+    let violation = |detail: String| SandboxError::ProtocolViolation { detail };
+    let Value::Object(mut obj) = value else {
+        return Err(violation("the response is not a JSON object".into()));
+    };
+    if let Some(err) = obj.remove("error") {
+        return Ok(Response::Error(guest_error(err)));
+    }
+    let Some(output) = obj.remove("output") else {
+        return Err(violation(
+            "the response has neither \"output\" nor \"error\"".into(),
+        ));
+    };
+    let hook_present = !matches!(obj.get("hook"), Some(Value::Bool(false)));
+    Ok(Response::Output {
+        output,
+        hook_present,
+    })
+}
+
+fn guest_error(err: Value) -> GuestError {
+    match err {
+        Value::Object(o) => {
+            let message = match o.get("message") {
+                Some(Value::String(s)) if !s.is_empty() => s.clone(),
+                Some(Value::Null) | None => "guest reported an error without a message".into(),
+                Some(other) => other.to_string(),
+            };
+            let code = match o.get("code") {
+                Some(Value::String(s)) => Some(s.clone()),
+                Some(Value::Number(n)) => Some(n.to_string()),
+                _ => None,
+            };
+            GuestError {
+                message: truncate(&message, 4096),
+                code,
+            }
+        }
+        Value::String(s) => GuestError {
+            message: truncate(&s, 4096),
+            code: None,
+        },
+        other => GuestError {
+            message: truncate(&other.to_string(), 4096),
+            code: None,
+        },
+    }
+}
+
+pub(crate) fn trim_ascii(bytes: &[u8]) -> &[u8] {
+    let start = bytes
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(bytes.len());
+    let end = bytes
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(start, |p| p + 1);
+    &bytes[start..end.max(start)]
+}
+
+pub(crate) fn preview(bytes: &[u8]) -> String {
+    let s = String::from_utf8_lossy(&bytes[..bytes.len().min(200)]).into_owned();
+    if bytes.len() > 200 {
+        format!("{s}...")
+    } else {
+        s
+    }
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+
+    #[test]
+    fn responses() {
+        match parse_response(b" {\"output\": {\"result\": 42}}\n").unwrap() {
+            Response::Output {
+                output,
+                hook_present,
+            } => {
+                assert_eq!(output, json!({"result": 42}));
+                assert!(hook_present);
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse_response(br#"{"error": {"message": "boom", "code": "EACCES"}}"#).unwrap() {
+            Response::Error(g) => {
+                assert_eq!(g.message, "boom");
+                assert_eq!(g.code.as_deref(), Some("EACCES"));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse_response(br#"{"output": null, "hook": false}"#).unwrap(),
+            Response::Output {
+                hook_present: false,
+                ..
+            }
+        ));
+        for bad in [
+            &b""[..],
+            b"   ",
+            b"{}",
+            b"[1]",
+            b"{\"output\":1}{\"output\":2}",
+            b"hello",
+        ] {
+            assert!(
+                matches!(
+                    parse_response(bad),
+                    Err(SandboxError::ProtocolViolation { .. })
+                ),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn secrets_only_when_granted() {
+        let inv = Invocation::execute(json!({"a": 1}));
+        let mut grants = Grants::none();
+        grants.secrets.insert("TOKEN".into(), "s3cr3t".into());
+        let env = envelope(&inv, &json!({}), &grants);
+        assert!(env.get("secrets").is_none());
+        let env = envelope(&inv, &json!({}), &grants.effect(effects::SECRETS_READ));
+        assert_eq!(env["secrets"]["TOKEN"], "s3cr3t");
+        assert_eq!(env["op"], "execute");
+    }
+}
