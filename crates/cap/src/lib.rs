@@ -55,6 +55,12 @@ pub enum Command {
     Receipts(commands::runtime::ReceiptsArgs),
     /// Roll back a successful execution of a reversible capability.
     Rollback(commands::runtime::RollbackArgs),
+    /// Run a package's capability behind an isolation boundary; prints the receipt.
+    Run(commands::packages::PackageRunArgs),
+    /// Plan a package's capability (its plan hook runs behind the boundary).
+    Plan(commands::packages::PackageRunArgs),
+    /// Which isolation boundaries work here, and the kernel features found.
+    Doctor,
 
     // Commands of the reference (stability lock) that later issues build.
     #[command(hide = true)]
@@ -100,13 +106,7 @@ pub enum Command {
     #[command(hide = true)]
     Install(Pending),
     #[command(hide = true)]
-    Doctor(Pending),
-    #[command(hide = true)]
     Acquire(Pending),
-    #[command(hide = true)]
-    Plan(Pending),
-    #[command(hide = true)]
-    Run(Pending),
     #[command(hide = true)]
     FindLocal(Pending),
     #[command(hide = true)]
@@ -139,6 +139,9 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::Info(a) => commands::runtime::info(a),
         C::Receipts(a) => commands::runtime::receipts(a),
         C::Rollback(a) => commands::runtime::rollback(a),
+        C::Run(a) => commands::packages::run(a),
+        C::Plan(a) => commands::packages::plan(a),
+        C::Doctor => commands::packages::doctor(),
         C::Create(_) => pending("create"),
         C::Bridge(_) => pending("bridge"),
         C::Readiness(_) => pending("readiness"),
@@ -160,10 +163,7 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::Probe(_) => pending("probe"),
         C::McpServe(_) => pending("mcp-serve"),
         C::Install(_) => pending("install"),
-        C::Doctor(_) => pending("doctor"),
         C::Acquire(_) => pending("acquire"),
-        C::Plan(_) => pending("plan"),
-        C::Run(_) => pending("run"),
         C::FindLocal(_) => pending("find-local"),
         C::Eval(_) => pending("eval"),
         C::Trust(_) => pending("trust"),

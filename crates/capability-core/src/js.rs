@@ -123,26 +123,38 @@ pub fn math_round(x: f64) -> f64 {
     if x - f >= 0.5 { f + 1.0 } else { f }
 }
 
-/// `new Date(ms).toISOString()`: `YYYY-MM-DDTHH:MM:SS.mmmZ` in UTC.
+/// `new Date(ms).toISOString()`: `YYYY-MM-DDTHH:MM:SS.mmmZ` in UTC (`±YYYYYY-…` outside
+/// years 0–9999).
 pub fn iso_from_millis(ms: i64) -> String {
     let days = ms.div_euclid(86_400_000);
     let rem = ms.rem_euclid(86_400_000);
     let (y, m, d) = civil_from_days(days);
-    let (h, mi, s, milli) = (
-        rem / 3_600_000,
-        rem / 60_000 % 60,
-        rem / 1000 % 60,
-        rem % 1000,
-    );
-    if (0..=9999).contains(&y) {
-        format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{milli:03}Z")
-    } else {
-        let sign = if y < 0 { '-' } else { '+' };
-        format!(
-            "{sign}{:06}-{m:02}-{d:02}T{h:02}:{mi:02}:{s:02}.{milli:03}Z",
-            y.abs()
-        )
+    let mut buf = [0u8; 27];
+    let mut n = 0;
+    if !(0..=9999).contains(&y) {
+        buf[0] = if y < 0 { b'-' } else { b'+' };
+        n = 1;
     }
+    fn put(buf: &mut [u8; 27], n: &mut usize, value: u64, width: usize, sep: u8) {
+        for k in 0..width {
+            buf[*n + k] = b'0' + (value / 10u64.pow((width - 1 - k) as u32) % 10) as u8;
+        }
+        *n += width;
+        buf[*n] = sep;
+        *n += 1;
+    }
+    if (0..=9999).contains(&y) {
+        put(&mut buf, &mut n, y as u64, 4, b'-');
+    } else {
+        put(&mut buf, &mut n, y.unsigned_abs().min(999_999), 6, b'-');
+    }
+    put(&mut buf, &mut n, u64::from(m), 2, b'-');
+    put(&mut buf, &mut n, u64::from(d), 2, b'T');
+    put(&mut buf, &mut n, (rem / 3_600_000) as u64, 2, b':');
+    put(&mut buf, &mut n, (rem / 60_000 % 60) as u64, 2, b':');
+    put(&mut buf, &mut n, (rem / 1000 % 60) as u64, 2, b'.');
+    put(&mut buf, &mut n, (rem % 1000) as u64, 3, b'Z');
+    String::from_utf8_lossy(&buf[..n]).into_owned()
 }
 
 /// Milliseconds since the Unix epoch, now.

@@ -16,6 +16,7 @@ pub mod index;
 pub mod js;
 pub mod json;
 pub mod manifest;
+pub mod mcp;
 pub mod plan;
 pub mod protocol;
 pub mod published;

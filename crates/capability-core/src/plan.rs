@@ -49,7 +49,17 @@ pub struct PlanDetails {
 
 /// A fresh `plan_<uuid v4>` id.
 pub fn new_plan_id() -> String {
-    format!("plan_{}", uuid::Uuid::new_v4())
+    prefixed_uuid("plan_")
+}
+
+/// `<prefix><uuid v4>` without going through the formatting machinery.
+pub fn prefixed_uuid(prefix: &str) -> String {
+    let mut buf = [0u8; uuid::fmt::Hyphenated::LENGTH];
+    let id = uuid::Uuid::new_v4().hyphenated().encode_lower(&mut buf);
+    let mut out = String::with_capacity(prefix.len() + id.len());
+    out.push_str(prefix);
+    out.push_str(id);
+    out
 }
 
 /// Order-preserving de-duplication (the reference `unique`).
@@ -117,7 +127,8 @@ impl Plan {
         }
         // Members in canonical order: capability, createdAt, data, effects, input, inputHash,
         // planId, summary.
-        let mut s = String::with_capacity(256);
+        let input_len = input_canonical.map_or(64, str::len);
+        let mut s = String::with_capacity(input_len + self.summary.len() + 256);
         s.push_str("{\"capability\":{\"id\":");
         write_json_string(&mut s, &self.capability.id);
         s.push_str(",\"version\":");

@@ -124,7 +124,7 @@ pub struct Receipt {
 
 /// A fresh `receipt_<uuid v4>` id.
 pub fn new_receipt_id() -> String {
-    format!("receipt_{}", uuid::Uuid::new_v4())
+    crate::plan::prefixed_uuid("receipt_")
 }
 
 impl Receipt {

@@ -54,6 +54,23 @@ pub struct Executed {
     pub isolation: Value,
 }
 
+/// A failed execution: the error, and the isolation record when the boundary was crossed
+/// (the failed receipt names the boundary and the limit that stopped the run).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ExecutionFailure {
+    pub error: HookError,
+    pub isolation: Option<Value>,
+}
+
+impl From<HookError> for ExecutionFailure {
+    fn from(error: HookError) -> Self {
+        ExecutionFailure {
+            error,
+            isolation: None,
+        }
+    }
+}
+
 /// Runs capability code behind some boundary.
 pub trait Executor: Send + Sync {
     /// A short name (`in-process`, `process-sandbox`, `wasm`, `oci`, …).
@@ -69,7 +86,7 @@ pub trait Executor: Send + Sync {
     ) -> HookResult<Option<PlanDetails>>;
 
     /// Runs `execute`.
-    fn execute(&self, request: &ExecutionRequest<'_>) -> HookResult<Executed>;
+    fn execute(&self, request: &ExecutionRequest<'_>) -> Result<Executed, ExecutionFailure>;
 
     /// The executor's verification hook; `Ok(None)` when there is none.
     fn verify(
@@ -160,11 +177,16 @@ impl InProcessExecutor {
 
     /// The isolation record of an in-process run.
     pub fn isolation(timeout: Option<Duration>) -> Value {
-        let mut v = json!({"boundary": "in-process", "trusted": true});
-        if let Some(t) = timeout {
-            v["limits"] = json!({"timeoutMs": t.as_millis() as u64});
+        static PLAIN: std::sync::LazyLock<Value> =
+            std::sync::LazyLock::new(|| json!({"boundary": "in-process", "trusted": true}));
+        match timeout {
+            None => PLAIN.clone(),
+            Some(t) => json!({
+                "boundary": "in-process",
+                "trusted": true,
+                "limits": {"timeoutMs": t.as_millis() as u64}
+            }),
         }
-        v
     }
 }
 
@@ -182,15 +204,20 @@ impl Executor for InProcessExecutor {
         Ok(None)
     }
 
-    fn execute(&self, request: &ExecutionRequest<'_>) -> HookResult<Executed> {
+    fn execute(&self, request: &ExecutionRequest<'_>) -> Result<Executed, ExecutionFailure> {
         let Some(hooks) = request.capability.hooks() else {
-            return Err(InProcessExecutor::refuse(request.capability));
+            return Err(InProcessExecutor::refuse(request.capability).into());
+        };
+        let isolation = || Some(InProcessExecutor::isolation(request.timeout));
+        let failed = |error| ExecutionFailure {
+            error,
+            isolation: isolation(),
         };
         let input = &request.plan.input;
         let output = match (&hooks.execute, request.timeout) {
-            (ExecuteHook::Sync(f), None) => f(input, &request.context())?,
+            (ExecuteHook::Sync(f), None) => f(input, &request.context()).map_err(failed)?,
             (ExecuteHook::Sync(f), Some(timeout)) => {
-                run_with_timeout(Arc::clone(f), request, timeout)?
+                run_with_timeout(Arc::clone(f), request, timeout).map_err(failed)?
             }
             (ExecuteHook::Async(f), timeout) => {
                 let ctx = AsyncContext {
@@ -200,7 +227,9 @@ impl Executor for InProcessExecutor {
                     cancel: request.cancel.clone(),
                 };
                 let deadline = timeout.map(|t| Instant::now() + t);
-                block_on(f(input.clone(), ctx), deadline, request.cancel)??
+                block_on(f(input.clone(), ctx), deadline, request.cancel)
+                    .and_then(|r| r)
+                    .map_err(failed)?
             }
         };
         Ok(Executed {

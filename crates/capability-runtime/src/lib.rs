@@ -62,7 +62,7 @@ pub use capability::{
     AsyncContext, Capability, CapabilityBuilder, ExecutionContext, HookError, HookResult,
     Implementation, ModuleSource,
 };
-pub use executor::{Executed, ExecutionRequest, Executor, InProcessExecutor};
+pub use executor::{Executed, ExecutionFailure, ExecutionRequest, Executor, InProcessExecutor};
 pub use registry::{CapabilityRegistry, Discovered, Embedder, EmbeddingRanker, Ranker};
 pub use runtime::{CapabilityRuntime, Clock, ExecuteOptions, RuntimeBuilder, SystemClock};
 pub use store::{MemoryReceiptStore, ReceiptQuery, ReceiptStore, SqliteReceiptStore};

@@ -314,7 +314,7 @@ impl CapabilityRuntime {
     ) -> Result<Arc<Receipt>, CapabilityError> {
         let capability = self.registry.require(&plan.capability.id)?;
         plan.verify_integrity()?;
-        self.execute_verified(&capability, plan, options)
+        self.execute_verified(&capability, plan.clone(), options)
     }
 
     /// Plans and executes in one call.
@@ -327,13 +327,13 @@ impl CapabilityRuntime {
         let capability = self.registry.require(id)?;
         let plan = self.plan_for(&capability, input)?;
         // The plan was built here and never left this call: its integrity holds.
-        self.execute_verified(&capability, &plan, options)
+        self.execute_verified(&capability, plan, options)
     }
 
     fn execute_verified(
         &self,
         capability: &Arc<Capability>,
-        plan: &Plan,
+        plan: Plan,
         options: &ExecuteOptions,
     ) -> Result<Arc<Receipt>, CapabilityError> {
         if capability.manifest().version != plan.capability.version {
@@ -350,7 +350,7 @@ impl CapabilityRuntime {
         let cancel = options.cancel.clone().unwrap_or_default();
         let request = ExecutionRequest {
             capability,
-            plan,
+            plan: &plan,
             approved: options.approved,
             metadata: options.metadata.as_ref(),
             cancel: &cancel,
@@ -359,18 +359,26 @@ impl CapabilityRuntime {
         let started = self.clock.now_millis();
         let outcome = self.run(executor, &request);
         let ended = self.clock.now_millis();
+        let Plan {
+            plan_id,
+            capability: capability_ref,
+            input,
+            input_hash,
+            effects,
+            ..
+        } = plan;
         let mut receipt = Receipt {
             receipt_id: new_receipt_id(),
-            plan_id: plan.plan_id.clone(),
-            capability: plan.capability.clone(),
+            plan_id,
+            capability: capability_ref,
             status: ReceiptStatus::Succeeded,
             started_at: iso(started),
             ended_at: iso(ended),
             duration_ms: u64::try_from(ended - started).unwrap_or(0),
-            effects: plan.effects.clone(),
-            input_hash: plan.input_hash.clone(),
+            effects,
+            input_hash,
             output_hash: None,
-            input: plan.input.clone(),
+            input,
             output: None,
             verification: None,
             error: None,
@@ -419,7 +427,9 @@ impl CapabilityRuntime {
         executor: &dyn Executor,
         request: &ExecutionRequest<'_>,
     ) -> Result<(Executed, Option<Verification>), (HookError, Option<Value>)> {
-        let mut executed = executor.execute(request).map_err(|e| (e, None))?;
+        let mut executed = executor
+            .execute(request)
+            .map_err(|f| (f.error, f.isolation))?;
         capability_core::json::normalize_numbers(&mut executed.output);
         let capability = request.capability;
         let issues = capability.validate_output(&executed.output);

@@ -589,7 +589,9 @@ fn a_slow_synchronous_capability_times_out_with_a_failed_receipt() {
         .unwrap()
         .unwrap();
     assert_eq!(r.error.as_ref().unwrap().name, "TimeoutError");
-    assert_eq!(r.isolation, None);
+    let isolation = r.isolation.as_ref().unwrap();
+    assert_eq!(isolation["boundary"], "in-process");
+    assert_eq!(isolation["limits"]["timeoutMs"], 100);
 }
 
 #[test]

@@ -112,6 +112,7 @@
 
 mod doctor;
 mod error;
+mod executor;
 mod linux;
 mod oci;
 mod package;
@@ -122,6 +123,7 @@ mod types;
 
 pub use doctor::{Boundary, DoctorReport, Probe, doctor, select_boundary};
 pub use error::{GuestError, SandboxError};
+pub use executor::{Choice, HostGrants, ModuleExecutor, hook_error};
 pub use oci::{
     OCI_WORKSPACE, OciEngine, OciExecutor, OciImages, OciRun, check_pinned_image, detect_engine,
     docker_args, probe_engine,

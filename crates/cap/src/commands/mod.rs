@@ -1,2 +1,3 @@
 pub mod core;
+pub mod packages;
 pub mod runtime;

@@ -85,8 +85,10 @@ pub fn export_jsonl(
 
 #[derive(Default)]
 struct MemoryInner {
-    by_id: HashMap<String, Arc<Receipt>>,
-    order: Vec<String>,
+    /// Position of each receipt in `order`.
+    by_id: HashMap<String, usize>,
+    /// Receipts in insertion order (a replaced receipt keeps its place).
+    order: Vec<Arc<Receipt>>,
 }
 
 /// Receipts in memory.
@@ -113,9 +115,13 @@ impl ReceiptStore for MemoryReceiptStore {
             .inner
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let id = receipt.receipt_id.clone();
-        if inner.by_id.insert(id.clone(), receipt).is_none() {
-            inner.order.push(id);
+        match inner.by_id.get(&receipt.receipt_id).copied() {
+            Some(i) => inner.order[i] = receipt,
+            None => {
+                let i = inner.order.len();
+                inner.by_id.insert(receipt.receipt_id.clone(), i);
+                inner.order.push(receipt);
+            }
         }
         Ok(())
     }
@@ -125,7 +131,10 @@ impl ReceiptStore for MemoryReceiptStore {
             .inner
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        Ok(inner.by_id.get(receipt_id).cloned())
+        Ok(inner
+            .by_id
+            .get(receipt_id)
+            .map(|&i| Arc::clone(&inner.order[i])))
     }
 
     fn list(&self, query: &ReceiptQuery) -> Result<Vec<Arc<Receipt>>, StoreError> {
@@ -137,7 +146,6 @@ impl ReceiptStore for MemoryReceiptStore {
             .order
             .iter()
             .rev()
-            .filter_map(|id| inner.by_id.get(id))
             .filter(|r| query.matches(r))
             .cloned()
             .collect();

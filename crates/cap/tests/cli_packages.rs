@@ -1,0 +1,201 @@
+//! `cap run`, `cap plan` and `cap doctor`: package code runs only behind an isolation
+//! boundary, and the reference's add fixture gives the reference's output under node.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use capability_core::json;
+use capability_core::plan::Plan;
+use capability_core::published::{PublishedSchema, validate_published};
+use serde_json::{Value, json};
+
+fn cap(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cap"))
+        .env("CAP_HOME", home)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout_json(out: &Output) -> Value {
+    json::parse(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {} / {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/add-package/package.json")
+}
+
+#[test]
+fn the_reference_add_fixture_runs_in_node_behind_the_sandbox() {
+    let home = tempfile::tempdir().unwrap();
+    let out = cap(
+        home.path(),
+        &[
+            "run",
+            fixture().to_str().unwrap(),
+            "fixture/add",
+            r#"{"a":20,"b":22}"#,
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let receipt = stdout_json(&out);
+    assert_eq!(receipt["output"], json!({"result": 42}));
+    assert_eq!(
+        receipt["outputHash"],
+        "0773698cf701d4082d365abcd08181974a52141a62ec0bf2eb2ab14996d02674"
+    );
+    assert_eq!(receipt["isolation"]["kind"], "process-sandbox");
+    assert_eq!(receipt["isolation"]["runner"], "node");
+    assert_eq!(receipt["isolation"]["network"], "none");
+    assert_eq!(
+        receipt["provenance"]["packageName"],
+        "@fixture/capabilities"
+    );
+    assert!(validate_published(PublishedSchema::Receipt, &receipt).is_empty());
+    let shown = stdout_json(&cap(
+        home.path(),
+        &["receipts", "show", receipt["receiptId"].as_str().unwrap()],
+    ));
+    assert_eq!(shown, receipt);
+}
+
+#[test]
+fn plan_runs_the_plan_hook_behind_the_boundary_and_fingerprints() {
+    let home = tempfile::tempdir().unwrap();
+    let out = cap(
+        home.path(),
+        &[
+            "plan",
+            fixture().to_str().unwrap(),
+            "fixture/add",
+            r#"{"a":1,"b":2}"#,
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let plan = Plan::from_value(&stdout_json(&out)).unwrap();
+    plan.verify_integrity().unwrap();
+    assert_eq!(plan.summary, "Execute Fixture Add");
+    let out = cap(
+        home.path(),
+        &[
+            "plan",
+            fixture().to_str().unwrap(),
+            "fixture/add",
+            r#"{"a":"x"}"#,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout_json(&out)["error"]["code"], "INVALID_INPUT");
+}
+
+#[test]
+fn package_code_never_runs_in_process_and_tampering_is_refused() {
+    let home = tempfile::tempdir().unwrap();
+    let out = cap(
+        home.path(),
+        &[
+            "run",
+            fixture().to_str().unwrap(),
+            "fixture/add",
+            "{\"a\":1,\"b\":1}",
+            "--executor",
+            "in-process",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout_json(&out)["error"]["code"], "PERMISSION_DENIED");
+    let out = cap(
+        home.path(),
+        &[
+            "run",
+            fixture().to_str().unwrap(),
+            "fixture/add",
+            "{\"a\":1,\"b\":1}",
+            "--executor",
+            "wasm",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout_json(&out)["error"]["code"], "EXECUTION_FAILED");
+
+    // A copy of the package whose declared integrity does not match the module bytes.
+    let dir = tempfile::tempdir().unwrap();
+    let src = fixture().parent().unwrap().to_path_buf();
+    std::fs::copy(src.join("add.mjs"), dir.path().join("add.mjs")).unwrap();
+    let mut pkg = json::parse(&std::fs::read(src.join("package.json")).unwrap()).unwrap();
+    pkg["capability"]["exports"]["fixture/add"]["integrity"] =
+        json!(format!("sha256-{}", "a".repeat(64)));
+    std::fs::write(dir.path().join("package.json"), pkg.to_string()).unwrap();
+    let out = cap(
+        home.path(),
+        &[
+            "run",
+            dir.path().join("package.json").to_str().unwrap(),
+            "fixture/add",
+            "{\"a\":1,\"b\":1}",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = &stdout_json(&out)["error"];
+    assert_eq!(err["code"], "INVALID_PACKAGE_DECLARATION");
+    assert_eq!(err["message"], "Integrity check failed for fixture/add");
+    let out = cap(
+        home.path(),
+        &["run", fixture().to_str().unwrap(), "fixture/nope", "{}"],
+    );
+    assert_eq!(stdout_json(&out)["error"]["code"], "NOT_FOUND");
+}
+
+#[test]
+fn doctor_reports_boundaries_and_kernel_features() {
+    let home = tempfile::tempdir().unwrap();
+    let out = cap(home.path(), &["doctor"]);
+    let report = stdout_json(&out);
+    for key in [
+        "namespaces",
+        "landlock",
+        "seccomp",
+        "cgroupV2",
+        "node",
+        "python",
+        "docker",
+        "processSandbox",
+        "boundaries",
+    ] {
+        assert!(report.get(key).is_some(), "doctor lacks {key}: {report}");
+    }
+    assert_eq!(
+        out.status.code(),
+        Some(if report["ok"] == true { 0 } else { 1 })
+    );
+    let boundaries: Vec<&str> = report["boundaries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(!boundaries.contains(&"in-process"), "{boundaries:?}");
+    if report["docker"]["ok"] == false && report["podman"]["ok"] == false {
+        assert!(
+            !boundaries.contains(&"oci"),
+            "auto selection must not pretend an engine answers"
+        );
+    }
+}

@@ -1,0 +1,466 @@
+//! The runtime's [`Executor`] for package modules: every hook of a module-backed capability
+//! crosses an isolation boundary chosen per module kind and per host configuration.
+//!
+//! * **Grants** come from the effects the runtime authorized: `execute`, `verify` and
+//!   `rollback` get the plan's (or receipt's) effects; `plan` hooks run before
+//!   authorization and therefore get **no** effect at all. Host-chosen paths, environment
+//!   variables and secrets ([`HostGrants`]) are opened only when the matching effect is
+//!   granted (`filesystem.read`, `filesystem.write`, `environment.read`, `secrets.read`).
+//! * **Selection** ([`Choice`]): `auto` picks the WASM executor for `.wasm` modules, the
+//!   process sandbox for node, python and native modules when it works here, else an OCI
+//!   engine when one answers — and otherwise refuses. Package code never runs in process.
+//! * **Receipts**: every run that crossed the boundary records it (kind, runner, namespaces,
+//!   landlock, seccomp, network, limits) in the receipt's `isolation`, failures included.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use capability_core::binder::CancelToken;
+use capability_core::plan::PlanDetails;
+use capability_core::receipt::{Receipt, Verification};
+use capability_core::{CapabilityError, ErrorCode};
+use capability_runtime::capability::{Capability, HookError, HookResult, Implementation};
+use capability_runtime::executor::{Executed, ExecutionFailure, ExecutionRequest, Executor};
+use serde_json::Value;
+
+use crate::error::SandboxError;
+use crate::oci::{OciExecutor, OciImages};
+use crate::process::ProcessSandbox;
+use crate::types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, Op, RunOutcome, effects};
+
+/// Which boundary runs package modules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// The strongest boundary available here that can honour the module kind.
+    Auto,
+    /// The Linux process sandbox (node, python, native).
+    Process,
+    /// The WASM executor (`.wasm` modules).
+    Wasm,
+    /// An OCI engine (docker or podman).
+    Oci,
+}
+
+impl Choice {
+    /// Parses `auto`, `process`, `wasm` or `oci`.
+    pub fn parse(s: &str) -> Option<Choice> {
+        match s {
+            "auto" => Some(Choice::Auto),
+            "process" => Some(Choice::Process),
+            "wasm" => Some(Choice::Wasm),
+            "oci" => Some(Choice::Oci),
+            _ => None,
+        }
+    }
+}
+
+/// What the host is willing to open to a capability, each item only when the matching
+/// effect was granted.
+#[derive(Clone, Debug, Default)]
+pub struct HostGrants {
+    /// Opened read-only with `filesystem.read`.
+    pub read_paths: Vec<PathBuf>,
+    /// Opened read-write with `filesystem.write`.
+    pub write_paths: Vec<PathBuf>,
+    /// Passed with `environment.read`.
+    pub env: BTreeMap<String, String>,
+    /// Injected with `secrets.read`.
+    pub secrets: BTreeMap<String, String>,
+}
+
+impl HostGrants {
+    /// The sandbox grants for a set of authorized effects.
+    pub fn for_effects(&self, granted: &[String]) -> Grants {
+        let mut g = Grants::none();
+        for e in granted {
+            g = g.effect(e);
+        }
+        if g.has(effects::FILESYSTEM_READ) {
+            for p in &self.read_paths {
+                g = g.read(p.clone());
+            }
+        }
+        if g.has(effects::FILESYSTEM_WRITE) {
+            for p in &self.write_paths {
+                g = g.write(p.clone());
+            }
+        }
+        if g.has(effects::ENVIRONMENT_READ) {
+            for (k, v) in &self.env {
+                g = g.env_var(k, v);
+            }
+        }
+        if g.has(effects::SECRETS_READ) {
+            for (k, v) in &self.secrets {
+                g = g.secret(k, v);
+            }
+        }
+        g
+    }
+}
+
+/// The executor for module-backed capabilities.
+pub struct ModuleExecutor {
+    choice: Choice,
+    host: HostGrants,
+    limits: Limits,
+    process: &'static ProcessSandbox,
+    oci: Option<OciExecutor>,
+    wasm: Option<Arc<dyn Executor>>,
+}
+
+impl std::fmt::Debug for ModuleExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModuleExecutor")
+            .field("choice", &self.choice)
+            .finish()
+    }
+}
+
+fn refused(message: String) -> HookError {
+    HookError::Capability(CapabilityError::new(ErrorCode::ExecutionFailed, message))
+}
+
+/// Maps a sandbox failure to what the capability "threw": guest errors keep their message
+/// (and their code when it is a capability error code); boundary failures name the limit or
+/// refusal that stopped the run.
+pub fn hook_error(capability: &str, e: SandboxError) -> HookError {
+    match e {
+        SandboxError::Guest(g) => {
+            let code = g
+                .code
+                .as_deref()
+                .and_then(|c| ErrorCode::ALL.iter().copied().find(|k| k.as_str() == c));
+            match code {
+                Some(code) => HookError::Capability(CapabilityError::new(code, g.message)),
+                None => HookError::Other {
+                    name: "Error".into(),
+                    message: g.message,
+                },
+            }
+        }
+        e
+        @ (SandboxError::IntegrityMismatch { .. } | SandboxError::UnsupportedIntegrity { .. }) => {
+            HookError::Capability(
+                CapabilityError::new(
+                    ErrorCode::InvalidPackageDeclaration,
+                    format!("Integrity check failed for {capability}"),
+                )
+                .with_details(serde_json::json!({"reason": e.to_string()})),
+            )
+        }
+        e @ SandboxError::PathEscape { .. } => HookError::Capability(CapabilityError::new(
+            ErrorCode::InvalidPackageDeclaration,
+            format!("Export {capability} escapes package root: {e}"),
+        )),
+        e @ SandboxError::ManifestMismatch { .. } => HookError::Capability(CapabilityError::new(
+            ErrorCode::InvalidPackageDeclaration,
+            format!("Loaded manifest for {capability} does not match inert package metadata: {e}"),
+        )),
+        other => HookError::Other {
+            name: format!("Sandbox{}", pascal(other.kind())),
+            message: other.to_string(),
+        },
+    }
+}
+
+fn pascal(kind: &str) -> String {
+    kind.split('_')
+        .map(|w| {
+            let mut c = w.chars();
+            c.next()
+                .map(|f| f.to_ascii_uppercase().to_string() + c.as_str())
+                .unwrap_or_default()
+        })
+        .collect()
+}
+
+impl ModuleExecutor {
+    /// An executor with the default limits and no host grants.
+    pub fn new(choice: Choice) -> Self {
+        ModuleExecutor {
+            choice,
+            host: HostGrants::default(),
+            limits: Limits::default(),
+            process: ProcessSandbox::global(),
+            oci: None,
+            wasm: None,
+        }
+    }
+
+    /// What the host opens when the matching effects are granted.
+    pub fn with_host_grants(mut self, host: HostGrants) -> Self {
+        self.host = host;
+        self
+    }
+
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The executor for `.wasm` modules.
+    pub fn with_wasm(mut self, wasm: Arc<dyn Executor>) -> Self {
+        self.wasm = Some(wasm);
+        self
+    }
+
+    /// Uses an OCI engine (when one answers) with these pinned images.
+    pub fn with_oci(mut self, images: OciImages) -> Self {
+        self.oci = OciExecutor::detect(images).ok();
+        self
+    }
+
+    fn spec(capability: &Capability) -> Result<ModuleSpec, HookError> {
+        match capability.implementation() {
+            Implementation::Module(m) => Ok(ModuleSpec {
+                package_root: m.package_root.clone(),
+                install_root: None,
+                module: m.module.clone(),
+                integrity: m.integrity.clone(),
+                manifest: capability.manifest().to_value(),
+            }),
+            _ => Err(refused(format!(
+                "{} is not a package module",
+                capability.id()
+            ))),
+        }
+    }
+
+    fn wasm_for(&self, capability: &Capability) -> Result<&dyn Executor, HookError> {
+        self.wasm.as_deref().ok_or_else(|| {
+            refused(format!(
+                "{}: the WASM executor is not available here",
+                capability.id()
+            ))
+        })
+    }
+
+    /// Which boundary runs this module, or why none can.
+    fn route(&self, capability: &Capability, spec: &ModuleSpec) -> Result<Route<'_>, HookError> {
+        let kind = ModuleKind::of(&spec.module);
+        let wasm = kind == ModuleKind::Wasm;
+        match (self.choice, wasm) {
+            (Choice::Wasm, false) => Err(refused(format!(
+                "{}: the WASM executor runs .wasm modules only",
+                capability.id()
+            ))),
+            (Choice::Process | Choice::Oci, true) | (Choice::Wasm | Choice::Auto, true) => {
+                self.wasm_for(capability).map(Route::Wasm)
+            }
+            (Choice::Process, false) => Ok(Route::Process),
+            (Choice::Oci, false) => match &self.oci {
+                Some(oci) => Ok(Route::Oci(oci)),
+                None => Err(refused(format!(
+                    "{}: no OCI engine answers here (docker or podman with a running daemon)",
+                    capability.id()
+                ))),
+            },
+            (Choice::Auto, false) => {
+                if self.process.landlock_abi().is_ok() || self.process.node().is_ok() {
+                    Ok(Route::Process)
+                } else if let Some(oci) = &self.oci {
+                    Ok(Route::Oci(oci))
+                } else {
+                    Err(refused(format!(
+                        "{}: no isolation boundary that can run this module is available here",
+                        capability.id()
+                    )))
+                }
+            }
+        }
+    }
+
+    fn run(
+        &self,
+        capability: &Capability,
+        spec: &ModuleSpec,
+        route: &Route<'_>,
+        invocation: &Invocation,
+        granted: &[String],
+    ) -> Result<RunOutcome, SandboxError> {
+        let grants = self.host.for_effects(granted);
+        match route {
+            Route::Process => self.process.run(spec, invocation, &grants, &self.limits),
+            Route::Oci(oci) => oci.run(spec, invocation, &grants, &self.limits),
+            Route::Wasm(_) => Err(SandboxError::Invalid {
+                detail: format!("{} runs through the WASM executor", capability.id()),
+            }),
+        }
+    }
+}
+
+enum Route<'a> {
+    Process,
+    Oci(&'a OciExecutor),
+    Wasm(&'a dyn Executor),
+}
+
+fn boundary(outcome: &RunOutcome) -> Value {
+    serde_json::to_value(&outcome.boundary).unwrap_or(Value::Null)
+}
+
+fn plan_details(v: &Value) -> PlanDetails {
+    PlanDetails {
+        effects: v.get("effects").and_then(Value::as_array).map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        }),
+        summary: v.get("summary").and_then(Value::as_str).map(String::from),
+        data: v.get("data").cloned(),
+    }
+}
+
+fn verification(v: &Value) -> Verification {
+    match v {
+        Value::Bool(ok) => Verification {
+            ok: *ok,
+            message: None,
+            data: None,
+        },
+        other => Verification {
+            ok: other.get("ok") == Some(&Value::Bool(true)),
+            message: other
+                .get("message")
+                .and_then(Value::as_str)
+                .map(String::from),
+            data: other.get("data").cloned(),
+        },
+    }
+}
+
+impl Executor for ModuleExecutor {
+    fn name(&self) -> &str {
+        "sandbox"
+    }
+
+    fn plan(
+        &self,
+        capability: &Arc<Capability>,
+        input: &Value,
+        cancel: &CancelToken,
+    ) -> HookResult<Option<PlanDetails>> {
+        let spec = ModuleExecutor::spec(capability)?;
+        let route = self.route(capability, &spec)?;
+        if let Route::Wasm(w) = route {
+            return w.plan(capability, input, cancel);
+        }
+        // Plan hooks run before authorization: no effect is granted to them.
+        let outcome = self
+            .run(
+                capability,
+                &spec,
+                &route,
+                &Invocation::plan(input.clone()),
+                &[],
+            )
+            .map_err(|e| hook_error(capability.id(), e))?;
+        if !outcome.hook_present {
+            return Ok(None);
+        }
+        let v = outcome.result.map_err(|e| hook_error(capability.id(), e))?;
+        Ok(Some(plan_details(&v)))
+    }
+
+    fn execute(&self, request: &ExecutionRequest<'_>) -> Result<Executed, ExecutionFailure> {
+        let capability = request.capability;
+        let spec = ModuleExecutor::spec(capability)?;
+        let route = self.route(capability, &spec)?;
+        if let Route::Wasm(w) = route {
+            return w.execute(request);
+        }
+        let invocation = Invocation {
+            op: Op::Execute,
+            input: request.plan.input.clone(),
+            plan: Some(request.plan.to_value()),
+            output: None,
+            receipt: None,
+        };
+        let outcome = self
+            .run(
+                capability,
+                &spec,
+                &route,
+                &invocation,
+                &request.plan.effects,
+            )
+            .map_err(|e| hook_error(capability.id(), e))?;
+        let isolation = boundary(&outcome);
+        match outcome.result {
+            Ok(output) => Ok(Executed { output, isolation }),
+            Err(e) => Err(ExecutionFailure {
+                error: hook_error(capability.id(), e),
+                isolation: Some(isolation),
+            }),
+        }
+    }
+
+    fn verify(
+        &self,
+        request: &ExecutionRequest<'_>,
+        output: &Value,
+    ) -> HookResult<Option<Verification>> {
+        let capability = request.capability;
+        let spec = ModuleExecutor::spec(capability)?;
+        let route = self.route(capability, &spec)?;
+        if let Route::Wasm(w) = route {
+            return w.verify(request, output);
+        }
+        let invocation = Invocation {
+            op: Op::Verify,
+            input: request.plan.input.clone(),
+            plan: Some(request.plan.to_value()),
+            output: Some(output.clone()),
+            receipt: None,
+        };
+        let outcome = self
+            .run(
+                capability,
+                &spec,
+                &route,
+                &invocation,
+                &request.plan.effects,
+            )
+            .map_err(|e| hook_error(capability.id(), e))?;
+        if !outcome.hook_present {
+            return Ok(None);
+        }
+        let v = outcome.result.map_err(|e| hook_error(capability.id(), e))?;
+        Ok(Some(verification(&v)))
+    }
+
+    fn can_rollback(&self, capability: &Arc<Capability>) -> bool {
+        // Whether the module has a rollback hook is only known by running it; the runtime
+        // already required a reversible manifest.
+        matches!(capability.implementation(), Implementation::Module(_))
+    }
+
+    fn rollback(&self, request: &ExecutionRequest<'_>, receipt: &Receipt) -> HookResult<Value> {
+        let capability = request.capability;
+        let spec = ModuleExecutor::spec(capability)?;
+        let route = self.route(capability, &spec)?;
+        if let Route::Wasm(w) = route {
+            return w.rollback(request, receipt);
+        }
+        let invocation = Invocation {
+            op: Op::Rollback,
+            input: receipt.input.clone(),
+            plan: None,
+            output: receipt.output.clone(),
+            receipt: Some(receipt.to_value()),
+        };
+        let outcome = self
+            .run(capability, &spec, &route, &invocation, &receipt.effects)
+            .map_err(|e| hook_error(capability.id(), e))?;
+        if !outcome.hook_present {
+            return Err(HookError::Capability(CapabilityError::new(
+                ErrorCode::RollbackUnavailable,
+                format!("Capability is not rollback-enabled: {}", capability.id()),
+            )));
+        }
+        outcome.result.map_err(|e| hook_error(capability.id(), e))
+    }
+}
