@@ -61,6 +61,16 @@ pub enum Command {
     Plan(commands::packages::PackageRunArgs),
     /// Which isolation boundaries work here, and the kernel features found.
     Doctor,
+    /// Safely acquire a package capability: path and integrity checks, nothing imported.
+    Acquire(commands::packages::AcquireArgs),
+    /// Search the inert manifests of local packages.
+    FindLocal(commands::packages::FindLocalArgs),
+    /// Run eval cases against a package capability (behind the sandbox).
+    Eval(commands::packages::EvalArgs),
+    /// Assess the trust of a package capability's provenance.
+    Trust(commands::packages::TrustArgs),
+    /// Project package capabilities as MCP tools.
+    McpTools(commands::packages::McpToolsArgs),
 
     // Commands of the reference (stability lock) that later issues build.
     #[command(hide = true)]
@@ -106,17 +116,7 @@ pub enum Command {
     #[command(hide = true)]
     Install(Pending),
     #[command(hide = true)]
-    Acquire(Pending),
-    #[command(hide = true)]
-    FindLocal(Pending),
-    #[command(hide = true)]
-    Eval(Pending),
-    #[command(hide = true)]
-    Trust(Pending),
-    #[command(hide = true)]
     Openapi(Pending),
-    #[command(hide = true)]
-    McpTools(Pending),
 }
 
 fn pending(name: &str) -> Result<i32, String> {
@@ -142,6 +142,11 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::Run(a) => commands::packages::run(a),
         C::Plan(a) => commands::packages::plan(a),
         C::Doctor => commands::packages::doctor(),
+        C::Acquire(a) => commands::packages::acquire(a),
+        C::FindLocal(a) => commands::packages::find_local(a),
+        C::Eval(a) => commands::packages::eval(a),
+        C::Trust(a) => commands::packages::trust(a),
+        C::McpTools(a) => commands::packages::mcp_tools(a),
         C::Create(_) => pending("create"),
         C::Bridge(_) => pending("bridge"),
         C::Readiness(_) => pending("readiness"),
@@ -163,12 +168,7 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::Probe(_) => pending("probe"),
         C::McpServe(_) => pending("mcp-serve"),
         C::Install(_) => pending("install"),
-        C::Acquire(_) => pending("acquire"),
-        C::FindLocal(_) => pending("find-local"),
-        C::Eval(_) => pending("eval"),
-        C::Trust(_) => pending("trust"),
         C::Openapi(_) => pending("openapi"),
-        C::McpTools(_) => pending("mcp-tools"),
     }
 }
 

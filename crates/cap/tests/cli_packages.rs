@@ -199,3 +199,67 @@ fn doctor_reports_boundaries_and_kernel_features() {
         );
     }
 }
+
+#[test]
+fn acquire_find_local_trust_eval_and_mcp_tools_work_on_local_packages() {
+    let home = tempfile::tempdir().unwrap();
+    let f = fixture();
+    let f = f.to_str().unwrap();
+    let found = stdout_json(&cap(home.path(), &["find-local", "add numbers", f]));
+    assert_eq!(found.as_array().unwrap().len(), 1);
+    assert_eq!(found[0]["manifest"]["id"], "fixture/add");
+    assert_eq!(found[0]["score"], 13);
+    assert_eq!(
+        found[0]["reasons"],
+        json!(["id:add", "name:add", "description:numbers"])
+    );
+
+    let acquired = stdout_json(&cap(home.path(), &["acquire", f, "fixture/add"]));
+    assert_eq!(acquired["manifest"]["executable"], false);
+    assert_eq!(
+        acquired["provenance"]["packageName"],
+        "@fixture/capabilities"
+    );
+
+    let trust = stdout_json(&cap(home.path(), &["trust", f, "fixture/add"]));
+    assert_eq!(trust["accepted"], true);
+    assert!(trust["score"].as_u64().unwrap() > 0);
+    let policy = home.path().join("policy.json");
+    std::fs::write(&policy, r#"{"requireIntegrity": true}"#).unwrap();
+    let out = cap(
+        home.path(),
+        &[
+            "trust",
+            f,
+            "fixture/add",
+            "--policy",
+            policy.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "no integrity was declared");
+    assert_eq!(stdout_json(&out)["accepted"], false);
+
+    let cases = home.path().join("cases.json");
+    std::fs::write(&cases, r#"[{"name":"three","input":{"a":1,"b":2},"expectedOutput":{"result":3}},{"name":"four","input":{"a":2,"b":2},"expectedOutputHash":"87fc178ae7b6ef0c57ff5afcbda862d2559a112d8da30d0b3379f7ca41fa0f12"}]"#).unwrap();
+    let out = cap(
+        home.path(),
+        &["eval", f, "fixture/add", cases.to_str().unwrap()],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let report = stdout_json(&out);
+    assert_eq!(report["passRate"], 1);
+    assert_eq!(
+        report["results"][0]["outputHash"],
+        "ea55a943aa0142b49d363a56161b20811f7866375f06228300c325dc5b9bce0f"
+    );
+
+    let tools = stdout_json(&cap(home.path(), &["mcp-tools", f]));
+    assert_eq!(tools["tools"][0]["name"], "fixture__add");
+    assert_eq!(tools["tools"][0]["_meta"]["capability/id"], "fixture/add");
+    assert_eq!(tools["tools"][0]["annotations"]["readOnlyHint"], true);
+}

@@ -248,3 +248,196 @@ pub fn doctor() -> Result<i32, String> {
     print_json(&value)?;
     Ok(if ok { 0 } else { 1 })
 }
+
+#[derive(Args, Debug)]
+pub struct AcquireArgs {
+    /// The package.json declaring the capability.
+    pub package: PathBuf,
+    /// The capability id.
+    pub id: String,
+}
+
+/// `cap acquire`: safe acquisition — the module path must stay inside the package root and
+/// its bytes must match the declared integrity; nothing is imported or run.
+pub fn acquire(args: AcquireArgs) -> Result<i32, String> {
+    let capability = match module_capability(&args.package, &args.id) {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    let capability_runtime::capability::Implementation::Module(source) =
+        capability.implementation()
+    else {
+        return Err("not a module-backed capability".into());
+    };
+    let spec = capability_sandbox::ModuleSpec {
+        package_root: source.package_root.clone(),
+        install_root: None,
+        module: source.module.clone(),
+        integrity: source.integrity.clone(),
+        manifest: capability.manifest().to_value(),
+    };
+    if let Err(e) = capability_sandbox::resolve_module(&spec) {
+        let hook = capability_sandbox::hook_error(capability.id(), e);
+        let err = match hook {
+            capability_runtime::HookError::Capability(c) => c,
+            other => CapabilityError::new(
+                ErrorCode::InvalidPackageDeclaration,
+                other.message().to_string(),
+            ),
+        };
+        return fail(&err);
+    }
+    print_json(&json!({"manifest": capability.inspect(), "provenance": capability.provenance()}))?;
+    Ok(0)
+}
+
+#[derive(Args, Debug)]
+pub struct FindLocalArgs {
+    /// What to look for.
+    pub query: String,
+    /// package.json files to search (their inert manifests only).
+    #[arg(required = true)]
+    pub packages: Vec<PathBuf>,
+}
+
+/// `cap find-local`: lexical discovery over the inert manifests of local packages.
+pub fn find_local(args: FindLocalArgs) -> Result<i32, String> {
+    let registry = capability_runtime::CapabilityRegistry::new();
+    let mut locators = std::collections::HashMap::new();
+    for path in &args.packages {
+        let pkg = read_package(path)?;
+        for (id, export) in &pkg.exports {
+            let Some(manifest) = export.get("manifest") else {
+                continue;
+            };
+            let cap = Capability::inert(manifest)
+                .map_err(|e| format!("{}: {id}: {e}", path.display()))?;
+            locators.insert(
+                id.clone(),
+                json!({"package": crate::output::absolute(path), "id": id}),
+            );
+            registry.replace(cap);
+        }
+    }
+    let query = capability_core::discovery::DiscoveryQuery::text(args.query);
+    let results: Vec<Value> = registry
+        .discover(&query)
+        .into_iter()
+        .map(|d| {
+            json!({
+                "manifest": d.capability.manifest().to_value(),
+                "locator": locators.get(d.capability.id()),
+                "score": d.score as u64,
+                "reasons": d.reasons,
+            })
+        })
+        .collect();
+    print_json(&Value::Array(results))?;
+    Ok(0)
+}
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// The package.json declaring the capability.
+    pub package: PathBuf,
+    /// The capability id.
+    pub id: String,
+    /// The eval cases: a JSON array of {name, input, approved?, expectedOutput?,
+    /// expectedOutputHash?}.
+    pub cases: PathBuf,
+    /// Approve effects that require approval.
+    #[arg(long)]
+    pub approve: bool,
+    /// The isolation boundary.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub executor: ExecutorArg,
+    /// Capability home (receipts); default $CAP_HOME or the user data dir.
+    #[arg(long)]
+    pub home: Option<PathBuf>,
+}
+
+/// `cap eval`: runs eval cases through the governed runtime; exits 1 when any case fails.
+pub fn eval(args: EvalArgs) -> Result<i32, String> {
+    let cases: Vec<capability_runtime::evals::EvalCase> =
+        serde_json::from_value(crate::output::read_json(&args.cases)?)
+            .map_err(|e| format!("{}: {e}", args.cases.display()))?;
+    let run = PackageRunArgs {
+        package: args.package,
+        id: args.id,
+        input: None,
+        approve: args.approve,
+        executor: args.executor,
+        timeout_ms: None,
+        memory_mb: None,
+        allow_read: Vec::new(),
+        allow_write: Vec::new(),
+        allow_env: Vec::new(),
+        home: args.home,
+    };
+    let (runtime, _store) = match build(&run) {
+        Ok(r) => r,
+        Err(e) => return fail(&e),
+    };
+    let options = ExecuteOptions {
+        approved: run.approve,
+        ..Default::default()
+    };
+    let report =
+        capability_runtime::evals::run_capability_evals(&runtime, &run.id, &cases, &options);
+    print_json(&serde_json::to_value(&report).map_err(|e| e.to_string())?)?;
+    Ok(if report.failed == 0 { 0 } else { 1 })
+}
+
+#[derive(Args, Debug)]
+pub struct TrustArgs {
+    /// The package.json declaring the capability.
+    pub package: PathBuf,
+    /// The capability id.
+    pub id: String,
+    /// A trust policy (JSON file with minScore, requirePackage, requireIntegrity, ...).
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+}
+
+/// `cap trust`: the trust assessment of a package capability's provenance (default policy:
+/// no requirement, score only). Exits 1 when not accepted.
+pub fn trust(args: TrustArgs) -> Result<i32, String> {
+    let capability = match module_capability(&args.package, &args.id) {
+        Ok(c) => c,
+        Err(e) => return fail(&e),
+    };
+    let policy: capability_runtime::trust::TrustPolicy = match &args.policy {
+        Some(p) => serde_json::from_value(crate::output::read_json(p)?)
+            .map_err(|e| format!("{}: {e}", p.display()))?,
+        None => Default::default(),
+    };
+    let assessment = capability_runtime::trust::assess_trust_of(&capability, &policy);
+    print_json(&serde_json::to_value(&assessment).map_err(|e| e.to_string())?)?;
+    Ok(if assessment.accepted { 0 } else { 1 })
+}
+
+#[derive(Args, Debug)]
+pub struct McpToolsArgs {
+    /// package.json files whose descriptor exports to project.
+    #[arg(required = true)]
+    pub packages: Vec<PathBuf>,
+}
+
+/// `cap mcp-tools`: the MCP tool projection of every descriptor export (inert manifests;
+/// nothing is imported).
+pub fn mcp_tools(args: McpToolsArgs) -> Result<i32, String> {
+    let mut tools = Vec::new();
+    for path in &args.packages {
+        let pkg = read_package(path)?;
+        for (id, export) in &pkg.exports {
+            let Some(manifest) = export.get("manifest") else {
+                continue;
+            };
+            let m = capability_core::manifest::Manifest::from_value(manifest)
+                .map_err(|e| format!("{}: {id}: {e}", path.display()))?;
+            tools.push(capability_core::mcp::to_mcp_tool(&m));
+        }
+    }
+    print_json(&json!({"tools": tools}))?;
+    Ok(0)
+}
