@@ -1,0 +1,652 @@
+//! Approvals bound to the exact plan.
+//!
+//! An `approval_required` verdict becomes a pending [`ApprovalRecord`] that records the plan
+//! fingerprint (when the action executes a Capability 1.x plan), the action digest
+//! ([`AgentAction::digest`]: action type, capability, agent, tenant, environment, principal,
+//! input), the requester, the reason and an expiry. Approving it mints a single-use
+//! [`ApprovalToken`] signed with the host's ed25519 key ([`HostKey`]), valid only for that
+//! fingerprint and digest, until its own expiry. [`ApprovalManager::redeem`] checks the
+//! signature, the binding, the expiry and the record, then marks the approval consumed with a
+//! compare-and-set, so a token works once. Pending approvals live in an [`ApprovalStore`]
+//! (SQLite survives restarts).
+//!
+//! Token format: `capapr1.<base64url(canonical JSON payload)>.<base64url(signature)>`, the
+//! signature covering the payload bytes. Payload fields: `v`, `kid` (key id), `approvalId`,
+//! `planFingerprint` (or null), `actionDigest`, `approver`, `issuedAt`, `expiresAt`
+//! (milliseconds), `nonce`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use ed25519_dalek::{Signature, Signer, SigningKey, Verifier, VerifyingKey};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::action::AgentAction;
+use crate::clock::{Clock, SystemClock};
+use crate::names::{new_id, string_enum};
+use crate::policy::GrantedApproval;
+use crate::store::StoreError;
+
+const TOKEN_PREFIX: &str = "capapr1";
+
+/// Failures of approvals and tokens.
+#[derive(Debug, thiserror::Error)]
+pub enum ApprovalError {
+    #[error("approval `{id}` does not exist")]
+    NotFound { id: String },
+    #[error("approval `{id}` is {status}, not pending")]
+    NotPending { id: String, status: ApprovalStatus },
+    #[error("approval `{id}` expired")]
+    Expired { id: String },
+    #[error("`{approver}` requested approval `{id}` and cannot approve it")]
+    SelfApproval { id: String, approver: String },
+    #[error("approver must not be empty")]
+    NoApprover,
+    #[error("malformed approval token: {message}")]
+    Malformed { message: String },
+    #[error("approval token signature is invalid (forged, or signed by another host)")]
+    BadSignature,
+    #[error("approval token is for plan `{token}`, not `{actual}`")]
+    PlanMismatch { token: String, actual: String },
+    #[error("approval token does not match this action (its input or target changed)")]
+    ActionMismatch,
+    #[error("approval token expired")]
+    TokenExpired,
+    #[error("approval token was already used")]
+    Replayed,
+    #[error("approval `{id}` was denied")]
+    Denied { id: String },
+    #[error("host key: {message}")]
+    Key { message: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+string_enum! {
+    /// Lifecycle of an approval.
+    pub enum ApprovalStatus ("approval status") {
+        Pending => "pending",
+        Approved => "approved",
+        Denied => "denied",
+        Expired => "expired",
+        Consumed => "consumed",
+    }
+}
+
+/// One approval request and what became of it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalRecord {
+    /// `apr_<hex>`.
+    pub approval_id: String,
+    pub status: ApprovalStatus,
+    pub plan_fingerprint: Option<String>,
+    pub action_digest: String,
+    pub capability: String,
+    pub action_type: String,
+    pub agent_id: String,
+    pub tenant: Option<String>,
+    pub environment: String,
+    /// Who asked (the principal, else the agent).
+    pub requester: String,
+    pub reason: Option<String>,
+    pub policy_ids: Vec<String>,
+    /// The input the approver is asked about.
+    pub input: Value,
+    pub action_id: String,
+    pub trace_id: String,
+    /// Milliseconds since the epoch.
+    pub created_at: i64,
+    pub expires_at: i64,
+    pub decided_by: Option<String>,
+    pub decided_at: Option<i64>,
+    pub note: Option<String>,
+    pub token_nonce: Option<String>,
+    pub token_expires_at: Option<i64>,
+    pub consumed_at: Option<i64>,
+}
+
+impl ApprovalRecord {
+    /// The JSON form for people and the CLI (timestamps also as ISO-8601).
+    pub fn to_json(&self) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        if let Some(m) = v.as_object_mut() {
+            let iso = |ms: i64| Value::String(capability_core::js::iso_from_millis(ms));
+            m.insert("createdAtIso".into(), iso(self.created_at));
+            m.insert("expiresAtIso".into(), iso(self.expires_at));
+        }
+        v
+    }
+}
+
+/// Which approvals to list.
+#[derive(Clone, Debug, Default)]
+pub struct ApprovalFilter {
+    pub status: Option<ApprovalStatus>,
+    pub tenant: Option<String>,
+    pub limit: Option<usize>,
+}
+
+/// Persistence of approvals. `update_approval` is a compare-and-set on the status, which is
+/// what makes tokens single-use across processes.
+pub trait ApprovalStore: Send + Sync {
+    fn insert_approval(&self, record: &ApprovalRecord) -> Result<(), StoreError>;
+    fn get_approval(&self, id: &str) -> Result<Option<ApprovalRecord>, StoreError>;
+    /// Newest first.
+    fn list_approvals(&self, filter: &ApprovalFilter) -> Result<Vec<ApprovalRecord>, StoreError>;
+    /// Replaces the record if its stored status is still `expected`; returns whether it did.
+    fn update_approval(
+        &self,
+        record: &ApprovalRecord,
+        expected: ApprovalStatus,
+    ) -> Result<bool, StoreError>;
+}
+
+/// The host's ed25519 signing key.
+pub struct HostKey {
+    signing: SigningKey,
+}
+
+impl std::fmt::Debug for HostKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostKey")
+            .field("kid", &self.key_id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostKey {
+    /// A fresh key from the operating system's random source.
+    pub fn generate() -> Result<Self, ApprovalError> {
+        let mut seed = [0u8; 32];
+        getrandom::fill(&mut seed).map_err(|e| ApprovalError::Key {
+            message: format!("no randomness: {e}"),
+        })?;
+        Ok(Self::from_seed(seed))
+    }
+
+    /// The key for a 32-byte seed.
+    pub fn from_seed(seed: [u8; 32]) -> Self {
+        HostKey {
+            signing: SigningKey::from_bytes(&seed),
+        }
+    }
+
+    /// Reads a key file (base64 of the 32-byte seed, as written by [`HostKey::save`]).
+    pub fn load(path: &Path) -> Result<Self, ApprovalError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ApprovalError::Key {
+            message: format!("cannot read `{}`: {e}", path.display()),
+        })?;
+        let bytes = STANDARD
+            .decode(text.trim())
+            .map_err(|_| ApprovalError::Key {
+                message: format!("`{}` is not base64", path.display()),
+            })?;
+        let seed: [u8; 32] = bytes.try_into().map_err(|_| ApprovalError::Key {
+            message: format!("`{}` does not hold a 32-byte ed25519 seed", path.display()),
+        })?;
+        Ok(Self::from_seed(seed))
+    }
+
+    /// Writes the key file (mode 0600 on Unix), creating parent directories; the file is
+    /// replaced atomically.
+    pub fn save(&self, path: &Path) -> Result<(), ApprovalError> {
+        let err = |e: std::io::Error| ApprovalError::Key {
+            message: format!("cannot write `{}`: {e}", path.display()),
+        };
+        if let Some(parent) = path.parent()
+            && !parent.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(parent).map_err(err)?;
+        }
+        let tmp = path.with_extension("tmp");
+        {
+            use std::io::Write as _;
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create(true).truncate(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::OpenOptionsExt as _;
+                options.mode(0o600);
+            }
+            let mut f = options.open(&tmp).map_err(err)?;
+            f.write_all(STANDARD.encode(self.signing.to_bytes()).as_bytes())
+                .map_err(err)?;
+            f.write_all(b"\n").map_err(err)?;
+            f.sync_all().map_err(err)?;
+        }
+        std::fs::rename(&tmp, path).map_err(err)
+    }
+
+    /// Loads the key file, or generates and saves a new key when there is none.
+    pub fn load_or_generate(path: &Path) -> Result<Self, ApprovalError> {
+        if path.exists() {
+            Self::load(path)
+        } else {
+            let key = Self::generate()?;
+            key.save(path)?;
+            Ok(key)
+        }
+    }
+
+    /// The public key.
+    pub fn verifying_key(&self) -> VerifyingKey {
+        self.signing.verifying_key()
+    }
+
+    /// The public key, base64.
+    pub fn public_key_base64(&self) -> String {
+        STANDARD.encode(self.verifying_key().to_bytes())
+    }
+
+    /// First 16 hex characters of the SHA-256 of the public key.
+    pub fn key_id(&self) -> String {
+        let hex = capability_core::json::sha256_hex(&self.verifying_key().to_bytes());
+        hex[..16].to_string()
+    }
+
+    fn sign(&self, bytes: &[u8]) -> Signature {
+        self.signing.sign(bytes)
+    }
+}
+
+/// A signed, single-use approval token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApprovalToken(pub String);
+
+impl std::fmt::Display for ApprovalToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The verified content of a token.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenClaims {
+    pub approval_id: String,
+    pub plan_fingerprint: Option<String>,
+    pub action_digest: String,
+    pub approver: String,
+    pub issued_at: i64,
+    pub expires_at: i64,
+    pub nonce: String,
+}
+
+/// What to ask approval for.
+#[derive(Clone, Debug)]
+pub struct ApprovalRequest<'a> {
+    pub action: &'a AgentAction,
+    pub reason: Option<String>,
+    pub policy_ids: Vec<String>,
+}
+
+/// Creates, decides and redeems approvals.
+pub struct ApprovalManager {
+    store: Arc<dyn ApprovalStore>,
+    key: HostKey,
+    clock: Arc<dyn Clock>,
+    pending_ttl_ms: i64,
+    token_ttl_ms: i64,
+}
+
+impl std::fmt::Debug for ApprovalManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApprovalManager")
+            .field("key", &self.key)
+            .field("pending_ttl_ms", &self.pending_ttl_ms)
+            .field("token_ttl_ms", &self.token_ttl_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ApprovalManager {
+    /// A manager over a store and the host key; pending approvals expire after 24 hours,
+    /// tokens 15 minutes after approval.
+    pub fn new(store: Arc<dyn ApprovalStore>, key: HostKey) -> Self {
+        ApprovalManager {
+            store,
+            key,
+            clock: Arc::new(SystemClock),
+            pending_ttl_ms: 24 * 3600 * 1000,
+            token_ttl_ms: 15 * 60 * 1000,
+        }
+    }
+
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+    pub fn with_pending_ttl_ms(mut self, ms: i64) -> Self {
+        self.pending_ttl_ms = ms;
+        self
+    }
+    pub fn with_token_ttl_ms(mut self, ms: i64) -> Self {
+        self.token_ttl_ms = ms;
+        self
+    }
+
+    /// The host key.
+    pub fn key(&self) -> &HostKey {
+        &self.key
+    }
+
+    /// Records a pending approval for the action. An identical pending request (same plan
+    /// fingerprint and action digest, not expired) is returned instead of a duplicate.
+    pub fn request(&self, req: ApprovalRequest<'_>) -> Result<ApprovalRecord, ApprovalError> {
+        let now = self.clock.now_millis();
+        let a = req.action;
+        let digest = a.digest();
+        let pending = self.store.list_approvals(&ApprovalFilter {
+            status: Some(ApprovalStatus::Pending),
+            tenant: a.tenant_id.clone(),
+            limit: None,
+        })?;
+        if let Some(existing) = pending.into_iter().find(|r| {
+            r.action_digest == digest
+                && r.plan_fingerprint == a.plan_fingerprint
+                && r.expires_at > now
+        }) {
+            return Ok(existing);
+        }
+        let record = ApprovalRecord {
+            approval_id: new_id("apr"),
+            status: ApprovalStatus::Pending,
+            plan_fingerprint: a.plan_fingerprint.clone(),
+            action_digest: digest,
+            capability: a.capability.name.clone(),
+            action_type: a.action_type.as_str().to_string(),
+            agent_id: a.agent_id.clone(),
+            tenant: a.tenant_id.clone(),
+            environment: a.environment.as_str().to_string(),
+            requester: a.principal_id.clone().unwrap_or_else(|| a.agent_id.clone()),
+            reason: req.reason,
+            policy_ids: req.policy_ids,
+            input: a.input.clone(),
+            action_id: a.action_id.clone(),
+            trace_id: a.trace_id.clone(),
+            created_at: now,
+            expires_at: now.saturating_add(self.pending_ttl_ms),
+            decided_by: None,
+            decided_at: None,
+            note: None,
+            token_nonce: None,
+            token_expires_at: None,
+            consumed_at: None,
+        };
+        self.store.insert_approval(&record)?;
+        Ok(record)
+    }
+
+    /// The approval with that id.
+    pub fn get(&self, id: &str) -> Result<ApprovalRecord, ApprovalError> {
+        self.store
+            .get_approval(id)?
+            .ok_or_else(|| ApprovalError::NotFound { id: id.to_string() })
+    }
+
+    /// Approvals, newest first. Pending ones past their expiry are reported `expired`.
+    pub fn list(&self, filter: &ApprovalFilter) -> Result<Vec<ApprovalRecord>, ApprovalError> {
+        self.expire_stale()?;
+        Ok(self.store.list_approvals(filter)?)
+    }
+
+    /// Marks pending approvals past their expiry as expired; returns how many.
+    pub fn expire_stale(&self) -> Result<usize, ApprovalError> {
+        let now = self.clock.now_millis();
+        let pending = self.store.list_approvals(&ApprovalFilter {
+            status: Some(ApprovalStatus::Pending),
+            ..ApprovalFilter::default()
+        })?;
+        let mut n = 0;
+        for mut r in pending.into_iter().filter(|r| r.expires_at <= now) {
+            r.status = ApprovalStatus::Expired;
+            if self.store.update_approval(&r, ApprovalStatus::Pending)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    fn pending(&self, id: &str, approver: &str) -> Result<ApprovalRecord, ApprovalError> {
+        if approver.trim().is_empty() {
+            return Err(ApprovalError::NoApprover);
+        }
+        let mut r = self.get(id)?;
+        if r.status != ApprovalStatus::Pending {
+            return Err(ApprovalError::NotPending {
+                id: id.to_string(),
+                status: r.status,
+            });
+        }
+        if r.expires_at <= self.clock.now_millis() {
+            r.status = ApprovalStatus::Expired;
+            self.store.update_approval(&r, ApprovalStatus::Pending)?;
+            return Err(ApprovalError::Expired { id: id.to_string() });
+        }
+        if r.requester == approver || r.agent_id == approver {
+            return Err(ApprovalError::SelfApproval {
+                id: id.to_string(),
+                approver: approver.to_string(),
+            });
+        }
+        Ok(r)
+    }
+
+    /// Approves a pending request and mints its single-use token.
+    pub fn approve(
+        &self,
+        id: &str,
+        approver: &str,
+        note: Option<String>,
+    ) -> Result<ApprovalToken, ApprovalError> {
+        let mut r = self.pending(id, approver)?;
+        let now = self.clock.now_millis();
+        let mut nonce = [0u8; 16];
+        getrandom::fill(&mut nonce).map_err(|e| ApprovalError::Key {
+            message: format!("no randomness: {e}"),
+        })?;
+        let nonce = hex::encode(nonce);
+        let expires_at = now.saturating_add(self.token_ttl_ms);
+        r.status = ApprovalStatus::Approved;
+        r.decided_by = Some(approver.to_string());
+        r.decided_at = Some(now);
+        r.note = note;
+        r.token_nonce = Some(nonce.clone());
+        r.token_expires_at = Some(expires_at);
+        if !self.store.update_approval(&r, ApprovalStatus::Pending)? {
+            let status = self.get(id)?.status;
+            return Err(ApprovalError::NotPending {
+                id: id.to_string(),
+                status,
+            });
+        }
+        let payload = json!({
+            "v": 1,
+            "kid": self.key.key_id(),
+            "approvalId": r.approval_id,
+            "planFingerprint": r.plan_fingerprint,
+            "actionDigest": r.action_digest,
+            "approver": approver,
+            "issuedAt": now,
+            "expiresAt": expires_at,
+            "nonce": nonce,
+        });
+        let bytes = capability_core::json::canonical_string(&payload).into_bytes();
+        let sig = self.key.sign(&bytes);
+        Ok(ApprovalToken(format!(
+            "{TOKEN_PREFIX}.{}.{}",
+            URL_SAFE_NO_PAD.encode(&bytes),
+            URL_SAFE_NO_PAD.encode(sig.to_bytes())
+        )))
+    }
+
+    /// Denies a pending request.
+    pub fn deny(
+        &self,
+        id: &str,
+        approver: &str,
+        note: Option<String>,
+    ) -> Result<ApprovalRecord, ApprovalError> {
+        let mut r = self.pending(id, approver)?;
+        r.status = ApprovalStatus::Denied;
+        r.decided_by = Some(approver.to_string());
+        r.decided_at = Some(self.clock.now_millis());
+        r.note = note;
+        if !self.store.update_approval(&r, ApprovalStatus::Pending)? {
+            let status = self.get(id)?.status;
+            return Err(ApprovalError::NotPending {
+                id: id.to_string(),
+                status,
+            });
+        }
+        Ok(r)
+    }
+
+    /// Checks a token's signature (against this host's key) and decodes it.
+    pub fn decode(&self, token: &str) -> Result<TokenClaims, ApprovalError> {
+        decode_token(token, &self.key.verifying_key())
+    }
+
+    /// Checks everything except single use: signature, binding to this plan fingerprint and
+    /// action digest, expiry, and that the approval is still approved with this token's nonce.
+    pub fn verify(
+        &self,
+        token: &str,
+        plan_fingerprint: Option<&str>,
+        action_digest: &str,
+    ) -> Result<(TokenClaims, ApprovalRecord), ApprovalError> {
+        let claims = self.decode(token)?;
+        if claims.plan_fingerprint.as_deref() != plan_fingerprint {
+            return Err(ApprovalError::PlanMismatch {
+                token: claims.plan_fingerprint.unwrap_or_else(|| "none".into()),
+                actual: plan_fingerprint.unwrap_or("none").to_string(),
+            });
+        }
+        if claims.action_digest != action_digest {
+            return Err(ApprovalError::ActionMismatch);
+        }
+        let record = self.get(&claims.approval_id)?;
+        match record.status {
+            ApprovalStatus::Approved => {}
+            ApprovalStatus::Consumed => return Err(ApprovalError::Replayed),
+            ApprovalStatus::Denied => {
+                return Err(ApprovalError::Denied {
+                    id: record.approval_id,
+                });
+            }
+            status => {
+                return Err(ApprovalError::NotPending {
+                    id: record.approval_id,
+                    status,
+                });
+            }
+        }
+        if record.token_nonce.as_deref() != Some(claims.nonce.as_str()) {
+            return Err(ApprovalError::Malformed {
+                message: "the token is not the one issued for this approval".into(),
+            });
+        }
+        if self.clock.now_millis() >= claims.expires_at {
+            return Err(ApprovalError::TokenExpired);
+        }
+        Ok((claims, record))
+    }
+
+    /// [`ApprovalManager::verify`] for an action (its plan fingerprint and digest).
+    pub fn verify_for(
+        &self,
+        token: &str,
+        action: &AgentAction,
+    ) -> Result<(TokenClaims, ApprovalRecord), ApprovalError> {
+        self.verify(token, action.plan_fingerprint.as_deref(), &action.digest())
+    }
+
+    /// Verifies the token and consumes it (compare-and-set `approved` → `consumed`): the
+    /// second redemption of a token fails with [`ApprovalError::Replayed`].
+    pub fn redeem(
+        &self,
+        token: &str,
+        plan_fingerprint: Option<&str>,
+        action_digest: &str,
+    ) -> Result<GrantedApproval, ApprovalError> {
+        let (claims, mut record) = self.verify(token, plan_fingerprint, action_digest)?;
+        record.status = ApprovalStatus::Consumed;
+        record.consumed_at = Some(self.clock.now_millis());
+        if !self
+            .store
+            .update_approval(&record, ApprovalStatus::Approved)?
+        {
+            return Err(ApprovalError::Replayed);
+        }
+        Ok(GrantedApproval {
+            approval_id: claims.approval_id,
+            approver: claims.approver,
+        })
+    }
+
+    /// [`ApprovalManager::redeem`] for an action.
+    pub fn redeem_for(
+        &self,
+        token: &str,
+        action: &AgentAction,
+    ) -> Result<GrantedApproval, ApprovalError> {
+        self.redeem(token, action.plan_fingerprint.as_deref(), &action.digest())
+    }
+}
+
+/// Decodes a token and checks its signature with the given public key.
+pub fn decode_token(token: &str, key: &VerifyingKey) -> Result<TokenClaims, ApprovalError> {
+    let malformed = |m: &str| ApprovalError::Malformed {
+        message: m.to_string(),
+    };
+    let mut parts = token.trim().split('.');
+    let (Some(prefix), Some(payload), Some(sig), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(malformed("expected three dot-separated parts"));
+    };
+    if prefix != TOKEN_PREFIX {
+        return Err(malformed("unknown token version"));
+    }
+    let payload = URL_SAFE_NO_PAD
+        .decode(payload)
+        .map_err(|_| malformed("payload is not base64url"))?;
+    let sig = URL_SAFE_NO_PAD
+        .decode(sig)
+        .map_err(|_| malformed("signature is not base64url"))?;
+    let sig: [u8; 64] = sig
+        .try_into()
+        .map_err(|_| malformed("signature is not 64 bytes"))?;
+    key.verify(&payload, &Signature::from_bytes(&sig))
+        .map_err(|_| ApprovalError::BadSignature)?;
+    let v = capability_core::json::parse(&payload).map_err(|e| malformed(&e.to_string()))?;
+    let m: &Map<String, Value> = v
+        .as_object()
+        .ok_or_else(|| malformed("payload is not an object"))?;
+    let s = |k: &str| {
+        m.get(k)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| malformed(&format!("`{k}` is missing")))
+    };
+    let n = |k: &str| {
+        m.get(k)
+            .and_then(Value::as_i64)
+            .ok_or_else(|| malformed(&format!("`{k}` is missing")))
+    };
+    Ok(TokenClaims {
+        approval_id: s("approvalId")?,
+        plan_fingerprint: m
+            .get("planFingerprint")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        action_digest: s("actionDigest")?,
+        approver: s("approver")?,
+        issued_at: n("issuedAt")?,
+        expires_at: n("expiresAt")?,
+        nonce: s("nonce")?,
+    })
+}

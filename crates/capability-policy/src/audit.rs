@@ -1,0 +1,647 @@
+//! Audit events and the hash-chained audit log.
+//!
+//! Every decision and outcome is an [`AuditEvent`]: Brane's fields (snake_case keys, as in
+//! Brane's JSONL) plus `decision_id`, `policy_ids`, `plan_fingerprint`, `receipt_id`,
+//! `action_digest`, `parent_action_id`, `code`, `approval_id`, `shadow` and `redacted`.
+//!
+//! Stored events form a chain: record `n` holds `prev_hash` (the hash of record `n-1`, or 64
+//! zeros for the first) and `hash = sha256(canonical_json({"seq": n, "prev_hash": ...,
+//! "event": ...}))`; a head (last seq and hash) is updated in the same transaction.
+//! [`verify_chain`] walks the records in seq order and reports the first one that was edited,
+//! removed, inserted or reordered, and a truncated tail.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+use crate::action::{ActionType, AgentAction};
+use crate::decision::{Decision, DecisionType};
+use crate::engine::Verdict;
+use crate::model::{CapabilityKind, Environment, RiskLevel};
+use crate::names::{new_id, string_enum};
+use crate::policy::Stage;
+use crate::store::StoreError;
+
+string_enum! {
+    /// What happened to an action.
+    pub enum AuditOutcome ("audit outcome") {
+        /// Before-stage policies allowed it; execution follows.
+        Allowed => "allowed",
+        DeniedBeforeExecution => "denied_before_execution",
+        Executed => "executed",
+        DeniedAfterExecution => "denied_after_execution",
+        ExecutionFailed => "execution_failed",
+        /// A pending approval was created (or found) instead of executing.
+        ApprovalRequired => "approval_required",
+    }
+}
+
+/// Audit failures.
+#[derive(Debug, thiserror::Error)]
+pub enum AuditError {
+    #[error("cannot write audit file `{path}`: {message}")]
+    Io { path: String, message: String },
+    #[error("audit event is malformed: {message}")]
+    Malformed { message: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// One audit event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditEvent {
+    pub event_id: String,
+    /// ISO-8601 UTC with milliseconds (`...Z`).
+    pub timestamp: String,
+    pub action_id: String,
+    pub trace_id: String,
+    pub parent_action_id: Option<String>,
+    pub agent_id: String,
+    pub tenant_id: Option<String>,
+    pub principal_id: Option<String>,
+    pub environment: Environment,
+    pub capability_name: String,
+    pub capability_type: CapabilityKind,
+    pub capability_risk: RiskLevel,
+    pub action_type: ActionType,
+    pub stage: Stage,
+    pub decision: DecisionType,
+    pub outcome: AuditOutcome,
+    pub reason: Option<String>,
+    pub policy_name: Option<String>,
+    pub policy_version: Option<String>,
+    pub input_summary: Option<String>,
+    pub output_summary: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub metadata: Map<String, Value>,
+    pub decision_id: String,
+    /// Every policy that returned a decision, in evaluation order.
+    pub policy_ids: Vec<String>,
+    pub code: Option<String>,
+    pub plan_fingerprint: Option<String>,
+    pub action_digest: String,
+    pub receipt_id: Option<String>,
+    pub approval_id: Option<String>,
+    /// In shadow mode: what enforcement would have decided.
+    pub shadow: Option<DecisionType>,
+    /// Pointers masked in the output (and in `output` below).
+    pub redacted: Vec<String>,
+    /// The input, when the host records payloads.
+    pub input: Option<Value>,
+    /// The output after transformation and redaction, when the host records payloads.
+    pub output: Option<Value>,
+}
+
+impl AuditEvent {
+    /// An event for an action, the reported decision, the stage and the outcome.
+    pub fn new(
+        action: &AgentAction,
+        decision: &Decision,
+        stage: Stage,
+        outcome: AuditOutcome,
+    ) -> Self {
+        let cap = &action.capability;
+        AuditEvent {
+            event_id: new_id("evt"),
+            timestamp: capability_core::js::now_iso(),
+            action_id: action.action_id.clone(),
+            trace_id: action.trace_id.clone(),
+            parent_action_id: action.parent_action_id.clone(),
+            agent_id: action.agent_id.clone(),
+            tenant_id: action.tenant_id.clone(),
+            principal_id: action.principal_id.clone(),
+            environment: action.environment,
+            capability_name: cap.name.clone(),
+            capability_type: cap.governance.kind,
+            capability_risk: cap.governance.risk,
+            action_type: action.action_type,
+            stage,
+            decision: decision.kind,
+            outcome,
+            reason: decision.reason.clone(),
+            policy_name: decision.policy_name.clone(),
+            policy_version: decision.policy_version.clone(),
+            input_summary: action.input_summary.clone(),
+            output_summary: action.output_summary.clone(),
+            labels: action.labels.clone(),
+            metadata: action.metadata.clone(),
+            decision_id: decision.decision_id.clone(),
+            policy_ids: decision.policy_id.iter().cloned().collect(),
+            code: decision.code.clone(),
+            plan_fingerprint: action.plan_fingerprint.clone(),
+            action_digest: action.digest(),
+            receipt_id: None,
+            approval_id: None,
+            shadow: None,
+            redacted: Vec::new(),
+            input: None,
+            output: None,
+        }
+    }
+
+    /// An event for a verdict: its reported decision, all its policy ids, its shadow result.
+    pub fn from_verdict(action: &AgentAction, verdict: &Verdict, outcome: AuditOutcome) -> Self {
+        let mut e = Self::new(action, &verdict.decision, verdict.stage, outcome);
+        e.policy_ids = verdict.policy_ids();
+        if let Some(s) = &verdict.shadow {
+            e.shadow = Some(s.kind);
+            e.metadata.insert(
+                "shadow".into(),
+                json!({
+                    "decision": s.kind.as_str(),
+                    "reason": s.decision.reason,
+                    "policyName": s.decision.policy_name,
+                }),
+            );
+        }
+        if !verdict.errors.is_empty() {
+            e.metadata.insert(
+                "policyErrors".into(),
+                Value::Array(verdict.errors.iter().cloned().map(Value::String).collect()),
+            );
+        }
+        e
+    }
+
+    pub fn with_receipt(mut self, receipt_id: impl Into<String>) -> Self {
+        self.receipt_id = Some(receipt_id.into());
+        self
+    }
+    pub fn with_meta(mut self, key: impl Into<String>, value: Value) -> Self {
+        self.metadata.insert(key.into(), value);
+        self
+    }
+
+    /// The JSON object (snake_case keys).
+    pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+
+    /// Canonical JSON text (keys sorted as the project's canonical JSON sorts them).
+    pub fn to_canonical(&self) -> String {
+        capability_core::json::canonical_string(&self.to_json())
+    }
+
+    /// Reads an event back from JSON.
+    pub fn from_json(v: &Value) -> Result<Self, AuditError> {
+        serde_json::from_value(v.clone()).map_err(|e| AuditError::Malformed {
+            message: e.to_string(),
+        })
+    }
+}
+
+/// Where events go (Brane's sinks). Stores implement it by appending to the chain.
+pub trait AuditSink: Send + Sync {
+    fn emit(&self, event: &AuditEvent) -> Result<(), AuditError>;
+}
+
+/// Drops events.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoopSink;
+
+impl AuditSink for NoopSink {
+    fn emit(&self, _event: &AuditEvent) -> Result<(), AuditError> {
+        Ok(())
+    }
+}
+
+/// Keeps events in memory.
+#[derive(Debug, Default)]
+pub struct MemorySink {
+    events: Mutex<Vec<AuditEvent>>,
+}
+
+impl MemorySink {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// A copy of the events so far.
+    pub fn events(&self) -> Vec<AuditEvent> {
+        match self.events.lock() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+}
+
+impl AuditSink for MemorySink {
+    fn emit(&self, event: &AuditEvent) -> Result<(), AuditError> {
+        match self.events.lock() {
+            Ok(mut g) => g.push(event.clone()),
+            Err(p) => p.into_inner().push(event.clone()),
+        }
+        Ok(())
+    }
+}
+
+/// Appends one canonical JSON line per event, creating parent directories.
+#[derive(Debug)]
+pub struct JsonlSink {
+    pub path: PathBuf,
+    lock: Mutex<()>,
+}
+
+impl JsonlSink {
+    pub fn new(path: impl Into<PathBuf>) -> Self {
+        JsonlSink {
+            path: path.into(),
+            lock: Mutex::new(()),
+        }
+    }
+}
+
+impl AuditSink for JsonlSink {
+    fn emit(&self, event: &AuditEvent) -> Result<(), AuditError> {
+        let _guard = match self.lock.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let err = |e: std::io::Error| AuditError::Io {
+            path: self.path.display().to_string(),
+            message: e.to_string(),
+        };
+        if let Some(parent) = self.path.parent()
+            && !parent.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(parent).map_err(err)?;
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(err)?;
+        let mut line = event.to_canonical();
+        line.push('\n');
+        f.write_all(line.as_bytes()).map_err(err)
+    }
+}
+
+/// Emits to each sink in order; the first failure stops the rest and is returned.
+#[derive(Default)]
+pub struct CompositeSink {
+    pub sinks: Vec<std::sync::Arc<dyn AuditSink>>,
+}
+
+impl std::fmt::Debug for CompositeSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CompositeSink")
+            .field("sinks", &self.sinks.len())
+            .finish()
+    }
+}
+
+impl AuditSink for CompositeSink {
+    fn emit(&self, event: &AuditEvent) -> Result<(), AuditError> {
+        self.sinks.iter().try_for_each(|s| s.emit(event))
+    }
+}
+
+/// The hash that precedes the first record.
+pub const GENESIS_HASH: &str = "0000000000000000000000000000000000000000000000000000000000000000";
+
+/// One stored, chained event.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditRecord {
+    /// 1-based position in the log.
+    pub seq: u64,
+    pub prev_hash: String,
+    pub hash: String,
+    /// The event JSON as stored.
+    pub event: Value,
+}
+
+impl AuditRecord {
+    /// The typed event.
+    pub fn event(&self) -> Result<AuditEvent, AuditError> {
+        AuditEvent::from_json(&self.event)
+    }
+
+    /// The event id, read from the stored JSON.
+    pub fn event_id(&self) -> Option<&str> {
+        self.event.get("event_id").and_then(Value::as_str)
+    }
+
+    /// The JSON export form: the event's fields plus `seq`, `prev_hash`, `hash`.
+    pub fn to_json(&self) -> Value {
+        let mut v = self.event.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.insert("seq".into(), self.seq.into());
+            m.insert("prev_hash".into(), self.prev_hash.clone().into());
+            m.insert("hash".into(), self.hash.clone().into());
+        }
+        v
+    }
+}
+
+/// The chain hash of a record.
+pub fn chain_hash(seq: u64, prev_hash: &str, event: &Value) -> String {
+    capability_core::json::canonical_hash(&json!({
+        "seq": seq,
+        "prev_hash": prev_hash,
+        "event": event,
+    }))
+}
+
+/// The first record that breaks the chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadRecord {
+    /// The seq where the problem shows.
+    pub seq: u64,
+    pub event_id: Option<String>,
+    pub problem: String,
+}
+
+/// What [`verify_chain`] found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifyReport {
+    pub ok: bool,
+    /// Records checked.
+    pub records: u64,
+    pub head_seq: Option<u64>,
+    pub first_bad: Option<BadRecord>,
+}
+
+impl VerifyReport {
+    pub fn to_json(&self) -> Value {
+        json!({
+            "ok": self.ok,
+            "records": self.records,
+            "headSeq": self.head_seq,
+            "firstBad": self.first_bad.as_ref().map(|b| json!({
+                "seq": b.seq,
+                "eventId": b.event_id,
+                "problem": b.problem,
+            })),
+        })
+    }
+}
+
+/// Incremental chain verification (records in seq order, then [`ChainVerifier::finish`]).
+#[derive(Debug)]
+pub struct ChainVerifier {
+    expected_seq: u64,
+    prev_hash: String,
+    checked: u64,
+    first_bad: Option<BadRecord>,
+}
+
+impl Default for ChainVerifier {
+    fn default() -> Self {
+        ChainVerifier {
+            expected_seq: 1,
+            prev_hash: GENESIS_HASH.to_string(),
+            checked: 0,
+            first_bad: None,
+        }
+    }
+}
+
+impl ChainVerifier {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Checks the next record; returns `false` once a bad record was found.
+    pub fn push(&mut self, r: &AuditRecord) -> bool {
+        if self.first_bad.is_some() {
+            return false;
+        }
+        self.checked += 1;
+        let bad = |problem: String| BadRecord {
+            seq: r.seq,
+            event_id: r.event_id().map(str::to_string),
+            problem,
+        };
+        let problem = if r.seq != self.expected_seq {
+            Some(if r.seq > self.expected_seq {
+                BadRecord {
+                    seq: self.expected_seq,
+                    event_id: None,
+                    problem: format!(
+                        "record {} is missing (the next record is {}): records were removed",
+                        self.expected_seq, r.seq
+                    ),
+                }
+            } else {
+                bad(format!(
+                    "sequence goes back from {} to {}: records were reordered or duplicated",
+                    self.expected_seq - 1,
+                    r.seq
+                ))
+            })
+        } else if r.prev_hash != self.prev_hash {
+            Some(bad(format!(
+                "prev_hash does not link to record {}: records were reordered, inserted or removed",
+                r.seq - 1
+            )))
+        } else if chain_hash(r.seq, &r.prev_hash, &r.event) != r.hash {
+            Some(bad(
+                "hash does not match the content: the record was edited".into(),
+            ))
+        } else {
+            None
+        };
+        if let Some(p) = problem {
+            self.first_bad = Some(p);
+            return false;
+        }
+        self.expected_seq = r.seq + 1;
+        self.prev_hash.clone_from(&r.hash);
+        true
+    }
+
+    /// Compares the end of the chain with the stored head.
+    pub fn finish(mut self, head: Option<(u64, String)>) -> VerifyReport {
+        if self.first_bad.is_none() {
+            let last_seq = self.expected_seq - 1;
+            match &head {
+                Some((seq, hash)) if *seq != last_seq || *hash != self.prev_hash => {
+                    self.first_bad = Some(BadRecord {
+                        seq: last_seq + 1,
+                        event_id: None,
+                        problem: format!(
+                            "the log ends at record {last_seq} but its head is record {seq}: records were removed from the end or the head was altered"
+                        ),
+                    });
+                }
+                None if last_seq > 0 => {
+                    self.first_bad = Some(BadRecord {
+                        seq: last_seq,
+                        event_id: None,
+                        problem: "the log has records but no head".into(),
+                    });
+                }
+                _ => {}
+            }
+        }
+        VerifyReport {
+            ok: self.first_bad.is_none(),
+            records: self.checked,
+            head_seq: head.map(|(s, _)| s),
+            first_bad: self.first_bad,
+        }
+    }
+}
+
+/// Verifies a whole chain held in memory.
+pub fn verify_chain(records: &[AuditRecord], head: Option<(u64, String)>) -> VerifyReport {
+    let mut v = ChainVerifier::new();
+    for r in records {
+        if !v.push(r) {
+            break;
+        }
+    }
+    v.finish(head)
+}
+
+/// Persistence of the chained audit log.
+pub trait AuditStore: Send + Sync {
+    /// Appends events atomically, chaining them; returns their records.
+    fn append(&self, events: &[AuditEvent]) -> Result<Vec<AuditRecord>, StoreError>;
+    /// The last `limit` records (optionally of one tenant), oldest first.
+    fn tail(&self, tenant: Option<&str>, limit: usize) -> Result<Vec<AuditRecord>, StoreError>;
+    /// The record of an event id.
+    fn get(&self, event_id: &str) -> Result<Option<AuditRecord>, StoreError>;
+    /// Up to `limit` records with `seq >= from_seq`, in seq order.
+    fn records(&self, from_seq: u64, limit: usize) -> Result<Vec<AuditRecord>, StoreError>;
+    /// The head: last seq and hash.
+    fn head(&self) -> Result<Option<(u64, String)>, StoreError>;
+}
+
+/// Verifies a store's whole chain, page by page.
+pub fn verify_store(store: &dyn AuditStore) -> Result<VerifyReport, StoreError> {
+    const PAGE: usize = 1000;
+    let head = store.head()?;
+    let mut v = ChainVerifier::new();
+    let mut from = 0u64;
+    loop {
+        let page = store.records(from, PAGE)?;
+        let Some(last) = page.last() else { break };
+        from = last.seq + 1;
+        let n = page.len();
+        for r in &page {
+            if !v.push(r) {
+                return Ok(v.finish(head));
+            }
+        }
+        if n < PAGE {
+            break;
+        }
+    }
+    Ok(v.finish(head))
+}
+
+/// Writes records as JSON lines (event fields plus `seq`, `prev_hash`, `hash`).
+pub fn export_jsonl(records: &[AuditRecord], out: &mut dyn Write) -> std::io::Result<()> {
+    for r in records {
+        let mut line = capability_core::json::canonical_string(&r.to_json());
+        line.push('\n');
+        out.write_all(line.as_bytes())?;
+    }
+    Ok(())
+}
+
+fn otel_value(v: &Value) -> Value {
+    match v {
+        Value::String(s) => json!({"stringValue": s}),
+        Value::Bool(b) => json!({"boolValue": b}),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => json!({"intValue": i.to_string()}),
+            None => json!({"doubleValue": n.as_f64()}),
+        },
+        Value::Array(items) => {
+            json!({"arrayValue": {"values": items.iter().map(otel_value).collect::<Vec<_>>()}})
+        }
+        Value::Object(m) => {
+            json!({"kvlistValue": {"values": m.iter().map(|(k, v)| json!({"key": k, "value": otel_value(v)})).collect::<Vec<_>>()}})
+        }
+        Value::Null => json!({}),
+    }
+}
+
+/// 32 (trace) or 16 (span) hex characters from a Brane id (`tr_<32 hex>`, `act_<32 hex>`);
+/// ids without that shape are hashed.
+fn otel_id(id: &str, len: usize) -> String {
+    let hex = id.rsplit('_').next().unwrap_or(id);
+    if hex.len() >= len && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        hex[..len].to_ascii_lowercase()
+    } else {
+        capability_core::json::sha256_hex(id.as_bytes())[..len].to_string()
+    }
+}
+
+/// Unix nanoseconds of an ISO-8601 UTC timestamp (`YYYY-MM-DDTHH:MM:SS(.mmm)Z`).
+fn unix_nanos(iso: &str) -> Option<i128> {
+    let b = iso.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || b[10] != b'T' {
+        return None;
+    }
+    let num = |r: std::ops::Range<usize>| iso.get(r)?.parse::<i64>().ok();
+    let (y, mo, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (h, mi, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    let millis = if b.get(19) == Some(&b'.') {
+        num(20..23).unwrap_or(0)
+    } else {
+        0
+    };
+    let days = capability_core::js::days_from_civil(y, mo as u32, d as u32);
+    let secs = days * 86_400 + h * 3600 + mi * 60 + s;
+    Some(i128::from(secs) * 1_000_000_000 + i128::from(millis) * 1_000_000)
+}
+
+/// OTLP-JSON logs (`{"resourceLogs": [...]}`): one log record per event, body the event
+/// summary, attributes the event fields, trace and span ids from the trace and action ids.
+pub fn export_otel(records: &[AuditRecord], service_name: &str) -> Value {
+    let logs: Vec<Value> = records
+        .iter()
+        .map(|r| {
+            let e = &r.event;
+            let get = |k: &str| e.get(k).and_then(Value::as_str).unwrap_or("");
+            let outcome = get("outcome");
+            let (severity, text) = match outcome {
+                "execution_failed" => (17, "ERROR"),
+                "denied_before_execution" | "denied_after_execution" => (13, "WARN"),
+                _ => (9, "INFO"),
+            };
+            let nanos = unix_nanos(get("timestamp")).unwrap_or(0).to_string();
+            let mut attributes = vec![
+                json!({"key": "audit.seq", "value": {"intValue": r.seq.to_string()}}),
+                json!({"key": "audit.hash", "value": {"stringValue": r.hash}}),
+            ];
+            if let Some(m) = e.as_object() {
+                for (k, v) in m {
+                    if v.is_null() {
+                        continue;
+                    }
+                    attributes
+                        .push(json!({"key": format!("capability.{k}"), "value": otel_value(v)}));
+                }
+            }
+            json!({
+                "timeUnixNano": nanos,
+                "observedTimeUnixNano": nanos,
+                "severityNumber": severity,
+                "severityText": text,
+                "body": {"stringValue": format!(
+                    "{} {} {}: {}", get("capability_name"), get("stage"), get("decision"), outcome
+                )},
+                "attributes": attributes,
+                "traceId": otel_id(get("trace_id"), 32),
+                "spanId": otel_id(get("action_id"), 16),
+            })
+        })
+        .collect();
+    json!({"resourceLogs": [{
+        "resource": {"attributes": [
+            {"key": "service.name", "value": {"stringValue": service_name}},
+        ]},
+        "scopeLogs": [{
+            "scope": {"name": "capability-policy.audit", "version": env!("CARGO_PKG_VERSION")},
+            "logRecords": logs,
+        }],
+    }]})
+}

@@ -1,0 +1,842 @@
+//! Evaluating loaded Cedar policies for one action.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+
+use cedar_policy::{
+    Authorizer, Context, Entities, Entity, EntityId, EntityTypeName, EntityUid, Policy, PolicySet,
+    Request, RestrictedExpression,
+};
+use serde_json::Value;
+
+use super::{
+    ACTION_TYPE, AGENT_TYPE, CAPABILITY_TYPE, CedarError, CedarRule, PolicyFile, RuleEffect, load,
+    read_paths,
+};
+use crate::action::ActionType;
+use crate::decision::{Decision, DecisionType};
+use crate::engine::{PolicySource, RankedDecision, SourceDecisions};
+use crate::model::GovernedCapability;
+use crate::policy::{PolicyContext, PolicyFault, Stage};
+
+/// Bound on cached slices and entity sets, after which the caches are cleared.
+const CACHE_LIMIT: usize = 4096;
+
+/// Slices of one capability, one slot per action type.
+type SliceSlots = [Option<Arc<Slice>>; ActionType::ALL.len()];
+
+/// The policies that can match one (action type, capability) pair, split into those whose
+/// result depends only on the agent, the capability, the action and the environment, tenant
+/// and stage ("static": their matches are cached), and the others ("dynamic": evaluated on
+/// every call).
+struct Slice {
+    fixed: Part,
+    dynamic: Part,
+}
+
+/// One half of a slice.
+#[derive(Default)]
+struct Part {
+    /// The context attributes its policies read.
+    uses: ContextUse,
+    /// Permits and forbids that take part in authorization.
+    authorize: PolicySet,
+    /// Annotated forbids and `log_only` policies, rewritten as permits so that Cedar reports
+    /// every one that matches.
+    annotated: PolicySet,
+}
+
+impl Part {
+    fn is_empty(&self) -> bool {
+        self.authorize.is_empty() && self.annotated.is_empty()
+    }
+}
+
+/// What evaluating one part found: the rules that matched, the rules that errored (with
+/// the message), and the error texts.
+#[derive(Default)]
+struct PartResult {
+    matched: Vec<usize>,
+    errored: Vec<(usize, String)>,
+    errors: Vec<String>,
+}
+
+/// Cedar policies loaded from files, ready to evaluate (parse once, evaluate many times).
+///
+/// Evaluation slices the policies by action type and capability (a policy whose scope
+/// names another action or resource is not evaluated), caches the Cedar entities of each
+/// (agent, capability) pair, builds requests from typed values (not JSON) holding only the
+/// context attributes the slice's policies name, and caches the matches of policies that
+/// read no per-call data (only principal, resource, action, environment, tenant, stage).
+/// Caches are bounded (4096 entries each, then cleared).
+pub struct CedarPolicies {
+    rules: Vec<CedarRule>,
+    index: HashMap<String, usize>,
+    /// Per rule: the policy as Cedar evaluates it (annotated forbids become permits).
+    compiled: Vec<Policy>,
+    /// Per rule: the context attributes it reads.
+    uses: Vec<ContextUse>,
+    authorizer: Authorizer,
+    actions: Vec<EntityUid>,
+    agent_type: EntityTypeName,
+    capability_type: EntityTypeName,
+    slices: Mutex<HashMap<String, SliceSlots>>,
+    entities: Mutex<HashMap<u64, Arc<Entities>>>,
+    fixed_results: Mutex<HashMap<u64, Arc<PartResult>>>,
+    hasher: std::collections::hash_map::RandomState,
+}
+
+impl std::fmt::Debug for CedarPolicies {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CedarPolicies")
+            .field("rules", &self.rules.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn type_name(name: &str) -> Result<EntityTypeName, CedarError> {
+    EntityTypeName::from_str(name).map_err(|e| CedarError::Schema {
+        message: e.to_string(),
+    })
+}
+
+impl CedarPolicies {
+    /// Loads policy files and directories (their `*.cedar` files, sorted).
+    pub fn from_paths<P: AsRef<Path>>(paths: &[P]) -> Result<Self, CedarError> {
+        Self::from_sources(&read_paths(paths)?)
+    }
+
+    /// Loads policies from texts.
+    pub fn from_sources(files: &[PolicyFile]) -> Result<Self, CedarError> {
+        let loaded = load(files).map_err(|diagnostics| CedarError::Invalid { diagnostics })?;
+        let mut compiled = Vec::with_capacity(loaded.policies.len());
+        for (rule, policy) in loaded.rules.iter().zip(loaded.policies) {
+            if !rule.authorizes && rule.effect == RuleEffect::Forbid {
+                compiled.push(as_permit(&policy, rule)?);
+            } else {
+                compiled.push(policy);
+            }
+        }
+        let action_type = type_name(ACTION_TYPE)?;
+        let actions = ActionType::ALL
+            .iter()
+            .map(|a| {
+                EntityUid::from_type_name_and_id(action_type.clone(), EntityId::new(a.as_str()))
+            })
+            .collect();
+        let uses = compiled.iter().map(context_use).collect();
+        let index = loaded
+            .rules
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.id.clone(), i))
+            .collect();
+        Ok(CedarPolicies {
+            rules: loaded.rules,
+            index,
+            compiled,
+            uses,
+            authorizer: Authorizer::new(),
+            actions,
+            agent_type: type_name(AGENT_TYPE)?,
+            capability_type: type_name(CAPABILITY_TYPE)?,
+            slices: Mutex::new(HashMap::new()),
+            entities: Mutex::new(HashMap::new()),
+            fixed_results: Mutex::new(HashMap::new()),
+            hasher: std::collections::hash_map::RandomState::new(),
+        })
+    }
+
+    /// The rules, in load order.
+    pub fn rules(&self) -> &[CedarRule] {
+        &self.rules
+    }
+
+    /// Number of policies.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// No policy at all.
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    /// The rule with that id.
+    pub fn rule(&self, id: &str) -> Option<&CedarRule> {
+        self.index.get(id).map(|&i| &self.rules[i])
+    }
+
+    fn slice(&self, action: ActionType, capability: &str) -> Arc<Slice> {
+        let slot = action as usize;
+        let mut cache = lock(&self.slices);
+        if let Some(s) = cache.get(capability).and_then(|slots| slots[slot].as_ref()) {
+            return Arc::clone(s);
+        }
+        let mut fixed = Part::default();
+        let mut dynamic = Part::default();
+        for ((rule, policy), used) in self.rules.iter().zip(&self.compiled).zip(&self.uses) {
+            if rule.never
+                || rule
+                    .actions
+                    .as_ref()
+                    .is_some_and(|a| !a.iter().any(|x| x == action.as_str()))
+                || rule.resource.as_ref().is_some_and(|r| r != capability)
+            {
+                continue;
+            }
+            let part = if used.is_fixed() {
+                &mut fixed
+            } else {
+                &mut dynamic
+            };
+            let target = if rule.authorizes {
+                &mut part.authorize
+            } else {
+                &mut part.annotated
+            };
+            // Ids are unique by construction, so adding cannot fail.
+            let _ = target.add(policy.clone());
+            part.uses.add(used);
+        }
+        let slice = Arc::new(Slice { fixed, dynamic });
+        if cache.len() >= CACHE_LIMIT {
+            cache.clear();
+        }
+        cache
+            .entry(capability.to_string())
+            .or_insert_with(|| std::array::from_fn(|_| None))[slot] = Some(Arc::clone(&slice));
+        slice
+    }
+
+    fn entities(
+        &self,
+        ctx: &PolicyContext,
+    ) -> Result<(EntityUid, EntityUid, Arc<Entities>, u64), String> {
+        let action = &ctx.action;
+        let cap = &action.capability;
+        let principal = EntityUid::from_type_name_and_id(
+            self.agent_type.clone(),
+            EntityId::new(&action.agent_id),
+        );
+        let resource = EntityUid::from_type_name_and_id(
+            self.capability_type.clone(),
+            EntityId::new(&cap.name),
+        );
+        let mut h = self.hasher.build_hasher();
+        action.agent_id.hash(&mut h);
+        action.tenant_id.hash(&mut h);
+        action.agent_scopes.hash(&mut h);
+        hash_entity_fields(cap, &mut h);
+        let key = h.finish();
+        if let Some(e) = lock(&self.entities).get(&key) {
+            return Ok((principal, resource, Arc::clone(e), key));
+        }
+        let tenant = action.tenant_id.clone().unwrap_or_default();
+        let agent = Entity::new(
+            principal.clone(),
+            HashMap::from([
+                (
+                    "tenant".to_string(),
+                    RestrictedExpression::new_string(tenant),
+                ),
+                (
+                    "scopes".to_string(),
+                    RestrictedExpression::new_set(
+                        action
+                            .agent_scopes
+                            .iter()
+                            .map(|s| RestrictedExpression::new_string(s.clone())),
+                    ),
+                ),
+            ]),
+            HashSet::new(),
+        )
+        .map_err(|e| e.to_string())?;
+        let g = &cap.governance;
+        let s =
+            |v: &Option<String>| RestrictedExpression::new_string(v.clone().unwrap_or_default());
+        let set = |items: Vec<String>| {
+            RestrictedExpression::new_set(items.into_iter().map(RestrictedExpression::new_string))
+        };
+        let capability = Entity::new(
+            resource.clone(),
+            HashMap::from([
+                (
+                    "name".to_string(),
+                    RestrictedExpression::new_string(cap.name.clone()),
+                ),
+                (
+                    "kind".to_string(),
+                    RestrictedExpression::new_string(g.kind.as_str().into()),
+                ),
+                (
+                    "risk".to_string(),
+                    RestrictedExpression::new_string(g.risk.as_str().into()),
+                ),
+                (
+                    "riskLevel".to_string(),
+                    RestrictedExpression::new_long(g.risk as i64),
+                ),
+                ("effects".to_string(), set(cap.effect_names())),
+                (
+                    "scopes".to_string(),
+                    set(cap.required_scopes().map(str::to_string).collect()),
+                ),
+                ("owner".to_string(), s(&g.owner)),
+                ("dataNamespace".to_string(), s(&g.data_namespace)),
+                ("tenant".to_string(), s(&g.tenant)),
+                (
+                    "environment".to_string(),
+                    RestrictedExpression::new_string(
+                        g.environment
+                            .map(|e| e.as_str().to_string())
+                            .unwrap_or_default(),
+                    ),
+                ),
+            ]),
+            HashSet::new(),
+        )
+        .map_err(|e| e.to_string())?;
+        let entities = Arc::new(
+            Entities::from_entities([agent, capability], None).map_err(|e| e.to_string())?,
+        );
+        let mut cache = lock(&self.entities);
+        if cache.len() >= CACHE_LIMIT {
+            cache.clear();
+        }
+        cache.insert(key, Arc::clone(&entities));
+        Ok((principal, resource, entities, key))
+    }
+
+    /// The request context, with only the attributes the slice's policies read (a policy
+    /// cannot observe an attribute it does not name, so leaving the others out changes no
+    /// result and saves building them, decimals especially).
+    fn context(&self, ctx: &PolicyContext, uses: &ContextUse) -> Result<Context, String> {
+        let action = &ctx.action;
+        let g = &action.capability.governance;
+        let mut pairs: Vec<(String, RestrictedExpression)> = Vec::with_capacity(8);
+        if uses.all || uses.input {
+            let input =
+                to_cedar(&action.input, g.input_schema.as_ref()).unwrap_or_else(empty_record);
+            pairs.push(("input".into(), input));
+        }
+        if ctx.stage != Stage::BeforeCapability
+            && (uses.all || uses.output)
+            && let Some(out) = ctx
+                .output
+                .as_ref()
+                .and_then(|o| to_cedar(o, g.output_schema.as_ref()))
+        {
+            pairs.push(("output".into(), out));
+        }
+        if uses.all || uses.environment {
+            pairs.push((
+                "environment".into(),
+                RestrictedExpression::new_string(action.environment.as_str().into()),
+            ));
+        }
+        if uses.all || uses.tenant {
+            pairs.push((
+                "tenant".into(),
+                RestrictedExpression::new_string(action.tenant_id.clone().unwrap_or_default()),
+            ));
+        }
+        if uses.all || uses.stage {
+            pairs.push((
+                "stage".into(),
+                RestrictedExpression::new_string(ctx.stage.as_str().into()),
+            ));
+        }
+        if uses.all || uses.labels {
+            let labels = RestrictedExpression::new_record(
+                action
+                    .labels
+                    .iter()
+                    .map(|(k, v)| (k.clone(), RestrictedExpression::new_string(v.clone()))),
+            )
+            .map_err(|e| e.to_string())?;
+            pairs.push(("labels".into(), labels));
+        }
+        if (uses.all || uses.cost)
+            && let Some(d) = decimal(action.cost_so_far_usd)
+        {
+            pairs.push(("costSoFarUsd".into(), d));
+        }
+        if (uses.all || uses.estimated_cost)
+            && let Some(d) = action.estimated_cost_usd.and_then(decimal)
+        {
+            pairs.push(("estimatedCostUsd".into(), d));
+        }
+        Context::from_pairs(pairs).map_err(|e| e.to_string())
+    }
+
+    fn decision_for(&self, rule: &CedarRule, ctx: &PolicyContext) -> Decision {
+        let mut d = Decision::new(rule.decision);
+        d.reason = rule.reason.clone().or_else(|| match rule.decision {
+            DecisionType::Deny => Some(format!("denied by policy `{}`", rule.id)),
+            _ => None,
+        });
+        d.policy_id = Some(rule.id.clone());
+        d.policy_name = Some(rule.id.clone());
+        d.policy_version.clone_from(&rule.version);
+        d.code.clone_from(&rule.code);
+        d.redact.clone_from(&rule.redact);
+        d.mutations.clone_from(&rule.mutations);
+        if let Some(types) = &rule.disable_side_effects {
+            let refs: Vec<&str> = types.iter().map(String::as_str).collect();
+            let input = ctx.action.capability.disable_input_for(&refs);
+            d.mutations.extend(Decision::set_input(&input).mutations);
+        }
+        d.route_to.clone_from(&rule.route_to);
+        d.sandbox.clone_from(&rule.sandbox);
+        if rule.decision == DecisionType::LogOnly {
+            d.would_be = Some(match rule.effect {
+                RuleEffect::Permit => DecisionType::Allow,
+                RuleEffect::Forbid => DecisionType::Deny,
+            });
+        }
+        d
+    }
+
+    /// Evaluates the policies for the context: the decisions of every matching policy,
+    /// ranked by priority, plus Cedar's default deny in the before stage.
+    pub fn evaluate(&self, ctx: &PolicyContext) -> Result<SourceDecisions, PolicyFault> {
+        let action = &ctx.action;
+        let slice = self.slice(action.action_type, &action.capability.name);
+        let before = ctx.stage == Stage::BeforeCapability;
+        let mut out = SourceDecisions::default();
+        if slice.fixed.is_empty() && slice.dynamic.is_empty() {
+            if before {
+                out.decisions.push(self.default_deny(ctx));
+            }
+            return Ok(out);
+        }
+        let (principal, resource, entities, entity_key) =
+            self.entities(ctx).map_err(PolicyFault::new)?;
+        let action_uid = &self.actions[action.action_type as usize];
+        let request = |part: &Part| -> Result<Request, PolicyFault> {
+            let context = self.context(ctx, &part.uses).map_err(PolicyFault::new)?;
+            Request::new(
+                principal.clone(),
+                action_uid.clone(),
+                resource.clone(),
+                context,
+                None,
+            )
+            .map_err(|e| PolicyFault::new(e.to_string()))
+        };
+        let mut results: Vec<Arc<PartResult>> = Vec::with_capacity(2);
+        if !slice.fixed.is_empty() {
+            // Same agent, capability, action, environment, tenant and stage: same result.
+            let mut h = self.hasher.build_hasher();
+            entity_key.hash(&mut h);
+            action.action_type.hash(&mut h);
+            action.environment.hash(&mut h);
+            action.tenant_id.hash(&mut h);
+            ctx.stage.hash(&mut h);
+            let key = h.finish();
+            let cached = lock(&self.fixed_results).get(&key).cloned();
+            let result = match cached {
+                Some(r) => r,
+                None => {
+                    let r =
+                        Arc::new(self.run_part(&slice.fixed, &request(&slice.fixed)?, &entities));
+                    let mut cache = lock(&self.fixed_results);
+                    if cache.len() >= CACHE_LIMIT {
+                        cache.clear();
+                    }
+                    cache.insert(key, Arc::clone(&r));
+                    r
+                }
+            };
+            results.push(result);
+        }
+        if !slice.dynamic.is_empty() {
+            let r = self.run_part(&slice.dynamic, &request(&slice.dynamic)?, &entities);
+            results.push(Arc::new(r));
+        }
+
+        let mut matched: Vec<usize> = Vec::new();
+        let mut errored_forbid = false;
+        for r in &results {
+            matched.extend_from_slice(&r.matched);
+            out.errors.extend(r.errors.iter().cloned());
+            for (i, message) in &r.errored {
+                let rule = &self.rules[*i];
+                // A forbid that cannot be evaluated denies (fail closed), at the stages where
+                // its decision applies.
+                if rule.effect == RuleEffect::Forbid
+                    && rule.decision != DecisionType::LogOnly
+                    && applies_at(rule.decision, ctx.stage)
+                {
+                    errored_forbid = true;
+                    let mut d = Decision::deny(format!(
+                        "policy `{}` could not be evaluated: {message}",
+                        rule.id
+                    ))
+                    .with_code("policy_error");
+                    d.policy_id = Some(rule.id.clone());
+                    d.policy_name = Some(rule.id.clone());
+                    out.decisions.push(RankedDecision {
+                        priority: rule.priority,
+                        decision: d,
+                    });
+                }
+            }
+        }
+        matched.sort_unstable();
+        matched.dedup();
+        // As in a single Cedar call: when a forbid matched, the permits are not reported.
+        let is_forbid = |i: &usize| {
+            let r = &self.rules[*i];
+            r.authorizes && r.effect == RuleEffect::Forbid
+        };
+        if matched.iter().any(is_forbid) {
+            matched.retain(|i| {
+                let r = &self.rules[*i];
+                !(r.authorizes && r.effect == RuleEffect::Permit)
+            });
+        }
+        let mut granted = false;
+        for i in matched {
+            let rule = &self.rules[i];
+            if rule.authorizes && rule.effect == RuleEffect::Permit {
+                granted = true;
+            }
+            if !applies_at(rule.decision, ctx.stage) {
+                continue;
+            }
+            out.decisions.push(RankedDecision {
+                priority: rule.priority,
+                decision: self.decision_for(rule, ctx),
+            });
+        }
+        let denied = out.decisions.iter().any(|d| d.decision.denied()) || errored_forbid;
+        if before && !granted && !denied {
+            out.decisions.push(self.default_deny(ctx));
+        }
+        Ok(out)
+    }
+
+    /// Runs Cedar on one part. Cedar reports, for an `Allow`, every permit that matched, and
+    /// for a `Deny`, every forbid that matched; since any matched forbid denies, that is all
+    /// the combination needs. Annotated policies are all permits, so all their matches show.
+    fn run_part(&self, part: &Part, request: &Request, entities: &Entities) -> PartResult {
+        let mut r = PartResult::default();
+        for set in [&part.authorize, &part.annotated] {
+            if set.is_empty() {
+                continue;
+            }
+            let response = self.authorizer.is_authorized(request, set, entities);
+            for id in response.diagnostics().reason() {
+                if let Some(&i) = self.index.get(AsRef::<str>::as_ref(id)) {
+                    r.matched.push(i);
+                }
+            }
+            for e in response.diagnostics().errors() {
+                r.errors.push(e.to_string());
+                let cedar_policy::AuthorizationError::PolicyEvaluationError(pe) = e;
+                if let Some(&i) = self.index.get(AsRef::<str>::as_ref(pe.policy_id())) {
+                    r.errored.push((i, pe.inner().to_string()));
+                }
+            }
+        }
+        r
+    }
+
+    fn default_deny(&self, ctx: &PolicyContext) -> RankedDecision {
+        RankedDecision {
+            priority: i64::MAX,
+            decision: Decision::deny(format!(
+                "no policy permits `{}` on `{}`",
+                ctx.action.action_type, ctx.action.capability.name
+            ))
+            .with_code("default_deny"),
+        }
+    }
+}
+
+impl PolicySource for CedarPolicies {
+    fn name(&self) -> &str {
+        "cedar"
+    }
+
+    fn decide(&self, ctx: &PolicyContext) -> Result<SourceDecisions, PolicyFault> {
+        self.evaluate(ctx)
+    }
+}
+
+/// The stages at which a Cedar policy's decision applies: `approval_required`,
+/// `transform_input`, `route` and `sandbox` before execution; `redact` and
+/// `transform_output` after it; `allow`, `deny` and `log_only` at every stage.
+pub fn applies_at(decision: DecisionType, stage: Stage) -> bool {
+    match decision {
+        DecisionType::Allow | DecisionType::Deny | DecisionType::LogOnly => true,
+        DecisionType::ApprovalRequired
+        | DecisionType::TransformInput
+        | DecisionType::Route
+        | DecisionType::Sandbox => stage == Stage::BeforeCapability,
+        DecisionType::Redact | DecisionType::TransformOutput => stage == Stage::AfterCapability,
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// Which context attributes a policy reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct ContextUse {
+    /// `context` used as a whole (e.g. compared): every attribute is needed.
+    all: bool,
+    input: bool,
+    output: bool,
+    environment: bool,
+    tenant: bool,
+    stage: bool,
+    labels: bool,
+    cost: bool,
+    estimated_cost: bool,
+}
+
+impl ContextUse {
+    /// Reads nothing that changes from call to call (only environment, tenant and stage).
+    fn is_fixed(&self) -> bool {
+        !(self.all || self.input || self.output || self.labels || self.cost || self.estimated_cost)
+    }
+
+    fn add(&mut self, o: &ContextUse) {
+        self.all |= o.all;
+        self.input |= o.input;
+        self.output |= o.output;
+        self.environment |= o.environment;
+        self.tenant |= o.tenant;
+        self.stage |= o.stage;
+        self.labels |= o.labels;
+        self.cost |= o.cost;
+        self.estimated_cost |= o.estimated_cost;
+    }
+
+    fn mark(&mut self, attr: &str) {
+        match attr {
+            "input" => self.input = true,
+            "output" => self.output = true,
+            "environment" => self.environment = true,
+            "tenant" => self.tenant = true,
+            "stage" => self.stage = true,
+            "labels" => self.labels = true,
+            "costSoFarUsd" => self.cost = true,
+            "estimatedCostUsd" => self.estimated_cost = true,
+            _ => {}
+        }
+    }
+}
+
+/// The context attributes a policy reads, from its JSON form (`context.x`, `context["x"]`
+/// and `context has x` all become `.`/`has` nodes whose left side is the `context` variable).
+/// Any other use of `context` needs the whole record. A policy that cannot be converted
+/// uses everything.
+fn context_use(policy: &Policy) -> ContextUse {
+    let mut uses = ContextUse::default();
+    match policy.to_json() {
+        Ok(json) => walk_context_use(&json, &mut uses),
+        Err(_) => uses.all = true,
+    }
+    uses
+}
+
+fn is_context_var(v: &Value) -> bool {
+    v.get("Var").and_then(Value::as_str) == Some("context")
+}
+
+fn walk_context_use(v: &Value, uses: &mut ContextUse) {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m {
+                if (k == "." || k == "has") && child.get("left").is_some_and(is_context_var) {
+                    match child.get("attr").and_then(Value::as_str) {
+                        Some(attr) => uses.mark(attr),
+                        None => uses.all = true,
+                    }
+                    continue;
+                }
+                if k == "Var" && child.as_str() == Some("context") {
+                    uses.all = true;
+                    continue;
+                }
+                walk_context_use(child, uses);
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| walk_context_use(i, uses)),
+        _ => {}
+    }
+}
+
+/// Hashes what the Cedar entity of a capability depends on, without allocating.
+fn hash_entity_fields(cap: &GovernedCapability, h: &mut impl Hasher) {
+    let g = &cap.governance;
+    cap.name.hash(h);
+    g.kind.hash(h);
+    g.risk.hash(h);
+    if let Some(e) = &g.effect {
+        e.kind.as_str().hash(h);
+    }
+    0xFFu8.hash(h);
+    for s in &g.side_effects {
+        s.kind.as_str().hash(h);
+    }
+    0xFFu8.hash(h);
+    cap.declared_effects.hash(h);
+    for s in &g.scopes {
+        s.name.hash(h);
+    }
+    0xFFu8.hash(h);
+    g.owner.hash(h);
+    g.data_namespace.hash(h);
+    g.tenant.hash(h);
+    g.environment.hash(h);
+}
+
+/// Rewrites an annotated forbid as a permit (same scope and conditions), so that Cedar
+/// reports it in the reasons of an `Allow` when it matches.
+fn as_permit(policy: &Policy, rule: &CedarRule) -> Result<Policy, CedarError> {
+    let invalid = |message: String| CedarError::Invalid {
+        diagnostics: vec![super::Diagnostic {
+            file: rule.file.clone(),
+            line: rule.line,
+            column: rule.column,
+            severity: super::Severity::Error,
+            message,
+            policy_id: Some(rule.id.clone()),
+        }],
+    };
+    let mut json = policy.to_json().map_err(|e| invalid(e.to_string()))?;
+    if let Some(obj) = json.as_object_mut() {
+        obj.insert("effect".into(), Value::String("permit".into()));
+    }
+    Policy::from_json(Some(policy.id().clone()), json).map_err(|e| invalid(e.to_string()))
+}
+
+fn empty_record() -> RestrictedExpression {
+    // A record with no fields cannot fail to build.
+    RestrictedExpression::new_record(std::iter::empty())
+        .unwrap_or_else(|_| RestrictedExpression::new_bool(false))
+}
+
+/// A Cedar decimal for a double (4 decimal places, Cedar's precision); `None` when out of
+/// Cedar's range or not finite.
+pub(crate) fn decimal(x: f64) -> Option<RestrictedExpression> {
+    decimal_literal(x).map(RestrictedExpression::new_decimal)
+}
+
+/// The text of a Cedar decimal literal for a double.
+pub(crate) fn decimal_literal(x: f64) -> Option<String> {
+    if !x.is_finite() || x.abs() >= 922_337_203_685_477.0 {
+        return None;
+    }
+    let s = format!("{x:.4}");
+    let s = if s.starts_with("-0.0000") {
+        "0.0000".to_string()
+    } else {
+        s
+    };
+    Some(s)
+}
+
+/// The JSON Schema `type` of a value's schema, when it is a single type name.
+fn schema_type(schema: Option<&Value>) -> Option<&str> {
+    schema?.get("type")?.as_str()
+}
+
+/// JSON → Cedar value. `null` has no Cedar form and yields `None` (the member is omitted).
+/// Integers become `Long` unless the schema says `number`; other numbers become `decimal`
+/// (rounded to 4 places); arrays become sets; objects become records.
+pub(crate) fn to_cedar(v: &Value, schema: Option<&Value>) -> Option<RestrictedExpression> {
+    match v {
+        Value::Null => None,
+        Value::Bool(b) => Some(RestrictedExpression::new_bool(*b)),
+        Value::String(s) => Some(RestrictedExpression::new_string(s.clone())),
+        Value::Number(n) => {
+            let wants_decimal = schema_type(schema) == Some("number");
+            match n.as_i64() {
+                Some(i) if !wants_decimal => Some(RestrictedExpression::new_long(i)),
+                _ => decimal(n.as_f64()?),
+            }
+        }
+        Value::Array(items) => {
+            let item_schema = schema.and_then(|s| s.get("items"));
+            Some(RestrictedExpression::new_set(
+                items.iter().filter_map(|i| to_cedar(i, item_schema)),
+            ))
+        }
+        Value::Object(map) => {
+            let props = schema.and_then(|s| s.get("properties"));
+            let fields: Vec<(String, RestrictedExpression)> = map
+                .iter()
+                .filter_map(|(k, v)| {
+                    let sub = props.and_then(|p| p.get(k));
+                    to_cedar(v, sub).map(|e| (k.clone(), e))
+                })
+                .collect();
+            RestrictedExpression::new_record(fields).ok()
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::panic)]
+mod tests {
+    use super::*;
+
+    fn uses(text: &str) -> ContextUse {
+        let policy = match Policy::parse(None, text) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        };
+        context_use(&policy)
+    }
+
+    #[test]
+    fn context_attributes_read_by_a_policy_are_found() {
+        let u = uses(
+            r#"permit(principal, action, resource) when {
+                context.input.amount > 1 && context has labels && context["stage"] == "x" &&
+                context.input has tenant && resource.owner == "costSoFarUsd"
+            };"#,
+        );
+        assert_eq!(
+            u,
+            ContextUse {
+                input: true,
+                labels: true,
+                stage: true,
+                ..ContextUse::default()
+            }
+        );
+        assert!(uses("permit(principal, action, resource) when { context == {} };").all);
+        assert_eq!(
+            uses("permit(principal, action, resource);"),
+            ContextUse::default()
+        );
+        let u = uses(
+            "forbid(principal, action, resource) when { context has estimatedCostUsd && context.costSoFarUsd.greaterThan(decimal(\"1.0\")) };",
+        );
+        assert!(u.cost && u.estimated_cost && !u.input && !u.all);
+    }
+
+    #[test]
+    fn decimals_have_four_places() {
+        assert_eq!(decimal_literal(250.0).as_deref(), Some("250.0000"));
+        assert_eq!(decimal_literal(0.123456).as_deref(), Some("0.1235"));
+        assert_eq!(decimal_literal(-0.00001).as_deref(), Some("0.0000"));
+        assert_eq!(decimal_literal(f64::NAN), None);
+        assert_eq!(decimal_literal(1e300), None);
+    }
+}

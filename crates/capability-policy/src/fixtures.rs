@@ -1,0 +1,313 @@
+//! The policy fixture runner behind `cap policy test <policy files...> --fixtures <file.json>`.
+//!
+//! A fixture file is a JSON array of cases:
+//!
+//! ```json
+//! [{
+//!   "name": "refund under the limit is allowed",
+//!   "action": {
+//!     "capability": "refund_customer", "actionType": "tool_call", "agentId": "support-agent",
+//!     "tenant": "acme", "scopes": ["refunds:create"], "environment": "prod",
+//!     "input": {"amount_usd": 50}
+//!   },
+//!   "expect": "allow"
+//! }]
+//! ```
+//!
+//! `action.output` (optional) makes the case an `after_capability` evaluation; otherwise it is
+//! `before_capability`. Optional extras: `stage`, `principal`, `labels`, `costSoFarUsd`,
+//! `estimatedCostUsd`, and `governance` (a `metadata.governance` object, for capabilities that
+//! are not in the registry). `expect` is the combined decision ([`crate::engine::Verdict::kind`]).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::action::{ActionType, AgentAction};
+use crate::decision::DecisionType;
+use crate::engine::PolicyEngine;
+use crate::model::{Environment, Governance, GovernedCapability};
+use crate::policy::{PolicyContext, Stage};
+use crate::registry::CapabilityRegistry;
+
+/// Failures reading a fixture file.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FixtureError {
+    #[error("cannot read `{path}`: {message}")]
+    Io { path: String, message: String },
+    #[error("`{path}`: {message}")]
+    Json { path: String, message: String },
+    #[error("`{path}`: fixture {index} (`{name}`): {message}")]
+    Case {
+        path: String,
+        index: usize,
+        name: String,
+        message: String,
+    },
+}
+
+/// The action part of a fixture.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FixtureAction {
+    pub capability: String,
+    pub action_type: ActionType,
+    pub agent_id: String,
+    #[serde(default)]
+    pub tenant: Option<String>,
+    #[serde(default)]
+    pub scopes: Vec<String>,
+    #[serde(default)]
+    pub environment: Option<Environment>,
+    #[serde(default)]
+    pub input: Option<Value>,
+    #[serde(default)]
+    pub output: Option<Value>,
+    #[serde(default)]
+    pub stage: Option<Stage>,
+    #[serde(default)]
+    pub principal: Option<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub cost_so_far_usd: Option<f64>,
+    #[serde(default)]
+    pub estimated_cost_usd: Option<f64>,
+    #[serde(default)]
+    pub governance: Option<Value>,
+}
+
+/// One fixture case.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Fixture {
+    pub name: String,
+    pub action: FixtureAction,
+    pub expect: DecisionType,
+}
+
+/// Reads a fixture file (a JSON array of cases).
+pub fn load_fixtures(path: &Path) -> Result<Vec<Fixture>, FixtureError> {
+    let name = path.display().to_string();
+    let text = std::fs::read(path).map_err(|e| FixtureError::Io {
+        path: name.clone(),
+        message: e.to_string(),
+    })?;
+    parse_fixtures(&text, &name)
+}
+
+/// Parses fixture JSON; `name` labels errors.
+pub fn parse_fixtures(text: &[u8], name: &str) -> Result<Vec<Fixture>, FixtureError> {
+    let v = capability_core::json::parse(text).map_err(|e| FixtureError::Json {
+        path: name.to_string(),
+        message: e.to_string(),
+    })?;
+    let Value::Array(items) = v else {
+        return Err(FixtureError::Json {
+            path: name.to_string(),
+            message: "expected a JSON array of fixtures".into(),
+        });
+    };
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let case_name = item
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("?")
+                .to_string();
+            serde_json::from_value::<Fixture>(item).map_err(|e| FixtureError::Case {
+                path: name.to_string(),
+                index: i + 1,
+                name: case_name,
+                message: e.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The result of one case.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FixtureResult {
+    pub name: String,
+    pub stage: Stage,
+    pub expected: DecisionType,
+    /// The combined decision, or why the case could not run.
+    pub actual: Result<DecisionType, String>,
+    pub reason: Option<String>,
+    pub policy_ids: Vec<String>,
+}
+
+impl FixtureResult {
+    pub fn passed(&self) -> bool {
+        self.actual.as_ref().is_ok_and(|a| *a == self.expected)
+    }
+}
+
+/// All results.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct FixtureReport {
+    pub results: Vec<FixtureResult>,
+}
+
+impl FixtureReport {
+    pub fn passed(&self) -> usize {
+        self.results.iter().filter(|r| r.passed()).count()
+    }
+    pub fn failed(&self) -> usize {
+        self.results.len() - self.passed()
+    }
+    /// Every case matched.
+    pub fn ok(&self) -> bool {
+        self.failed() == 0
+    }
+
+    /// A readable report: one line per case, a diff under each failure, and a closing
+    /// `N passed, M failed` line.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for r in &self.results {
+            if r.passed() {
+                let _ = writeln!(out, "ok     {} ({}): {}", r.name, r.stage, r.expected);
+                continue;
+            }
+            let _ = writeln!(out, "FAILED {} ({})", r.name, r.stage);
+            let _ = writeln!(out, "  - expected: {}", r.expected);
+            match &r.actual {
+                Ok(a) => {
+                    let _ = writeln!(out, "  + actual:   {a}");
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "  + error:    {e}");
+                }
+            }
+            if let Some(reason) = &r.reason {
+                let _ = writeln!(out, "    reason:   {reason}");
+            }
+            let policies = if r.policy_ids.is_empty() {
+                "(none matched)".to_string()
+            } else {
+                r.policy_ids.join(", ")
+            };
+            let _ = writeln!(out, "    policies: {policies}");
+        }
+        let _ = writeln!(out, "{} passed, {} failed", self.passed(), self.failed());
+        out
+    }
+}
+
+fn capability_for(
+    a: &FixtureAction,
+    registry: &CapabilityRegistry,
+) -> Result<Arc<GovernedCapability>, String> {
+    if let Some(g) = &a.governance {
+        let governance =
+            Governance::from_json(g, "action.governance").map_err(|e| e.to_string())?;
+        return Ok(Arc::new(GovernedCapability::with_governance(
+            a.capability.clone(),
+            governance,
+        )));
+    }
+    registry.get(&a.capability).ok_or_else(|| {
+        format!(
+            "capability `{}` is not registered; register it or give `action.governance`",
+            a.capability
+        )
+    })
+}
+
+/// Runs one case.
+pub fn run_fixture(
+    engine: &PolicyEngine,
+    registry: &CapabilityRegistry,
+    f: &Fixture,
+) -> FixtureResult {
+    let a = &f.action;
+    let stage = a.stage.unwrap_or(if a.output.is_some() {
+        Stage::AfterCapability
+    } else {
+        Stage::BeforeCapability
+    });
+    let mut result = FixtureResult {
+        name: f.name.clone(),
+        stage,
+        expected: f.expect,
+        actual: Err(String::new()),
+        reason: None,
+        policy_ids: Vec::new(),
+    };
+    let cap = match capability_for(a, registry) {
+        Ok(c) => c,
+        Err(e) => {
+            result.actual = Err(e);
+            return result;
+        }
+    };
+    let mut action = AgentAction::new(a.action_type, cap, a.agent_id.clone())
+        .input(
+            a.input
+                .clone()
+                .unwrap_or_else(|| Value::Object(Default::default())),
+        )
+        .scopes(a.scopes.iter().cloned());
+    action.tenant_id.clone_from(&a.tenant);
+    action.environment = a.environment.unwrap_or(Environment::Dev);
+    action.principal_id.clone_from(&a.principal);
+    action.labels.clone_from(&a.labels);
+    action.cost_so_far_usd = a.cost_so_far_usd.unwrap_or(0.0);
+    action.estimated_cost_usd = a.estimated_cost_usd;
+    let mut ctx = PolicyContext::new(action, stage);
+    ctx.output.clone_from(&a.output);
+    match engine.evaluate(&ctx) {
+        Ok(v) => {
+            result.actual = Ok(v.kind);
+            result.reason.clone_from(&v.decision.reason);
+            result.policy_ids = v.policy_ids();
+        }
+        Err(e) => result.actual = Err(e.to_string()),
+    }
+    result
+}
+
+/// Runs every case.
+pub fn run_fixtures(
+    engine: &PolicyEngine,
+    registry: &CapabilityRegistry,
+    fixtures: &[Fixture],
+) -> FixtureReport {
+    FixtureReport {
+        results: fixtures
+            .iter()
+            .map(|f| run_fixture(engine, registry, f))
+            .collect(),
+    }
+}
+
+/// The `cap policy test` entry point: loads the policy files and the fixtures, runs them
+/// against a Cedar-only engine. `Ok(report)` even when cases fail (see
+/// [`FixtureReport::ok`]).
+pub fn test_policy_files<P: AsRef<Path>>(
+    policy_paths: &[P],
+    fixtures_path: &Path,
+    registry: &CapabilityRegistry,
+) -> Result<FixtureReport, TestFilesError> {
+    let cedar = crate::cedar::CedarPolicies::from_paths(policy_paths)?;
+    let fixtures = load_fixtures(fixtures_path)?;
+    let engine = PolicyEngine::new();
+    engine.add_source(Arc::new(cedar));
+    Ok(run_fixtures(&engine, registry, &fixtures))
+}
+
+/// Why [`test_policy_files`] could not run.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TestFilesError {
+    #[error(transparent)]
+    Cedar(#[from] crate::cedar::CedarError),
+    #[error(transparent)]
+    Fixtures(#[from] FixtureError),
+}

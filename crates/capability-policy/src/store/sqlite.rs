@@ -1,0 +1,520 @@
+//! SQLite store: the audit chain (group commit through a writer thread) and approvals, in a
+//! database file shared with other tables (the runtime's receipts). Tables are prefixed
+//! `audit_` and `approval_`; nothing else in the file is touched.
+//!
+//! Settings: WAL journal, `synchronous=NORMAL`, a busy timeout. Appends are sent to one
+//! writer thread, which takes every append waiting in its queue (up to `max_batch` events)
+//! and writes them in one `BEGIN IMMEDIATE` transaction that reads the head, chains the
+//! events, inserts them and moves the head; each caller returns once its batch committed.
+//! Because the head is read inside the write transaction, several processes appending to the
+//! same file still produce one chain.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::{Mutex, MutexGuard};
+use std::thread::JoinHandle;
+
+use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use serde_json::Value;
+
+use crate::approvals::{ApprovalFilter, ApprovalRecord, ApprovalStatus, ApprovalStore};
+use crate::audit::{
+    AuditError, AuditEvent, AuditRecord, AuditSink, AuditStore, GENESIS_HASH, chain_hash,
+};
+
+use super::StoreError;
+
+/// Tuning for [`SqliteStore`].
+#[derive(Clone, Debug)]
+pub struct SqliteOptions {
+    /// Most events written in one transaction.
+    pub max_batch: usize,
+    /// How long to wait for a lock held by another connection or process.
+    pub busy_timeout_ms: u64,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            max_batch: 1024,
+            busy_timeout_ms: 5000,
+        }
+    }
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS audit_events (
+    seq INTEGER PRIMARY KEY,
+    event_id TEXT NOT NULL UNIQUE,
+    tenant TEXT,
+    timestamp TEXT NOT NULL,
+    prev_hash TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    event TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_events_by_tenant ON audit_events (tenant, seq);
+CREATE TABLE IF NOT EXISTS audit_head (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS approval_requests (
+    approval_id TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    tenant TEXT,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS approval_requests_by_status ON approval_requests (status, created_at);
+";
+
+struct Job {
+    events: Vec<AuditEvent>,
+    reply: mpsc::Sender<Result<Vec<AuditRecord>, StoreError>>,
+}
+
+/// The SQLite-backed store.
+pub struct SqliteStore {
+    path: String,
+    conn: Mutex<Connection>,
+    writer: Mutex<Option<mpsc::Sender<Job>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    match m.lock() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file with default options.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        Self::open_with(path, SqliteOptions::default())
+    }
+
+    /// Opens (creating if needed) the database file.
+    pub fn open_with(path: &Path, options: SqliteOptions) -> Result<Self, StoreError> {
+        let name = path.display().to_string();
+        let db = |e: rusqlite::Error| StoreError::Database {
+            path: name.clone(),
+            message: e.to_string(),
+        };
+        if let Some(parent) = path.parent()
+            && !parent.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(parent).map_err(|e| StoreError::Database {
+                path: name.clone(),
+                message: e.to_string(),
+            })?;
+        }
+        let conn = connect(path, &options).map_err(db)?;
+        conn.execute_batch(SCHEMA).map_err(db)?;
+        let writer_conn = connect(path, &options).map_err(db)?;
+        let (tx, rx) = mpsc::channel::<Job>();
+        let writer_name = name.clone();
+        let max_batch = options.max_batch.max(1);
+        let thread = std::thread::Builder::new()
+            .name("audit-writer".into())
+            .spawn(move || writer_loop(writer_conn, rx, max_batch, writer_name))
+            .map_err(|e| StoreError::Database {
+                path: name.clone(),
+                message: format!("cannot start the audit writer: {e}"),
+            })?;
+        Ok(SqliteStore {
+            path: name,
+            conn: Mutex::new(conn),
+            writer: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// The database path.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    fn db(&self, e: rusqlite::Error) -> StoreError {
+        StoreError::Database {
+            path: self.path.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    /// Appends without waiting for the commit (the event is queued for the writer thread).
+    pub fn append_nowait(&self, events: Vec<AuditEvent>) -> Result<(), StoreError> {
+        let (reply, _rx) = mpsc::channel();
+        self.send(Job { events, reply })
+    }
+
+    fn send(&self, job: Job) -> Result<(), StoreError> {
+        match lock(&self.writer).as_ref() {
+            Some(tx) => tx.send(job).map_err(|_| StoreError::WriterGone),
+            None => Err(StoreError::WriterGone),
+        }
+    }
+
+    fn query_records(
+        &self,
+        sql: &str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        let conn = lock(&self.conn);
+        let mut stmt = conn.prepare_cached(sql).map_err(|e| self.db(e))?;
+        let rows = stmt
+            .query_map(params, |row| {
+                Ok((
+                    row.get::<_, i64>(0)?,
+                    row.get::<_, String>(1)?,
+                    row.get::<_, String>(2)?,
+                    row.get::<_, String>(3)?,
+                ))
+            })
+            .map_err(|e| self.db(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, prev_hash, hash, event) = row.map_err(|e| self.db(e))?;
+            out.push(AuditRecord {
+                seq: u64::try_from(seq).unwrap_or(0),
+                prev_hash,
+                hash,
+                event: parse_event(&event)?,
+            });
+        }
+        Ok(out)
+    }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        lock(&self.writer).take();
+        if let Some(t) = lock(&self.thread).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn parse_event(text: &str) -> Result<Value, StoreError> {
+    capability_core::json::parse_str(text).map_err(|e| StoreError::Corrupt {
+        table: "audit_events",
+        message: e.to_string(),
+    })
+}
+
+fn connect(path: &Path, options: &SqliteOptions) -> rusqlite::Result<Connection> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_millis(options.busy_timeout_ms))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(conn)
+}
+
+fn writer_loop(mut conn: Connection, rx: mpsc::Receiver<Job>, max_batch: usize, path: String) {
+    while let Ok(first) = rx.recv() {
+        let mut jobs = vec![first];
+        let mut count = jobs[0].events.len();
+        while count < max_batch {
+            match rx.try_recv() {
+                Ok(j) => {
+                    count += j.events.len();
+                    jobs.push(j);
+                }
+                Err(_) => break,
+            }
+        }
+        let all: Vec<&[AuditEvent]> = jobs.iter().map(|j| j.events.as_slice()).collect();
+        match write_batch(&mut conn, &all) {
+            Ok(results) => {
+                for (job, records) in jobs.into_iter().zip(results) {
+                    let _ = job.reply.send(Ok(records));
+                }
+            }
+            Err(_) if jobs.len() > 1 => {
+                // One bad job must not fail the others: retry each on its own.
+                for job in jobs {
+                    let result = write_batch(&mut conn, &[job.events.as_slice()])
+                        .map(|mut r| r.pop().unwrap_or_default())
+                        .map_err(|e| to_store_error(e, &path, &job.events));
+                    let _ = job.reply.send(result);
+                }
+            }
+            Err(e) => {
+                for job in jobs {
+                    let _ =
+                        job.reply
+                            .send(Err(to_store_error(e.clone_shallow(), &path, &job.events)));
+                }
+            }
+        }
+    }
+}
+
+/// A cloneable summary of a rusqlite error.
+#[derive(Debug)]
+struct WriteError {
+    message: String,
+    constraint: bool,
+}
+
+impl WriteError {
+    fn clone_shallow(&self) -> WriteError {
+        WriteError {
+            message: self.message.clone(),
+            constraint: self.constraint,
+        }
+    }
+}
+
+impl From<rusqlite::Error> for WriteError {
+    fn from(e: rusqlite::Error) -> Self {
+        let constraint = matches!(
+            &e,
+            rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation
+        );
+        WriteError {
+            message: e.to_string(),
+            constraint,
+        }
+    }
+}
+
+fn to_store_error(e: WriteError, path: &str, events: &[AuditEvent]) -> StoreError {
+    if e.constraint
+        && let Some(ev) = events.first()
+    {
+        return StoreError::Duplicate {
+            event_id: ev.event_id.clone(),
+        };
+    }
+    StoreError::Database {
+        path: path.to_string(),
+        message: e.message,
+    }
+}
+
+fn write_batch(
+    conn: &mut Connection,
+    jobs: &[&[AuditEvent]],
+) -> Result<Vec<Vec<AuditRecord>>, WriteError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let head: Option<(i64, String)> = tx
+        .query_row("SELECT seq, hash FROM audit_head WHERE id = 1", [], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()?;
+    let (mut seq, mut prev) = match head {
+        Some((s, h)) => (u64::try_from(s).unwrap_or(0), h),
+        None => (0, GENESIS_HASH.to_string()),
+    };
+    let mut out = Vec::with_capacity(jobs.len());
+    {
+        let mut insert = tx.prepare_cached(
+            "INSERT INTO audit_events (seq, event_id, tenant, timestamp, prev_hash, hash, event)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+        )?;
+        for events in jobs {
+            let mut records = Vec::with_capacity(events.len());
+            for e in *events {
+                seq += 1;
+                let event = e.to_json();
+                let hash = chain_hash(seq, &prev, &event);
+                insert.execute(params![
+                    i64::try_from(seq).unwrap_or(i64::MAX),
+                    e.event_id,
+                    e.tenant_id,
+                    e.timestamp,
+                    prev,
+                    hash,
+                    capability_core::json::canonical_string(&event),
+                ])?;
+                records.push(AuditRecord {
+                    seq,
+                    prev_hash: prev.clone(),
+                    hash: hash.clone(),
+                    event,
+                });
+                prev = hash;
+            }
+            out.push(records);
+        }
+    }
+    tx.execute(
+        "INSERT INTO audit_head (id, seq, hash) VALUES (1, ?1, ?2)
+         ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
+        params![i64::try_from(seq).unwrap_or(i64::MAX), prev],
+    )?;
+    tx.commit()?;
+    Ok(out)
+}
+
+impl AuditStore for SqliteStore {
+    fn append(&self, events: &[AuditEvent]) -> Result<Vec<AuditRecord>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let (reply, rx) = mpsc::channel();
+        self.send(Job {
+            events: events.to_vec(),
+            reply,
+        })?;
+        rx.recv().map_err(|_| StoreError::WriterGone)?
+    }
+
+    fn tail(&self, tenant: Option<&str>, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut v = match tenant {
+            Some(t) => self.query_records(
+                "SELECT seq, prev_hash, hash, event FROM audit_events WHERE tenant = ?1
+                 ORDER BY seq DESC LIMIT ?2",
+                &[&t, &limit],
+            )?,
+            None => self.query_records(
+                "SELECT seq, prev_hash, hash, event FROM audit_events ORDER BY seq DESC LIMIT ?1",
+                &[&limit],
+            )?,
+        };
+        v.reverse();
+        Ok(v)
+    }
+
+    fn get(&self, event_id: &str) -> Result<Option<AuditRecord>, StoreError> {
+        Ok(self
+            .query_records(
+                "SELECT seq, prev_hash, hash, event FROM audit_events WHERE event_id = ?1",
+                &[&event_id],
+            )?
+            .pop())
+    }
+
+    fn records(&self, from_seq: u64, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
+        let from = i64::try_from(from_seq).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.query_records(
+            "SELECT seq, prev_hash, hash, event FROM audit_events WHERE seq >= ?1
+             ORDER BY seq LIMIT ?2",
+            &[&from, &limit],
+        )
+    }
+
+    fn head(&self) -> Result<Option<(u64, String)>, StoreError> {
+        let conn = lock(&self.conn);
+        conn.query_row("SELECT seq, hash FROM audit_head WHERE id = 1", [], |r| {
+            Ok((u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0), r.get(1)?))
+        })
+        .optional()
+        .map_err(|e| self.db(e))
+    }
+}
+
+impl AuditSink for SqliteStore {
+    fn emit(&self, event: &AuditEvent) -> Result<(), AuditError> {
+        self.append(std::slice::from_ref(event))?;
+        Ok(())
+    }
+}
+
+fn record_from_text(text: &str) -> Result<ApprovalRecord, StoreError> {
+    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+        table: "approval_requests",
+        message: e.to_string(),
+    })
+}
+
+fn record_text(r: &ApprovalRecord) -> Result<String, StoreError> {
+    serde_json::to_string(r).map_err(|e| StoreError::Corrupt {
+        table: "approval_requests",
+        message: e.to_string(),
+    })
+}
+
+impl ApprovalStore for SqliteStore {
+    fn insert_approval(&self, record: &ApprovalRecord) -> Result<(), StoreError> {
+        let text = record_text(record)?;
+        let conn = lock(&self.conn);
+        conn.execute(
+            "INSERT INTO approval_requests (approval_id, status, tenant, created_at, expires_at, record)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                record.approval_id,
+                record.status.as_str(),
+                record.tenant,
+                record.created_at,
+                record.expires_at,
+                text
+            ],
+        )
+        .map_err(|e| self.db(e))?;
+        Ok(())
+    }
+
+    fn get_approval(&self, id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
+        let conn = lock(&self.conn);
+        let text: Option<String> = conn
+            .query_row(
+                "SELECT record FROM approval_requests WHERE approval_id = ?1",
+                [id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.db(e))?;
+        text.map(|t| record_from_text(&t)).transpose()
+    }
+
+    fn list_approvals(&self, filter: &ApprovalFilter) -> Result<Vec<ApprovalRecord>, StoreError> {
+        let conn = lock(&self.conn);
+        let limit = filter
+            .limit
+            .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT record FROM approval_requests
+                 WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR tenant = ?2)
+                 ORDER BY created_at DESC, rowid DESC LIMIT ?3",
+            )
+            .map_err(|e| self.db(e))?;
+        let rows = stmt
+            .query_map(
+                params![filter.status.map(|s| s.as_str()), filter.tenant, limit],
+                |r| r.get::<_, String>(0),
+            )
+            .map_err(|e| self.db(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            out.push(record_from_text(&row.map_err(|e| self.db(e))?)?);
+        }
+        Ok(out)
+    }
+
+    fn update_approval(
+        &self,
+        record: &ApprovalRecord,
+        expected: ApprovalStatus,
+    ) -> Result<bool, StoreError> {
+        let text = record_text(record)?;
+        let conn = lock(&self.conn);
+        let changed = conn
+            .execute(
+                "UPDATE approval_requests SET status = ?1, expires_at = ?2, record = ?3
+                 WHERE approval_id = ?4 AND status = ?5",
+                params![
+                    record.status.as_str(),
+                    record.expires_at,
+                    text,
+                    record.approval_id,
+                    expected.as_str()
+                ],
+            )
+            .map_err(|e| self.db(e))?;
+        Ok(changed == 1)
+    }
+}

@@ -1,0 +1,380 @@
+//! The hash-chained audit log in SQLite (and memory): append with group commit, tail by
+//! tenant, show, verify against edits, deletions, reordering and truncation, export.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use capability_policy::audit::{self, AuditRecord, ChainVerifier};
+use capability_policy::*;
+use rusqlite::Connection;
+use serde_json::{Value, json};
+
+fn event(tenant: Option<&str>, outcome: AuditOutcome, decision: Decision) -> AuditEvent {
+    let cap = Arc::new(
+        GovernedCapability::new("refund_customer", CapabilityKind::Tool).risk(RiskLevel::High),
+    );
+    let mut a =
+        AgentAction::new(ActionType::ToolCall, cap, "agent").input(json!({"amount_usd": 5}));
+    a.tenant_id = tenant.map(str::to_string);
+    AuditEvent::new(&a, &decision, Stage::BeforeCapability, outcome)
+}
+
+fn fill(store: &dyn AuditStore, n: usize) -> Vec<AuditRecord> {
+    let events: Vec<AuditEvent> = (0..n)
+        .map(|i| {
+            let tenant = if i % 2 == 0 { "acme" } else { "globex" };
+            event(
+                Some(tenant),
+                AuditOutcome::Allowed,
+                Decision::allow().with_reason(format!("r{i}")),
+            )
+        })
+        .collect();
+    store.append(&events).unwrap()
+}
+
+fn open(dir: &tempfile::TempDir) -> (SqliteStore, std::path::PathBuf) {
+    let path = dir.path().join("data/capability.db");
+    (SqliteStore::open(&path).unwrap(), path)
+}
+
+#[test]
+fn appended_records_are_chained_and_persist() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    let records = fill(&store, 5);
+    assert_eq!(
+        records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5]
+    );
+    assert_eq!(records[0].prev_hash, audit::GENESIS_HASH);
+    for w in records.windows(2) {
+        assert_eq!(w[1].prev_hash, w[0].hash);
+    }
+    assert_eq!(
+        records[2].hash,
+        audit::chain_hash(3, &records[2].prev_hash, &records[2].event)
+    );
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.head().unwrap(), Some((5, records[4].hash.clone())));
+    let more = fill(&store, 1);
+    assert_eq!(
+        (more[0].seq, more[0].prev_hash.clone()),
+        (6, records[4].hash.clone())
+    );
+    assert!(verify_store(&store).unwrap().ok);
+}
+
+#[test]
+fn tail_filters_by_tenant_and_limits_oldest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(&dir);
+    fill(&store, 7);
+    let all = store.tail(None, 3).unwrap();
+    assert_eq!(all.iter().map(|r| r.seq).collect::<Vec<_>>(), [5, 6, 7]);
+    let acme = store.tail(Some("acme"), 10).unwrap();
+    assert_eq!(acme.iter().map(|r| r.seq).collect::<Vec<_>>(), [1, 3, 5, 7]);
+    let globex = store.tail(Some("globex"), 2).unwrap();
+    assert_eq!(globex.iter().map(|r| r.seq).collect::<Vec<_>>(), [4, 6]);
+    assert!(store.tail(Some("nobody"), 10).unwrap().is_empty());
+}
+
+#[test]
+fn show_finds_an_event_by_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(&dir);
+    let e = event(
+        Some("acme"),
+        AuditOutcome::DeniedBeforeExecution,
+        Decision::deny("no").with_code("LIMIT"),
+    );
+    store.append(std::slice::from_ref(&e)).unwrap();
+    let found = store.get(&e.event_id).unwrap().unwrap();
+    assert_eq!(found.event().unwrap(), e);
+    assert!(store.get("evt_missing").unwrap().is_none());
+    // Event ids are unique in the log.
+    assert!(matches!(
+        store.append(&[e]),
+        Err(store::StoreError::Duplicate { .. })
+    ));
+}
+
+fn corrupt(path: &std::path::Path, sql: &str) {
+    let conn = Connection::open(path).unwrap();
+    conn.execute_batch(sql).unwrap();
+}
+
+#[test]
+fn verify_reports_an_edited_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    let records = fill(&store, 6);
+    assert!(verify_store(&store).unwrap().ok);
+    corrupt(
+        &path,
+        "UPDATE audit_events SET event = replace(event, '\"r3\"', '\"r9\"') WHERE seq = 4",
+    );
+    let report = verify_store(&store).unwrap();
+    assert!(!report.ok);
+    let bad = report.first_bad.unwrap();
+    assert_eq!(bad.seq, 4);
+    assert_eq!(bad.event_id.as_deref(), records[3].event_id());
+    assert!(bad.problem.contains("edited"), "{}", bad.problem);
+}
+
+#[test]
+fn verify_reports_a_deleted_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    fill(&store, 6);
+    corrupt(&path, "DELETE FROM audit_events WHERE seq = 3");
+    let bad = verify_store(&store).unwrap().first_bad.unwrap();
+    assert_eq!(bad.seq, 3);
+    assert!(
+        bad.problem.contains("record 3 is missing"),
+        "{}",
+        bad.problem
+    );
+}
+
+#[test]
+fn verify_reports_reordered_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    fill(&store, 6);
+    // Swap records 2 and 3 (their positions in the log), keeping everything else.
+    corrupt(
+        &path,
+        "UPDATE audit_events SET seq = -1 WHERE seq = 2;
+         UPDATE audit_events SET seq = 2 WHERE seq = 3;
+         UPDATE audit_events SET seq = 3 WHERE seq = -1;",
+    );
+    let bad = verify_store(&store).unwrap().first_bad.unwrap();
+    assert_eq!(bad.seq, 2);
+    assert!(bad.problem.contains("reordered"), "{}", bad.problem);
+}
+
+#[test]
+fn verify_reports_a_truncated_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    fill(&store, 4);
+    corrupt(&path, "DELETE FROM audit_events WHERE seq = 4");
+    let report = verify_store(&store).unwrap();
+    assert_eq!(report.records, 3);
+    let bad = report.first_bad.unwrap();
+    assert!(
+        bad.problem
+            .contains("ends at record 3 but its head is record 4"),
+        "{}",
+        bad.problem
+    );
+}
+
+#[test]
+fn verify_on_memory_records_catches_the_same_tampering() {
+    let store = MemoryStore::new();
+    fill(&store, 5);
+    assert!(verify_store(&store).unwrap().ok);
+    store.tamper(|records| records[1].event["reason"] = json!("changed"));
+    assert_eq!(verify_store(&store).unwrap().first_bad.unwrap().seq, 2);
+
+    let store = MemoryStore::new();
+    let records = fill(&store, 5);
+    let mut swapped = records.clone();
+    swapped.swap(2, 3);
+    // Seen in stored order 1, 2, 4, 3, 5: the problem shows where 3 was expected.
+    let report = audit::verify_chain(&swapped, store.head().unwrap());
+    assert_eq!(report.first_bad.unwrap().seq, 3);
+    let mut v = ChainVerifier::new();
+    for r in &records {
+        assert!(v.push(r));
+    }
+    assert!(v.finish(store.head().unwrap()).ok);
+}
+
+#[test]
+fn other_tables_in_the_file_are_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE receipts (id TEXT PRIMARY KEY, body TEXT);
+             INSERT INTO receipts VALUES ('rcpt_1', '{}');",
+        )
+        .unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    fill(&store, 2);
+    drop(store);
+    let conn = Connection::open(&path).unwrap();
+    let n: i64 = conn
+        .query_row("SELECT count(*) FROM receipts", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 1);
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let tables: Vec<String> = conn
+        .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(
+        tables,
+        [
+            "approval_requests",
+            "audit_events",
+            "audit_head",
+            "receipts"
+        ]
+    );
+}
+
+#[test]
+fn concurrent_appends_form_one_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    let store = Arc::new(store);
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for i in 0..25 {
+                    let e = event(
+                        Some("acme"),
+                        AuditOutcome::Executed,
+                        Decision::allow().with_reason(format!("{t}-{i}")),
+                    );
+                    store.append(&[e]).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let report = verify_store(store.as_ref()).unwrap();
+    assert!(report.ok, "{report:?}");
+    assert_eq!(report.records, 200);
+    // A second store on the same file (another process) continues the same chain.
+    let other = SqliteStore::open(&path).unwrap();
+    fill(&other, 3);
+    fill(store.as_ref(), 3);
+    let report = verify_store(&other).unwrap();
+    assert!(report.ok && report.records == 206, "{report:?}");
+}
+
+#[test]
+fn export_jsonl_and_otel() {
+    let store = MemoryStore::new();
+    let mut denied = event(
+        Some("acme"),
+        AuditOutcome::DeniedBeforeExecution,
+        Decision::deny("no"),
+    );
+    denied.receipt_id = Some("rcpt_1".into());
+    let failed = event(None, AuditOutcome::ExecutionFailed, Decision::allow());
+    let records = store.append(&[denied.clone(), failed]).unwrap();
+
+    let mut out = Vec::new();
+    audit::export_jsonl(&records, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["seq"], json!(1));
+    assert_eq!(lines[0]["hash"], json!(records[0].hash));
+    assert_eq!(lines[0]["event_id"], json!(denied.event_id));
+    assert_eq!(lines[0]["receipt_id"], json!("rcpt_1"));
+
+    let otel = audit::export_otel(&records, "capability-runtime");
+    let resource = &otel["resourceLogs"][0];
+    assert_eq!(
+        resource["resource"]["attributes"][0]["value"]["stringValue"],
+        json!("capability-runtime")
+    );
+    let logs = resource["scopeLogs"][0]["logRecords"].as_array().unwrap();
+    assert_eq!(logs.len(), 2);
+    assert_eq!(logs[0]["severityText"], json!("WARN"));
+    assert_eq!(logs[1]["severityText"], json!("ERROR"));
+    let trace = logs[0]["traceId"].as_str().unwrap();
+    assert_eq!(trace, &denied.trace_id[3..]);
+    assert_eq!(
+        logs[0]["spanId"].as_str().unwrap(),
+        &denied.action_id[4..20]
+    );
+    let nanos: i128 = logs[0]["timeUnixNano"].as_str().unwrap().parse().unwrap();
+    let millis = capability_core::js::now_millis() as i128;
+    assert!(
+        (millis * 1_000_000 - nanos).abs() < 60_000_000_000,
+        "{nanos}"
+    );
+    let attrs = logs[0]["attributes"].as_array().unwrap();
+    let get = |k: &str| {
+        attrs
+            .iter()
+            .find(|a| a["key"] == json!(k))
+            .map(|a| a["value"].clone())
+    };
+    assert_eq!(
+        get("capability.outcome"),
+        Some(json!({"stringValue": "denied_before_execution"}))
+    );
+    assert_eq!(get("audit.seq"), Some(json!({"intValue": "1"})));
+    assert!(
+        get("capability.principal_id").is_none(),
+        "null fields are left out"
+    );
+}
+
+#[test]
+fn the_governor_writes_every_decision_to_the_chained_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, _) = open(&dir);
+    let store = Arc::new(store);
+    let g = Governor::new("agent")
+        .tenant("acme")
+        .audit(store.clone() as Arc<dyn AuditSink>);
+    g.register_capability(GovernedCapability::new("t", CapabilityKind::Tool));
+    g.policies().register(Policy::before("t", |ctx| {
+        if ctx.arg_str("mode") == Some("bad") {
+            Decision::deny("bad mode").with_code("MODE")
+        } else {
+            Decision::allow()
+        }
+    }));
+    g.intercept(
+        InterceptRequest::new("t", ActionType::ToolCall, json!({}))
+            .receipt("rcpt_9")
+            .plan_fingerprint("fp"),
+        |_| Ok::<_, String>(json!(1)),
+    )
+    .unwrap();
+    let _ = g.intercept(
+        InterceptRequest::new("t", ActionType::ToolCall, json!({"mode": "bad"})),
+        |_| Ok::<_, String>(json!(1)),
+    );
+    let tail = store.tail(Some("acme"), 10).unwrap();
+    let events: Vec<AuditEvent> = tail.iter().map(|r| r.event().unwrap()).collect();
+    let outcomes: Vec<AuditOutcome> = events.iter().map(|e| e.outcome).collect();
+    assert_eq!(
+        outcomes,
+        [
+            AuditOutcome::Allowed,
+            AuditOutcome::Executed,
+            AuditOutcome::DeniedBeforeExecution
+        ]
+    );
+    assert_eq!(events[1].receipt_id.as_deref(), Some("rcpt_9"));
+    assert_eq!(events[1].plan_fingerprint.as_deref(), Some("fp"));
+    assert_eq!(events[2].code.as_deref(), Some("MODE"));
+    assert!(verify_store(store.as_ref()).unwrap().ok);
+}
