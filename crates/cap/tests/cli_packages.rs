@@ -263,3 +263,72 @@ fn acquire_find_local_trust_eval_and_mcp_tools_work_on_local_packages() {
     assert_eq!(tools["tools"][0]["_meta"]["capability/id"], "fixture/add");
     assert_eq!(tools["tools"][0]["annotations"]["readOnlyHint"], true);
 }
+
+/// A package whose export is the example WebAssembly `math/add` guest.
+fn wasm_package(dir: &Path) -> PathBuf {
+    let wasm = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../capability-wasm/tests/fixtures/guest-add.wasm");
+    std::fs::copy(&wasm, dir.join("guest-add.wasm")).unwrap();
+    let manifest = json::parse(
+        &std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../capability-wasm/examples/guest-add/manifest.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let pkg = json!({"name": "@example/wasm-add", "version": "1.0.0",
+                     "capability": {"specVersion": "0.1", "exports": {"math/add": {"module": "./guest-add.wasm", "manifest": manifest}}}});
+    let path = dir.join("package.json");
+    std::fs::write(&path, pkg.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn a_wasm_module_runs_in_the_wasm_executor_only() {
+    let home = tempfile::tempdir().unwrap();
+    let pkg_dir = tempfile::tempdir().unwrap();
+    let pkg = wasm_package(pkg_dir.path());
+    let out = cap(
+        home.path(),
+        &[
+            "run",
+            pkg.to_str().unwrap(),
+            "math/add",
+            r#"{"a":20,"b":22}"#,
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let receipt = stdout_json(&out);
+    assert_eq!(receipt["output"], json!({"result": 42}));
+    assert_eq!(receipt["isolation"]["kind"], "wasm");
+    assert!(
+        receipt["isolation"]["network"]
+            .as_str()
+            .unwrap()
+            .starts_with("none")
+    );
+    let out = cap(
+        home.path(),
+        &[
+            "run",
+            pkg.to_str().unwrap(),
+            "math/add",
+            r#"{"a":1,"b":2}"#,
+            "--executor",
+            "process",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout_json(&out)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("runs only in the WASM executor")
+    );
+}

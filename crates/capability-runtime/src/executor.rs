@@ -31,6 +31,8 @@ pub struct ExecutionRequest<'a> {
     pub cancel: &'a CancelToken,
     /// Wall-clock limit for this call.
     pub timeout: Option<Duration>,
+    /// Isolation a governance `sandbox` decision requires (tier floor, no network, limits).
+    pub sandbox: Option<&'a capability_policy::SandboxRequirement>,
 }
 
 impl<'a> ExecutionRequest<'a> {

@@ -51,6 +51,7 @@ pub mod composition;
 pub mod defaults;
 pub mod evals;
 pub mod executor;
+pub mod governance;
 pub mod home;
 pub mod mcp_adapter;
 pub mod registry;
@@ -63,6 +64,7 @@ pub use capability::{
     Implementation, ModuleSource,
 };
 pub use executor::{Executed, ExecutionFailure, ExecutionRequest, Executor, InProcessExecutor};
+pub use governance::Principal;
 pub use registry::{CapabilityRegistry, Discovered, Embedder, EmbeddingRanker, Ranker};
 pub use runtime::{CapabilityRuntime, Clock, ExecuteOptions, RuntimeBuilder, SystemClock};
 pub use store::{MemoryReceiptStore, ReceiptQuery, ReceiptStore, SqliteReceiptStore};

@@ -14,8 +14,14 @@ use capability_core::receipt::{
 use capability_core::{CapabilityError, ErrorCode};
 use serde_json::{Value, json};
 
+use capability_policy::{
+    GovernedCapability, Governor, InterceptError, InterceptRequest, IsolationTier,
+    SandboxRequirement, Stage,
+};
+
 use crate::capability::{Capability, ExecutionContext, HookError, Implementation};
 use crate::executor::{Executed, ExecutionRequest, Executor, InProcessExecutor};
+use crate::governance::Principal;
 use crate::registry::{CapabilityRegistry, Discovered, Ranker};
 use crate::store::{MemoryReceiptStore, ReceiptQuery, ReceiptStore};
 
@@ -45,6 +51,10 @@ pub struct ExecuteOptions {
     pub timeout: Option<Duration>,
     /// Cooperative cancellation.
     pub cancel: Option<CancelToken>,
+    /// Who acts, for whom and where (used by the governance layer).
+    pub principal: Option<Principal>,
+    /// A token from an approved approval, valid for this exact plan (single use).
+    pub approval_token: Option<String>,
 }
 
 impl ExecuteOptions {
@@ -62,9 +72,17 @@ pub struct RuntimeBuilder {
     store: Arc<dyn ReceiptStore>,
     executor: Option<Arc<dyn Executor>>,
     clock: Arc<dyn Clock>,
+    governor: Option<Arc<Governor>>,
 }
 
 impl RuntimeBuilder {
+    /// The governance layer: policies decide after effect authorization, and every decision
+    /// and outcome is audited.
+    pub fn governor(mut self, governor: Arc<Governor>) -> Self {
+        self.governor = Some(governor);
+        self
+    }
+
     /// The effect policy (default: deny all effects, as the reference).
     pub fn policy(mut self, policy: EffectPolicy) -> Self {
         self.policy = policy;
@@ -95,6 +113,7 @@ impl RuntimeBuilder {
             store: self.store,
             module_executor: self.executor,
             clock: self.clock,
+            governor: self.governor,
         }
     }
 }
@@ -106,6 +125,7 @@ pub struct CapabilityRuntime {
     store: Arc<dyn ReceiptStore>,
     module_executor: Option<Arc<dyn Executor>>,
     clock: Arc<dyn Clock>,
+    governor: Option<Arc<Governor>>,
 }
 
 impl std::fmt::Debug for CapabilityRuntime {
@@ -143,6 +163,39 @@ fn serialize_hook_error(e: &HookError) -> SerializedError {
 
 static IN_PROCESS: InProcessExecutor = InProcessExecutor;
 
+type Outcome = Result<(Executed, Option<Verification>), (HookError, Option<Value>)>;
+
+/// One timed run through an executor.
+struct Run {
+    started: i64,
+    ended: i64,
+    outcome: Outcome,
+}
+
+/// Why the governed execute closure did not produce an output.
+#[derive(Debug)]
+enum GovernedFailure {
+    /// Refused before running (re-planning or re-authorization failed): no receipt.
+    Refused(CapabilityError),
+    /// The capability ran and failed: its receipt is kept.
+    Failed(String),
+}
+
+impl From<CapabilityError> for GovernedFailure {
+    fn from(e: CapabilityError) -> Self {
+        GovernedFailure::Refused(e)
+    }
+}
+
+impl std::fmt::Display for GovernedFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GovernedFailure::Refused(e) => write!(f, "{}", e.message),
+            GovernedFailure::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
 impl CapabilityRuntime {
     pub fn builder() -> RuntimeBuilder {
         RuntimeBuilder {
@@ -150,6 +203,7 @@ impl CapabilityRuntime {
             store: Arc::new(MemoryReceiptStore::new()),
             executor: None,
             clock: Arc::new(SystemClock),
+            governor: None,
         }
     }
 
@@ -165,9 +219,31 @@ impl CapabilityRuntime {
         &self.store
     }
 
-    /// Registers a capability (`DUPLICATE_CAPABILITY` when the id is taken).
+    /// Registers a capability (`DUPLICATE_CAPABILITY` when the id is taken). With a
+    /// governance layer, its `metadata.governance` is read now (`INVALID_MANIFEST` when bad).
     pub fn register(&self, capability: Capability) -> Result<Arc<Capability>, CapabilityError> {
+        if let Some(g) = &self.governor {
+            GovernedCapability::from_manifest(&capability.manifest().to_value()).map_err(|e| {
+                CapabilityError::new(
+                    ErrorCode::InvalidManifest,
+                    format!("metadata.governance: {e}"),
+                )
+            })?;
+            let cap = self.registry.register(capability)?;
+            self.ensure_governed(g, &cap)?;
+            return Ok(cap);
+        }
         self.registry.register(capability)
+    }
+
+    /// The governance layer, when there is one.
+    pub fn governor(&self) -> Option<&Arc<Governor>> {
+        self.governor.as_ref()
+    }
+
+    /// A plan kept while its approval was pending (by fingerprint).
+    pub fn pending_plan(&self, fingerprint: &str) -> Result<Option<Plan>, CapabilityError> {
+        self.store.get_plan(fingerprint).map_err(store_error)
     }
 
     /// The inert view of a capability: manifest plus `executable: false`.
@@ -346,19 +422,58 @@ impl CapabilityRuntime {
         if let Some(e) = decision.to_error() {
             return Err(e);
         }
+        if let Some(governor) = &self.governor {
+            return self.execute_governed(governor, capability, plan, options);
+        }
+        let run = self.run_timed(capability, &plan, options, None)?;
+        self.finish(new_receipt_id(), capability, plan, options, run, None)
+    }
+
+    /// Runs a plan through its executor, timed.
+    fn run_timed(
+        &self,
+        capability: &Arc<Capability>,
+        plan: &Plan,
+        options: &ExecuteOptions,
+        sandbox: Option<&SandboxRequirement>,
+    ) -> Result<Run, CapabilityError> {
         let executor = self.executor_for(capability)?;
         let cancel = options.cancel.clone().unwrap_or_default();
+        let mut timeout = options.timeout;
+        if let Some(ms) = sandbox.and_then(|s| s.timeout_ms) {
+            let floor = Duration::from_millis(ms);
+            timeout = Some(timeout.map_or(floor, |t| t.min(floor)));
+        }
         let request = ExecutionRequest {
             capability,
-            plan: &plan,
+            plan,
             approved: options.approved,
             metadata: options.metadata.as_ref(),
             cancel: &cancel,
-            timeout: options.timeout,
+            timeout,
+            sandbox,
         };
         let started = self.clock.now_millis();
         let outcome = self.run(executor, &request);
         let ended = self.clock.now_millis();
+        Ok(Run {
+            started,
+            ended,
+            outcome,
+        })
+    }
+
+    /// Builds, stores and returns the receipt of an attempt (a failed receipt is stored
+    /// before its error is returned).
+    fn finish(
+        &self,
+        receipt_id: String,
+        capability: &Capability,
+        plan: Plan,
+        options: &ExecuteOptions,
+        run: Run,
+        governance: Option<Value>,
+    ) -> Result<Arc<Receipt>, CapabilityError> {
         let Plan {
             plan_id,
             capability: capability_ref,
@@ -368,13 +483,13 @@ impl CapabilityRuntime {
             ..
         } = plan;
         let mut receipt = Receipt {
-            receipt_id: new_receipt_id(),
+            receipt_id,
             plan_id,
             capability: capability_ref,
             status: ReceiptStatus::Succeeded,
-            started_at: iso(started),
-            ended_at: iso(ended),
-            duration_ms: u64::try_from(ended - started).unwrap_or(0),
+            started_at: iso(run.started),
+            ended_at: iso(run.ended),
+            duration_ms: u64::try_from(run.ended - run.started).unwrap_or(0),
             effects,
             input_hash,
             output_hash: None,
@@ -386,10 +501,10 @@ impl CapabilityRuntime {
             provenance: capability.provenance().cloned(),
             rollback_result: None,
             isolation: None,
-            governance: None,
+            governance,
             extra: Default::default(),
         };
-        match outcome {
+        match run.outcome {
             Ok((executed, verification)) => {
                 receipt.output_hash = Some(canonical_hash(&executed.output));
                 receipt.output = Some(executed.output);
@@ -420,13 +535,253 @@ impl CapabilityRuntime {
         }
     }
 
+    /// The governed path: the policy layer decides before and after the execution, and every
+    /// decision and outcome is audited (see [`crate::governance`]).
+    fn execute_governed(
+        &self,
+        governor: &Governor,
+        capability: &Arc<Capability>,
+        plan: Plan,
+        options: &ExecuteOptions,
+    ) -> Result<Arc<Receipt>, CapabilityError> {
+        let receipt_id = new_receipt_id();
+        let principal = options.principal.clone().unwrap_or_default();
+        let invalid = |m: String| CapabilityError::new(ErrorCode::InvalidInput, m);
+        let action_type = principal.action_type().map_err(invalid)?;
+        self.ensure_governed(governor, capability)?;
+        let mut req = principal
+            .apply(InterceptRequest::new(
+                capability.id(),
+                action_type,
+                plan.input.clone(),
+            ))
+            .map_err(invalid)?
+            .plan_fingerprint(plan.fingerprint.clone())
+            .receipt(receipt_id.clone());
+        if let Some(token) = &options.approval_token {
+            req = req.approval_token(token.clone());
+        }
+        let mut ran: Option<(Arc<Capability>, Plan, Run)> = None;
+        let result = governor.intercept(req, |exec| -> Result<Value, GovernedFailure> {
+            let target = if exec.capability.name == capability.id() {
+                Arc::clone(capability)
+            } else {
+                let routed = self.registry.require(&exec.capability.name)?;
+                self.ensure_governed(governor, &routed)?;
+                routed
+            };
+            let target_plan = if Arc::ptr_eq(&target, capability) && *exec.input == plan.input {
+                plan.clone()
+            } else {
+                // A transformed input or a routed capability is planned (validated,
+                // fingerprinted) and authorized again.
+                let replanned = self.plan_for(&target, exec.input.clone())?;
+                let decision =
+                    authorize_effects(&replanned.effects, &self.policy, options.approved);
+                if let Some(e) = decision.to_error() {
+                    return Err(e.into());
+                }
+                replanned
+            };
+            if let Some(floor) = exec.sandbox.and_then(|s| s.min_tier)
+                && floor > IsolationTier::InProcess
+                && target.is_native()
+            {
+                return Err(CapabilityError::new(
+                    ErrorCode::PermissionDenied,
+                    format!(
+                        "policy requires isolation tier {} but {} runs in process",
+                        floor.as_str(),
+                        target.id()
+                    ),
+                )
+                .into());
+            }
+            let run = self.run_timed(&target, &target_plan, options, exec.sandbox)?;
+            let result = match &run.outcome {
+                Ok((executed, _)) => Ok(executed.output.clone()),
+                Err((error, _)) => Err(GovernedFailure::Failed(error.message().to_string())),
+            };
+            ran = Some((target, target_plan, run));
+            result
+        });
+        let summary = |v: &capability_policy::Verdict| json!({"decision": v.kind.as_str(), "decisionId": v.decision.decision_id, "policyIds": v.policy_ids(), "reason": v.decision.reason});
+        match result {
+            Ok(done) => {
+                let Some((target, target_plan, mut run)) = ran else {
+                    return Err(CapabilityError::new(
+                        ErrorCode::ExecutionFailed,
+                        "the governed execution did not run",
+                    ));
+                };
+                let mut governance = json!({
+                    "agentId": done.action.agent_id,
+                    "tenant": done.action.tenant_id,
+                    "actionId": done.action.action_id,
+                    "after": summary(&done.after),
+                    "auditEvents": done.events,
+                });
+                if let Some(before) = &done.before {
+                    governance["before"] = summary(before);
+                }
+                if !done.routed_from.is_empty() {
+                    governance["routedFrom"] = json!(done.routed_from);
+                }
+                if let Some(a) = &done.approval {
+                    governance["approval"] =
+                        json!({"approvalId": a.approval_id, "approver": a.approver});
+                }
+                let redacted = &done.after.obligations.redact;
+                if !redacted.is_empty() {
+                    governance["redacted"] = json!(redacted);
+                }
+                if let Ok((executed, _)) = &mut run.outcome {
+                    // The delivered output: transformed and redacted by policy.
+                    executed.output = done.output;
+                }
+                self.finish(
+                    receipt_id,
+                    &target,
+                    target_plan,
+                    options,
+                    run,
+                    Some(governance),
+                )
+            }
+            Err(InterceptError::Denied(denial)) => {
+                let reason = denial
+                    .reason()
+                    .unwrap_or("capability invocation denied")
+                    .to_string();
+                let details = json!({
+                    "stage": denial.stage.as_str(),
+                    "decisionId": denial.decision.decision_id,
+                    "policy": denial.policy_name(),
+                    "code": denial.decision.code,
+                });
+                match ran {
+                    Some((target, target_plan, mut run))
+                        if denial.stage == Stage::AfterCapability =>
+                    {
+                        // The side effect happened; the output is withheld.
+                        let e = CapabilityError::new(
+                            ErrorCode::PermissionDenied,
+                            format!("Output denied by policy: {reason}"),
+                        )
+                        .with_details(details.clone());
+                        run.outcome = Err((
+                            HookError::Capability(e),
+                            run.outcome.ok().map(|(x, _)| x.isolation),
+                        ));
+                        let governance = json!({"after": {"decision": "deny", "reason": reason, "details": details}});
+                        self.finish(
+                            receipt_id,
+                            &target,
+                            target_plan,
+                            options,
+                            run,
+                            Some(governance),
+                        )
+                    }
+                    _ => Err(CapabilityError::new(ErrorCode::PermissionDenied, reason)
+                        .with_details(details)),
+                }
+            }
+            Err(InterceptError::ApprovalRequired {
+                approval, decision, ..
+            }) => {
+                self.store.put_plan(&plan).map_err(store_error)?;
+                let reason = decision
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| "approval required".into());
+                let mut details = json!({"reason": reason, "planFingerprint": plan.fingerprint});
+                if let Some(a) = approval {
+                    details["approval"] = a.to_json();
+                }
+                Err(CapabilityError::new(ErrorCode::ApprovalRequired, reason).with_details(details))
+            }
+            Err(InterceptError::Approval(e)) => Err(CapabilityError::new(
+                ErrorCode::PermissionDenied,
+                format!("approval refused: {e}"),
+            )),
+            Err(InterceptError::Execution {
+                error: GovernedFailure::Refused(e),
+                ..
+            }) => Err(e),
+            Err(InterceptError::Execution {
+                error: GovernedFailure::Failed(_),
+                ..
+            }) => match ran {
+                Some((target, target_plan, run)) => self.finish(
+                    receipt_id,
+                    &target,
+                    target_plan,
+                    options,
+                    run,
+                    Some(json!({"outcome": "execution_failed"})),
+                ),
+                None => Err(CapabilityError::new(
+                    ErrorCode::ExecutionFailed,
+                    "the governed execution did not run",
+                )),
+            },
+            Err(InterceptError::NotFound(e)) => {
+                Err(CapabilityError::new(ErrorCode::NotFound, e.to_string()))
+            }
+            Err(InterceptError::Transform(e)) => match ran {
+                Some((target, target_plan, mut run)) => {
+                    let err = CapabilityError::new(
+                        ErrorCode::PermissionDenied,
+                        format!("Output withheld: transform by policy failed: {e}"),
+                    );
+                    run.outcome = Err((
+                        HookError::Capability(err),
+                        run.outcome.ok().map(|(x, _)| x.isolation),
+                    ));
+                    self.finish(receipt_id, &target, target_plan, options, run, None)
+                }
+                None => Err(CapabilityError::new(
+                    ErrorCode::PermissionDenied,
+                    format!("transform by policy failed: {e}"),
+                )),
+            },
+            Err(e @ (InterceptError::Engine(_) | InterceptError::Audit(_))) => {
+                // Keep the evidence of anything that ran, then report the failure.
+                if let Some((target, target_plan, run)) = ran {
+                    let _ = self.finish(receipt_id, &target, target_plan, options, run, None);
+                }
+                Err(CapabilityError::new(
+                    ErrorCode::ExecutionFailed,
+                    format!("governance failed: {e}"),
+                ))
+            }
+        }
+    }
+
+    /// Registers the governance view of a capability with the governor when it is missing.
+    fn ensure_governed(
+        &self,
+        governor: &Governor,
+        capability: &Capability,
+    ) -> Result<(), CapabilityError> {
+        if governor.capabilities().exists(capability.id()) {
+            return Ok(());
+        }
+        let governed = GovernedCapability::from_manifest(&capability.manifest().to_value())
+            .map_err(|e| {
+                CapabilityError::new(
+                    ErrorCode::InvalidManifest,
+                    format!("metadata.governance: {e}"),
+                )
+            })?;
+        governor.register_capability(governed);
+        Ok(())
+    }
+
     /// Runs execute, output validation and verification; failures carry the isolation record
     /// when the boundary was crossed.
-    fn run(
-        &self,
-        executor: &dyn Executor,
-        request: &ExecutionRequest<'_>,
-    ) -> Result<(Executed, Option<Verification>), (HookError, Option<Value>)> {
+    fn run(&self, executor: &dyn Executor, request: &ExecutionRequest<'_>) -> Outcome {
         let mut executed = executor
             .execute(request)
             .map_err(|f| (f.error, f.isolation))?;
@@ -521,6 +876,7 @@ impl CapabilityRuntime {
             metadata: options.metadata.as_ref(),
             cancel: &cancel,
             timeout: options.timeout,
+            sandbox: None,
         };
         let result = executor.rollback(&request, &receipt);
         let mut updated = (*receipt).clone();

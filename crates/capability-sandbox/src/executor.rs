@@ -246,9 +246,11 @@ impl ModuleExecutor {
                 "{}: the WASM executor runs .wasm modules only",
                 capability.id()
             ))),
-            (Choice::Process | Choice::Oci, true) | (Choice::Wasm | Choice::Auto, true) => {
-                self.wasm_for(capability).map(Route::Wasm)
-            }
+            (Choice::Process | Choice::Oci, true) => Err(refused(format!(
+                "{}: a .wasm module runs only in the WASM executor",
+                capability.id()
+            ))),
+            (Choice::Wasm | Choice::Auto, true) => self.wasm_for(capability).map(Route::Wasm),
             (Choice::Process, false) => Ok(Route::Process),
             (Choice::Oci, false) => match &self.oci {
                 Some(oci) => Ok(Route::Oci(oci)),

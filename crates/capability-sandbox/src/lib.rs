@@ -120,7 +120,9 @@ mod process;
 mod protocol;
 mod report;
 mod types;
+mod wasm;
 
+pub use capability_wasm::Limits as WasmLimits;
 pub use doctor::{Boundary, DoctorReport, Probe, doctor, select_boundary};
 pub use error::{GuestError, SandboxError};
 pub use executor::{Choice, HostGrants, ModuleExecutor, hook_error};
@@ -133,6 +135,7 @@ pub use process::{PACKAGE_MOUNT, ProcessSandbox, SANDBOX_UID, SandboxConfig};
 pub use protocol::{Response, envelope, parse_response};
 pub use report::{AppliedLimit, BoundaryReport};
 pub use types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, Op, RunOutcome, effects};
+pub use wasm::WasmExecutor;
 
 /// Runs one hook of a module-backed capability behind the process sandbox, with the default
 /// [`SandboxConfig`]. See the crate docs for the protocol and the boundary.

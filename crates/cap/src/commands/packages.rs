@@ -167,11 +167,23 @@ fn build(
             .collect(),
         secrets: Default::default(),
     };
-    let executor = crate::commands::packages::wasm_capable(
-        ModuleExecutor::new(choice)
-            .with_host_grants(host)
-            .with_limits(limits),
-    );
+    let mut wasm_limits = capability_sandbox::WasmLimits::default();
+    if let Some(ms) = args.timeout_ms {
+        wasm_limits.timeout = Duration::from_millis(ms);
+    }
+    if let Some(mb) = args.memory_mb {
+        wasm_limits.memory_bytes = mb.saturating_mul(1 << 20);
+    }
+    let mut executor = ModuleExecutor::new(choice)
+        .with_host_grants(host.clone())
+        .with_limits(limits);
+    // The WASM executor is available wherever wasmtime runs; without it .wasm modules are
+    // refused (they never run elsewhere).
+    if let Ok(wasm) = capability_sandbox::WasmExecutor::new() {
+        executor = executor.with_wasm(Arc::new(
+            wasm.with_host_grants(host).with_limits(wasm_limits),
+        ));
+    }
     let home = capability_home(args.home.as_deref());
     let store = SqliteReceiptStore::open(&home).map(Arc::new).map_err(|e| {
         CapabilityError::new(
@@ -186,11 +198,6 @@ fn build(
         .build();
     runtime.register(module_capability(&args.package, &args.id)?)?;
     Ok((runtime, Some(store)))
-}
-
-/// Adds the WASM executor to a module executor when it can be built here.
-pub fn wasm_capable(executor: ModuleExecutor) -> ModuleExecutor {
-    executor
 }
 
 fn input_of(args: &PackageRunArgs) -> Result<Value, String> {

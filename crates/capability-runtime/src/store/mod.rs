@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Arc, RwLock};
 
+use capability_core::plan::Plan;
 use capability_core::receipt::{Receipt, ReceiptStatus};
 
 pub use sqlite::{Durability, SqliteReceiptStore};
@@ -64,6 +65,10 @@ pub trait ReceiptStore: Send + Sync {
     fn get(&self, receipt_id: &str) -> Result<Option<Arc<Receipt>>, StoreError>;
     /// Receipts matching the query, newest first.
     fn list(&self, query: &ReceiptQuery) -> Result<Vec<Arc<Receipt>>, StoreError>;
+    /// Keeps a plan (by fingerprint) while its approval is pending.
+    fn put_plan(&self, plan: &Plan) -> Result<(), StoreError>;
+    /// The plan kept under that fingerprint.
+    fn get_plan(&self, fingerprint: &str) -> Result<Option<Plan>, StoreError>;
 }
 
 /// Writes the receipts matching a query as JSON lines.
@@ -89,6 +94,7 @@ struct MemoryInner {
     by_id: HashMap<String, usize>,
     /// Receipts in insertion order (a replaced receipt keeps its place).
     order: Vec<Arc<Receipt>>,
+    plans: HashMap<String, Plan>,
 }
 
 /// Receipts in memory.
@@ -154,5 +160,22 @@ impl ReceiptStore for MemoryReceiptStore {
             out.truncate(limit);
         }
         Ok(out)
+    }
+
+    fn put_plan(&self, plan: &Plan) -> Result<(), StoreError> {
+        let mut inner = self
+            .inner
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        inner.plans.insert(plan.fingerprint.clone(), plan.clone());
+        Ok(())
+    }
+
+    fn get_plan(&self, fingerprint: &str) -> Result<Option<Plan>, StoreError> {
+        let inner = self
+            .inner
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        Ok(inner.plans.get(fingerprint).cloned())
     }
 }

@@ -22,6 +22,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use capability_core::plan::Plan;
 use capability_core::receipt::Receipt;
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -48,6 +49,11 @@ CREATE TABLE IF NOT EXISTS receipts (
 );
 CREATE INDEX IF NOT EXISTS receipts_by_capability ON receipts (capability_id, started_at);
 CREATE INDEX IF NOT EXISTS receipts_by_start ON receipts (started_at);
+CREATE TABLE IF NOT EXISTS pending_plans (
+    fingerprint TEXT PRIMARY KEY,
+    created_at TEXT NOT NULL,
+    body TEXT NOT NULL
+);
 ";
 
 const MAX_BATCH: usize = 1024;
@@ -291,6 +297,28 @@ fn recover_journals(conn: &mut Connection, dir: &Path) -> Result<(), StoreError>
 }
 
 impl ReceiptStore for SqliteReceiptStore {
+    fn put_plan(&self, plan: &Plan) -> Result<(), StoreError> {
+        // Rare (one per approval request): written directly, durably, on the reader
+        // connection.
+        self.put_plan_row(plan)
+    }
+
+    fn get_plan(&self, fingerprint: &str) -> Result<Option<Plan>, StoreError> {
+        let conn = lock(&self.reader);
+        let body: Option<String> = conn
+            .query_row(
+                "SELECT body FROM pending_plans WHERE fingerprint = ?1",
+                [fingerprint],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db_err)?;
+        body.map(|b| {
+            serde_json::from_str::<Plan>(&b).map_err(|e| StoreError::Corrupt(e.to_string()))
+        })
+        .transpose()
+    }
+
     fn put(&self, receipt: Arc<Receipt>) -> Result<(), StoreError> {
         let mut line =
             serde_json::to_vec(&*receipt).map_err(|e| StoreError::Corrupt(e.to_string()))?;
@@ -367,6 +395,19 @@ impl ReceiptStore for SqliteReceiptStore {
             ));
         }
         Ok(out)
+    }
+}
+
+impl SqliteReceiptStore {
+    fn put_plan_row(&self, plan: &Plan) -> Result<(), StoreError> {
+        let body = serde_json::to_string(plan).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        let conn = lock(&self.reader);
+        conn.execute(
+            "INSERT OR REPLACE INTO pending_plans (fingerprint, created_at, body) VALUES (?1, ?2, ?3)",
+            params![plan.fingerprint, plan.created_at, body],
+        )
+        .map_err(db_err)?;
+        Ok(())
     }
 }
 

@@ -1,0 +1,287 @@
+//! The runtime's [`Executor`] for `.wasm` package modules, on the `capability-wasm` engine.
+//!
+//! The module path is resolved inside the package root (escapes refused) and its integrity
+//! checked before compiling; compiled modules are cached by digest. Grants follow the same
+//! rule as the process sandbox: the authorized effects, host paths only with
+//! `filesystem.read` / `filesystem.write` (preopened at their host path), environment only
+//! with `environment.read`; plan hooks get nothing. The guest ABI is `capability-wasi-p1/1`
+//! (see `capability_wasm`): a `plan` reply of `null` or `{}` means the default plan, a
+//! `verify` reply of `null` means no verification.
+
+use std::sync::{Arc, OnceLock};
+
+use capability_core::binder::CancelToken;
+use capability_core::plan::PlanDetails;
+use capability_core::receipt::{Receipt, Verification};
+use capability_core::{CapabilityError, ErrorCode};
+use capability_runtime::capability::{Capability, HookError, HookResult, Implementation};
+use capability_runtime::executor::{Executed, ExecutionFailure, ExecutionRequest, Executor};
+use capability_wasm::{
+    EngineConfig, Grants, Invocation, Limits, Op, WasmEngine, WasmError, WasmErrorKind, WasmModule,
+    WasmModuleSpec,
+};
+use serde_json::Value;
+
+use crate::executor::HostGrants;
+use crate::package::resolve_module;
+use crate::types::{ModuleSpec, effects};
+
+/// Runs `.wasm` modules on a shared wasmtime engine.
+pub struct WasmExecutor {
+    engine: WasmEngine,
+    host: HostGrants,
+    limits: Limits,
+}
+
+impl std::fmt::Debug for WasmExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmExecutor").finish_non_exhaustive()
+    }
+}
+
+/// The process-wide engine (created on first use).
+fn shared_engine() -> Result<WasmEngine, String> {
+    static ENGINE: OnceLock<Result<WasmEngine, String>> = OnceLock::new();
+    ENGINE
+        .get_or_init(|| WasmEngine::new(EngineConfig::default()).map_err(|e| e.to_string()))
+        .clone()
+}
+
+fn to_hook(e: WasmError) -> HookError {
+    match e.kind() {
+        WasmErrorKind::Guest => {
+            let code = e
+                .guest_error()
+                .and_then(|g| g.code.as_deref())
+                .and_then(|c| ErrorCode::ALL.iter().copied().find(|k| k.as_str() == c));
+            match code {
+                Some(code) => HookError::Capability(CapabilityError::new(code, e.message())),
+                None => HookError::msg(e.message()),
+            }
+        }
+        WasmErrorKind::Integrity | WasmErrorKind::ManifestMismatch => HookError::Capability(
+            CapabilityError::new(ErrorCode::InvalidPackageDeclaration, e.message()),
+        ),
+        kind => {
+            let mut name = String::from("Wasm");
+            let k = kind.as_str();
+            let mut chars = k.chars();
+            if let Some(first) = chars.next() {
+                name.push(first.to_ascii_uppercase());
+                name.push_str(chars.as_str());
+            }
+            HookError::named(name, e.message())
+        }
+    }
+}
+
+impl WasmExecutor {
+    /// An executor on the shared engine with default limits and no host grants.
+    pub fn new() -> Result<Self, String> {
+        Ok(WasmExecutor {
+            engine: shared_engine()?,
+            host: HostGrants::default(),
+            limits: Limits::default(),
+        })
+    }
+
+    pub fn with_host_grants(mut self, host: HostGrants) -> Self {
+        self.host = host;
+        self
+    }
+
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    fn grants(&self, granted: &[String]) -> Grants {
+        let mut g = Grants::none();
+        for e in granted {
+            g = g.with_effect(e.clone());
+        }
+        if g.has(effects::FILESYSTEM_READ) {
+            for p in &self.host.read_paths {
+                g = g.read_dir(p.clone(), p.display().to_string());
+            }
+        }
+        if g.has(effects::FILESYSTEM_WRITE) {
+            for p in &self.host.write_paths {
+                g = g.write_dir(p.clone(), p.display().to_string());
+            }
+        }
+        if g.has(effects::ENVIRONMENT_READ) {
+            for (k, v) in &self.host.env {
+                g = g.env_var(k.clone(), v.clone());
+            }
+        }
+        g
+    }
+
+    fn module(&self, capability: &Capability) -> Result<WasmModule, HookError> {
+        let Implementation::Module(m) = capability.implementation() else {
+            return Err(HookError::msg(format!(
+                "{} is not a package module",
+                capability.id()
+            )));
+        };
+        let spec = ModuleSpec {
+            package_root: m.package_root.clone(),
+            install_root: None,
+            module: m.module.clone(),
+            integrity: m.integrity.clone(),
+            manifest: capability.manifest().to_value(),
+        };
+        // Path escapes and integrity are refused before anything is compiled.
+        let resolved =
+            resolve_module(&spec).map_err(|e| crate::executor::hook_error(capability.id(), e))?;
+        let mut wasm = WasmModuleSpec::from_path(resolved.host_path.clone())
+            .with_manifest(capability.manifest().to_value());
+        if let Some(i) = &m.integrity {
+            wasm = wasm.with_integrity(i.clone());
+        }
+        self.engine.load(&wasm).map_err(to_hook)
+    }
+
+    fn limits_for(&self, request: Option<&ExecutionRequest<'_>>) -> Limits {
+        let mut limits = self.limits.clone();
+        if let Some(t) = request.and_then(|r| r.timeout) {
+            limits.timeout = limits.timeout.min(t);
+        }
+        if let Some(mb) = request.and_then(|r| r.sandbox).and_then(|s| s.memory_mb) {
+            limits.memory_bytes = limits.memory_bytes.min(mb.saturating_mul(1 << 20));
+        }
+        limits
+    }
+
+    fn call(
+        &self,
+        capability: &Capability,
+        invocation: &Invocation,
+        granted: &[String],
+        request: Option<&ExecutionRequest<'_>>,
+    ) -> Result<(Result<Value, HookError>, Value), HookError> {
+        let module = self.module(capability)?;
+        let outcome = self
+            .engine
+            .run(
+                &module,
+                invocation,
+                &self.grants(granted),
+                &self.limits_for(request),
+            )
+            .map_err(to_hook)?;
+        let boundary = serde_json::to_value(&outcome.boundary).unwrap_or(Value::Null);
+        Ok((outcome.result.map_err(to_hook), boundary))
+    }
+}
+
+impl Executor for WasmExecutor {
+    fn name(&self) -> &str {
+        "wasm"
+    }
+
+    fn plan(
+        &self,
+        capability: &Arc<Capability>,
+        input: &Value,
+        _cancel: &CancelToken,
+    ) -> HookResult<Option<PlanDetails>> {
+        let (result, _) = self.call(capability, &Invocation::plan(input.clone()), &[], None)?;
+        let v = result?;
+        if v.is_null() || v.as_object().is_some_and(|o| o.is_empty()) {
+            return Ok(None);
+        }
+        Ok(Some(PlanDetails {
+            effects: v.get("effects").and_then(Value::as_array).map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(String::from)
+                    .collect()
+            }),
+            summary: v.get("summary").and_then(Value::as_str).map(String::from),
+            data: v.get("data").cloned(),
+        }))
+    }
+
+    fn execute(&self, request: &ExecutionRequest<'_>) -> Result<Executed, ExecutionFailure> {
+        let invocation =
+            Invocation::execute(request.plan.input.clone(), Some(request.plan.to_value()));
+        let granted = match request.sandbox {
+            Some(s) if s.deny_network => request
+                .plan
+                .effects
+                .iter()
+                .filter(|e| e.as_str() != effects::NETWORK_CONNECT)
+                .cloned()
+                .collect(),
+            _ => request.plan.effects.clone(),
+        };
+        let (result, isolation) =
+            self.call(request.capability, &invocation, &granted, Some(request))?;
+        match result {
+            Ok(output) => Ok(Executed { output, isolation }),
+            Err(error) => Err(ExecutionFailure {
+                error,
+                isolation: Some(isolation),
+            }),
+        }
+    }
+
+    fn verify(
+        &self,
+        request: &ExecutionRequest<'_>,
+        output: &Value,
+    ) -> HookResult<Option<Verification>> {
+        let invocation = Invocation {
+            op: Op::Verify,
+            input: request.plan.input.clone(),
+            plan: Some(request.plan.to_value()),
+            output: Some(output.clone()),
+            receipt: None,
+        };
+        let (result, _) = self.call(
+            request.capability,
+            &invocation,
+            &request.plan.effects,
+            Some(request),
+        )?;
+        Ok(match result? {
+            Value::Null => None,
+            Value::Bool(ok) => Some(Verification {
+                ok,
+                message: None,
+                data: None,
+            }),
+            other => Some(Verification {
+                ok: other.get("ok") == Some(&Value::Bool(true)),
+                message: other
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map(String::from),
+                data: other.get("data").cloned(),
+            }),
+        })
+    }
+
+    fn can_rollback(&self, capability: &Arc<Capability>) -> bool {
+        matches!(capability.implementation(), Implementation::Module(_))
+    }
+
+    fn rollback(&self, request: &ExecutionRequest<'_>, receipt: &Receipt) -> HookResult<Value> {
+        let invocation = Invocation {
+            op: Op::Rollback,
+            input: receipt.input.clone(),
+            plan: None,
+            output: receipt.output.clone(),
+            receipt: Some(receipt.to_value()),
+        };
+        let (result, _) = self.call(
+            request.capability,
+            &invocation,
+            &receipt.effects,
+            Some(request),
+        )?;
+        result
+    }
+}
