@@ -71,6 +71,12 @@ pub enum Command {
     Trust(commands::packages::TrustArgs),
     /// Project package capabilities as MCP tools.
     McpTools(commands::packages::McpToolsArgs),
+    /// Pending approvals: list, show, approve (prints the token), deny.
+    Approvals(commands::governance::ApprovalsArgs),
+    /// The hash-chained audit log: tail, show, verify, export.
+    Audit(commands::governance::AuditArgs),
+    /// Cedar policy tooling: schema, validate, test.
+    Policy(commands::governance::PolicyArgs),
 
     // Commands of the reference (stability lock) that later issues build.
     #[command(hide = true)]
@@ -147,6 +153,9 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::Eval(a) => commands::packages::eval(a),
         C::Trust(a) => commands::packages::trust(a),
         C::McpTools(a) => commands::packages::mcp_tools(a),
+        C::Approvals(a) => commands::governance::approvals_cmd(a),
+        C::Audit(a) => commands::governance::audit_cmd(a),
+        C::Policy(a) => commands::governance::policy_cmd(a),
         C::Create(_) => pending("create"),
         C::Bridge(_) => pending("bridge"),
         C::Readiness(_) => pending("readiness"),

@@ -1,3 +1,4 @@
 pub mod core;
+pub mod governance;
 pub mod packages;
 pub mod runtime;

@@ -60,6 +60,8 @@ pub struct PackageRunArgs {
     /// Capability home (receipts); default $CAP_HOME or the user data dir.
     #[arg(long)]
     pub home: Option<PathBuf>,
+    #[command(flatten)]
+    pub governance: crate::commands::governance::GovernanceArgs,
 }
 
 fn fail(e: &CapabilityError) -> Result<i32, String> {
@@ -191,10 +193,13 @@ fn build(
             format!("cannot open the receipt store in {}: {e}", home.display()),
         )
     })?;
+    let governor = crate::commands::governance::governor(args.home.as_deref(), &args.governance)
+        .map_err(|e| CapabilityError::new(ErrorCode::ExecutionFailed, e))?;
     let runtime = CapabilityRuntime::builder()
         .policy(EffectPolicy::permissive())
         .store(Arc::clone(&store) as Arc<dyn ReceiptStore>)
         .executor(Arc::new(executor))
+        .governor(governor)
         .build();
     runtime.register(module_capability(&args.package, &args.id)?)?;
     Ok((runtime, Some(store)))
@@ -380,6 +385,7 @@ pub fn eval(args: EvalArgs) -> Result<i32, String> {
         allow_write: Vec::new(),
         allow_env: Vec::new(),
         home: args.home,
+        governance: Default::default(),
     };
     let (runtime, _store) = match build(&run) {
         Ok(r) => r,

@@ -44,16 +44,21 @@ fn open_store(home: Option<&Path>) -> Result<Arc<SqliteReceiptStore>, String> {
         .map_err(|e| format!("cannot open the receipt store in {}: {e}", home.display()))
 }
 
-/// A runtime with the built-ins registered and receipts in the durable store.
+/// A runtime with the built-ins registered, receipts in the durable store and, when given,
+/// the governance layer.
 fn runtime(
     home: Option<&Path>,
     preset: Preset,
+    governor: Option<Arc<capability_policy::Governor>>,
 ) -> Result<(CapabilityRuntime, Arc<SqliteReceiptStore>), String> {
     let store = open_store(home)?;
-    let runtime = CapabilityRuntime::builder()
+    let mut builder = CapabilityRuntime::builder()
         .policy(preset.policy())
-        .store(Arc::clone(&store) as Arc<dyn ReceiptStore>)
-        .build();
+        .store(Arc::clone(&store) as Arc<dyn ReceiptStore>);
+    if let Some(g) = governor {
+        builder = builder.governor(g);
+    }
+    let runtime = builder.build();
     for cap in builtin_capabilities().map_err(|e| e.to_string())? {
         runtime.register(cap).map_err(|e| e.to_string())?;
     }
@@ -101,6 +106,8 @@ pub struct ExecArgs {
     /// Wall-clock limit in milliseconds.
     #[arg(long)]
     pub timeout_ms: Option<u64>,
+    #[command(flatten)]
+    pub governance: crate::commands::governance::GovernanceArgs,
 }
 
 pub fn exec(args: ExecArgs) -> Result<i32, String> {
@@ -125,18 +132,33 @@ pub fn exec(args: ExecArgs) -> Result<i32, String> {
             Err(e) => return fail(&CapabilityError::new(ErrorCode::NotFound, e.to_string())),
         }
     };
-    let (runtime, _store) = runtime(args.home.as_deref(), args.preset.preset())?;
+    let governor = crate::commands::governance::governor(args.home.as_deref(), &args.governance)?;
+    let (runtime, _store) = runtime(args.home.as_deref(), args.preset.preset(), Some(governor))?;
     let options = ExecuteOptions {
         approved: args.approve,
         timeout: args.timeout_ms.map(Duration::from_millis),
         ..Default::default()
     };
-    let result = runtime.invoke(&resolved, input, &options);
+    let result = crate::commands::governance::governed_invoke(
+        &runtime,
+        &resolved,
+        input,
+        options,
+        &args.governance,
+    );
     let inspection = runtime.inspect(&resolved).unwrap_or(Value::Null);
     match result {
         Ok(receipt) => {
             print_json(&json!({"capability": inspection, "receipt": receipt.to_value()}))?;
             Ok(0)
+        }
+        Err(e)
+            if e.code == ErrorCode::ApprovalRequired
+                && e.details
+                    .as_ref()
+                    .is_some_and(|d| d.get("approval").is_some()) =>
+        {
+            crate::commands::governance::approval_needed(e.details.as_ref())
         }
         Err(e) => fail(&e),
     }
@@ -322,7 +344,7 @@ pub struct RollbackArgs {
 }
 
 pub fn rollback(args: RollbackArgs) -> Result<i32, String> {
-    let (runtime, _store) = runtime(args.home.as_deref(), args.preset.preset())?;
+    let (runtime, _store) = runtime(args.home.as_deref(), args.preset.preset(), None)?;
     let options = ExecuteOptions {
         approved: args.approve,
         ..Default::default()

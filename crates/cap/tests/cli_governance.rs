@@ -1,0 +1,402 @@
+//! Governance through `cap`: Cedar policy files on exec, approvals bound to the exact plan
+//! (exit 3, approve, single use, changed input and forgery refused, surviving restarts —
+//! every command is a new process), the audit log and its verification against edits,
+//! deletions and reordering, and the policy tooling (schema, validate, test).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use capability_core::json;
+use serde_json::{Value, json};
+
+fn cap(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cap"))
+        .env("CAP_HOME", home)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout_json(out: &Output) -> Value {
+    json::parse(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {} / {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn scenarios() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../capability-policy/tests/fixtures/scenarios")
+}
+
+const APPROVAL_POLICY: &str = r#"
+permit(principal, action, resource);
+
+@id("secret-slugs-need-approval")
+@reason("Slugs of secret text need a human")
+@decision("approval_required")
+forbid(principal, action == Action::"tool_call", resource == Capability::"text/slugify")
+when { context.input has text && context.input.text like "*secret*" };
+
+@id("no-hashing-in-prod")
+@reason("Hashing is not allowed in prod")
+forbid(principal, action, resource == Capability::"data/sha256")
+when { context.environment == "prod" };
+"#;
+
+fn write_policy(dir: &Path) -> PathBuf {
+    let p = dir.join("policy.cedar");
+    std::fs::write(&p, APPROVAL_POLICY).unwrap();
+    p
+}
+
+#[test]
+fn approvals_are_bound_to_the_exact_plan_and_single_use() {
+    let home = tempfile::tempdir().unwrap();
+    let policy = write_policy(home.path());
+    let p = policy.to_str().unwrap();
+    let input = r#"{"text":"top secret plan"}"#;
+
+    let out = cap(
+        home.path(),
+        &[
+            "exec",
+            "text/slugify",
+            input,
+            "--policy",
+            p,
+            "--agent",
+            "bot",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let approval = stdout_json(&out)["approval"].clone();
+    assert_eq!(approval["reason"], "Slugs of secret text need a human");
+    assert!(approval["expiresAt"].as_str().unwrap().ends_with('Z'));
+    let id = approval["id"].as_str().unwrap().to_string();
+
+    // The pending approval is there for a later process.
+    let listed = stdout_json(&cap(
+        home.path(),
+        &["approvals", "list", "--status", "pending"],
+    ));
+    assert_eq!(listed[0]["approvalId"], id);
+    assert_eq!(
+        stdout_json(&cap(home.path(), &["approvals", "show", &id]))["capability"],
+        "text/slugify"
+    );
+
+    // The requesting agent cannot approve its own request.
+    let out = cap(
+        home.path(),
+        &["approvals", "approve", &id, "--approver", "bot"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let out = cap(
+        home.path(),
+        &["approvals", "approve", &id, "--approver", "alice"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let token = stdout_json(&out)["token"].as_str().unwrap().to_string();
+
+    // A changed input is refused; so is a forged token.
+    let out = cap(
+        home.path(),
+        &[
+            "exec",
+            "text/slugify",
+            r#"{"text":"top secret plans"}"#,
+            "--policy",
+            p,
+            "--agent",
+            "bot",
+            "--approval",
+            &token,
+        ],
+    );
+    assert_eq!(stdout_json(&out)["error"]["code"], "PERMISSION_DENIED");
+    let mut forged = token.clone();
+    forged.pop();
+    forged.push(if token.ends_with('A') { 'B' } else { 'A' });
+    let out = cap(
+        home.path(),
+        &[
+            "exec",
+            "text/slugify",
+            input,
+            "--policy",
+            p,
+            "--agent",
+            "bot",
+            "--approval",
+            &forged,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout_json(&out)["error"]["code"], "PERMISSION_DENIED");
+
+    // The approved plan runs once.
+    let out = cap(
+        home.path(),
+        &[
+            "exec",
+            "text/slugify",
+            input,
+            "--policy",
+            p,
+            "--agent",
+            "bot",
+            "--approval",
+            &token,
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let receipt = stdout_json(&out)["receipt"].clone();
+    assert_eq!(receipt["output"], json!({"slug": "top-secret-plan"}));
+    assert_eq!(receipt["governance"]["approval"]["approver"], "alice");
+    let out = cap(
+        home.path(),
+        &[
+            "exec",
+            "text/slugify",
+            input,
+            "--policy",
+            p,
+            "--agent",
+            "bot",
+            "--approval",
+            &token,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout_json(&out)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already used")
+    );
+    assert_eq!(
+        stdout_json(&cap(home.path(), &["approvals", "show", &id]))["status"],
+        "consumed"
+    );
+}
+
+#[test]
+fn policy_denials_and_the_audit_log() {
+    let home = tempfile::tempdir().unwrap();
+    let policy = write_policy(home.path());
+    let p = policy.to_str().unwrap();
+    let out = cap(
+        home.path(),
+        &[
+            "exec",
+            "data/sha256",
+            r#"{"value":1}"#,
+            "--policy",
+            p,
+            "--environment",
+            "prod",
+            "--tenant",
+            "acme",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = stdout_json(&out)["error"].clone();
+    assert_eq!(err["code"], "PERMISSION_DENIED");
+    assert_eq!(err["message"], "Hashing is not allowed in prod");
+    let ok = cap(
+        home.path(),
+        &[
+            "exec",
+            "data/sha256",
+            r#"{"value":1}"#,
+            "--policy",
+            p,
+            "--environment",
+            "dev",
+            "--tenant",
+            "acme",
+        ],
+    );
+    assert_eq!(ok.status.code(), Some(0));
+    // Without any policy file the governance layer allows (and still audits).
+    assert_eq!(
+        cap(home.path(), &["exec", "data/sha256", r#"{"value":2}"#])
+            .status
+            .code(),
+        Some(0)
+    );
+
+    let tail = stdout_json(&cap(home.path(), &["audit", "tail", "--tenant", "acme"]));
+    let outcomes: Vec<&str> = tail
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["denied_before_execution", "allowed", "executed"]);
+    let event_id = tail[0]["event_id"].as_str().unwrap();
+    assert_eq!(
+        stdout_json(&cap(home.path(), &["audit", "show", event_id]))["reason"],
+        "Hashing is not allowed in prod"
+    );
+    let verify = cap(home.path(), &["audit", "verify"]);
+    assert_eq!(verify.status.code(), Some(0));
+    assert_eq!(stdout_json(&verify)["records"], 5);
+
+    let out = cap(home.path(), &["audit", "export", "--format", "jsonl"]);
+    assert_eq!(String::from_utf8(out.stdout).unwrap().lines().count(), 5);
+    let otel = stdout_json(&cap(home.path(), &["audit", "export", "--format", "otel"]));
+    assert!(otel.to_string().contains("logRecords"), "{otel}");
+}
+
+/// Runs a few governed executions, then lets `tamper` edit the database directly.
+fn tampered(tamper: &str) -> Value {
+    let home = tempfile::tempdir().unwrap();
+    for i in 0..3 {
+        assert_eq!(
+            cap(
+                home.path(),
+                &["exec", "data/sha256", &format!(r#"{{"value":{i}}}"#)]
+            )
+            .status
+            .code(),
+            Some(0)
+        );
+    }
+    let db = rusqlite::Connection::open(home.path().join("capability.db")).unwrap();
+    db.execute_batch(tamper).unwrap();
+    drop(db);
+    let out = cap(home.path(), &["audit", "verify"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let report = stdout_json(&out);
+    assert_eq!(report["ok"], false);
+    report["firstBad"].clone()
+}
+
+#[test]
+fn audit_verify_catches_an_edited_a_deleted_and_a_reordered_record() {
+    let edited = tampered(
+        "UPDATE audit_events SET event = replace(event, '\"allowed\"', '\"denied_before_execution\"') WHERE seq = 3",
+    );
+    assert_eq!(edited["seq"], 3, "{edited}");
+    let deleted = tampered("DELETE FROM audit_events WHERE seq = 2");
+    assert!(deleted["seq"].as_u64().unwrap() <= 3, "{deleted}");
+    let reordered = tampered(
+        "UPDATE audit_events SET seq = 100 WHERE seq = 2; UPDATE audit_events SET seq = 2 WHERE seq = 3; UPDATE audit_events SET seq = 3 WHERE seq = 100;",
+    );
+    assert_eq!(reordered["seq"], 2, "{reordered}");
+}
+
+#[test]
+fn every_brane_scenario_passes_cap_policy_test() {
+    let home = tempfile::tempdir().unwrap();
+    let caps = scenarios().join("capabilities.json");
+    let mut cedar_files: Vec<PathBuf> = std::fs::read_dir(scenarios())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "cedar"))
+        .collect();
+    cedar_files.sort();
+    assert!(cedar_files.len() >= 16, "{cedar_files:?}");
+    for cedar in &cedar_files {
+        let fixtures = cedar.with_extension("json");
+        let out = cap(
+            home.path(),
+            &[
+                "policy",
+                "test",
+                cedar.to_str().unwrap(),
+                "--fixtures",
+                fixtures.to_str().unwrap(),
+                "--capabilities",
+                caps.to_str().unwrap(),
+            ],
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{}: {text}", cedar.display());
+        assert!(text.contains("0 failed"), "{text}");
+    }
+    // A wrong expectation fails with a readable diff.
+    let wrong = home.path().join("wrong.json");
+    let mut fixtures =
+        json::parse(&std::fs::read(scenarios().join("s01_quickstart_refund_limit.json")).unwrap())
+            .unwrap();
+    fixtures[0]["expect"] = json!("deny");
+    std::fs::write(&wrong, fixtures.to_string()).unwrap();
+    let out = cap(
+        home.path(),
+        &[
+            "policy",
+            "test",
+            scenarios()
+                .join("s01_quickstart_refund_limit.cedar")
+                .to_str()
+                .unwrap(),
+            "--fixtures",
+            wrong.to_str().unwrap(),
+            "--capabilities",
+            caps.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("1 failed") && text.contains("deny") && text.contains("allow"),
+        "{text}"
+    );
+}
+
+#[test]
+fn policy_schema_and_validation_name_file_and_line() {
+    let home = tempfile::tempdir().unwrap();
+    let out = cap(home.path(), &["policy", "schema"]);
+    assert_eq!(out.status.code(), Some(0));
+    let schema = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        schema.contains("entity Capability") && schema.contains("entity Agent"),
+        "{schema}"
+    );
+    let good = write_policy(home.path());
+    let out = cap(home.path(), &["policy", "validate", good.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let bad = home.path().join("bad.cedar");
+    std::fs::write(&bad, "permit(principal, action, resource);\n\nforbid(principal, action, resource)\nwhen { context.nosuch == 1 };\n").unwrap();
+    let out = cap(home.path(), &["policy", "validate", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let report = stdout_json(&out);
+    assert_eq!(report["valid"], false);
+    let d = &report["diagnostics"][0];
+    assert!(d["file"].as_str().unwrap().ends_with("bad.cedar"));
+    assert!(d["line"].as_u64().unwrap() >= 3, "{d}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("bad.cedar:"), "{stderr}");
+}
