@@ -135,9 +135,10 @@ pub fn iso_from_millis(ms: i64) -> String {
         buf[0] = if y < 0 { b'-' } else { b'+' };
         n = 1;
     }
-    fn put(buf: &mut [u8; 27], n: &mut usize, value: u64, width: usize, sep: u8) {
-        for k in 0..width {
-            buf[*n + k] = b'0' + (value / 10u64.pow((width - 1 - k) as u32) % 10) as u8;
+    fn put(buf: &mut [u8; 27], n: &mut usize, mut value: u64, width: usize, sep: u8) {
+        for k in (0..width).rev() {
+            buf[*n + k] = b'0' + (value % 10) as u8;
+            value /= 10;
         }
         *n += width;
         buf[*n] = sep;

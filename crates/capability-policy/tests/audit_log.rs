@@ -378,3 +378,48 @@ fn the_governor_writes_every_decision_to_the_chained_store() {
     assert_eq!(events[2].code.as_deref(), Some("MODE"));
     assert!(verify_store(store.as_ref()).unwrap().ok);
 }
+
+#[test]
+fn emitted_events_are_journaled_and_a_dead_process_journal_joins_the_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    // emit() returns before the commit; the event is readable once committed.
+    let e = event(Some("acme"), AuditOutcome::Executed, Decision::allow());
+    store.emit(&e).unwrap();
+    assert_eq!(
+        store.get(&e.event_id).unwrap().unwrap().event["event_id"],
+        e.event_id.as_str()
+    );
+    drop(store);
+    // A journal left by a process that died before its writer committed.
+    let lost = event(Some("acme"), AuditOutcome::Allowed, Decision::allow());
+    let torn = event(Some("acme"), AuditOutcome::Allowed, Decision::allow());
+    let torn_line = capability_core::json::canonical_string(&torn.to_json());
+    let journal = path
+        .parent()
+        .unwrap()
+        .join("journal")
+        .join("audit-999999-dead.jsonl");
+    std::fs::write(
+        &journal,
+        format!(
+            "{}\n{}",
+            capability_core::json::canonical_string(&lost.to_json()),
+            &torn_line[..torn_line.len() / 2]
+        ),
+    )
+    .unwrap();
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(
+        store.get(&lost.event_id).unwrap().is_some(),
+        "the dead journal was replayed"
+    );
+    assert!(
+        store.get(&torn.event_id).unwrap().is_none(),
+        "a torn line is skipped"
+    );
+    assert!(!journal.exists());
+    let report = audit::verify_store(&store).unwrap();
+    assert!(report.ok, "{report:?}");
+    assert_eq!(report.records, 2);
+}

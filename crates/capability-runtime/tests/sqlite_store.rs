@@ -120,7 +120,7 @@ fn receipts_are_readable_at_once_and_persist_across_reopen() {
 fn a_dead_process_journal_is_replayed_and_a_torn_line_skipped() {
     let home = tempfile::tempdir().unwrap();
     drop(SqliteReceiptStore::open(home.path()).unwrap());
-    let journal = home.path().join("journal").join("4242-dead.jsonl");
+    let journal = home.path().join("journal").join("receipts-4242-dead.jsonl");
     let good = serde_json::to_string(&receipt(
         "r-journal",
         "a/x",

@@ -248,13 +248,39 @@ pub fn write_canonical(out: &mut String, v: &Value) {
 }
 
 fn write_canonical_object(out: &mut String, map: &Map<String, Value>) {
+    // Small objects (the common case) are sorted on the stack.
+    const SMALL: usize = 16;
+    if map.len() <= SMALL {
+        let mut members: [Option<(&String, &Value)>; SMALL] = [None; SMALL];
+        let mut n = 0;
+        for (k, v) in map.iter().filter(|(k, _)| k.as_str() != "__proto__") {
+            // Insertion sort: keys are few and often already in order.
+            let mut at = n;
+            while at > 0
+                && members[at - 1].is_some_and(|(p, _)| {
+                    compare_keys(p.as_bytes(), k.as_bytes()) == Ordering::Greater
+                })
+            {
+                members[at] = members[at - 1];
+                at -= 1;
+            }
+            members[at] = Some((k, v));
+            n += 1;
+        }
+        write_members(out, members[..n].iter().flatten().copied());
+        return;
+    }
     let mut members: Vec<(&String, &Value)> = map
         .iter()
         .filter(|(k, _)| k.as_str() != "__proto__")
         .collect();
     members.sort_unstable_by(|a, b| compare_keys(a.0.as_bytes(), b.0.as_bytes()));
+    write_members(out, members.into_iter());
+}
+
+fn write_members<'a>(out: &mut String, members: impl Iterator<Item = (&'a String, &'a Value)>) {
     out.push('{');
-    for (i, (k, v)) in members.into_iter().enumerate() {
+    for (i, (k, v)) in members.enumerate() {
         if i > 0 {
             out.push(',');
         }
@@ -274,18 +300,38 @@ pub fn canonical_string(v: &Value) -> String {
 
 /// Lowercase hex SHA-256 of bytes.
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut s = String::with_capacity(64);
-    for b in digest {
-        s.push(HEX[(b >> 4) as usize] as char);
-        s.push(HEX[(b & 0xF) as usize] as char);
+    hex_digest(&Sha256::digest(bytes))
+}
+
+fn hex_digest(digest: &[u8]) -> String {
+    let mut out = [0u8; 64];
+    for (i, b) in digest.iter().take(32).enumerate() {
+        out[2 * i] = HEX[(b >> 4) as usize];
+        out[2 * i + 1] = HEX[(b & 0xF) as usize];
     }
-    s
+    // ASCII by construction.
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+thread_local! {
+    /// A reusable buffer for canonical text that is only hashed.
+    static SCRATCH: std::cell::RefCell<String> = std::cell::RefCell::new(String::with_capacity(1024));
 }
 
 /// The reference `sha256(v)`: hex SHA-256 of the canonical JSON of `v`.
 pub fn canonical_hash(v: &Value) -> String {
-    sha256_hex(canonical_string(v).as_bytes())
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buf) => {
+            buf.clear();
+            write_canonical(&mut buf, v);
+            let hash = sha256_hex(buf.as_bytes());
+            if buf.capacity() > 1 << 20 {
+                *buf = String::with_capacity(1024);
+            }
+            hash
+        }
+        Err(_) => sha256_hex(canonical_string(v).as_bytes()),
+    })
 }
 
 /// Canonical JSON of a parsed node (lone surrogates escaped, non-finite numbers as `null`).

@@ -8,12 +8,19 @@
 //! events, inserts them and moves the head; each caller returns once its batch committed.
 //! Because the head is read inside the write transaction, several processes appending to the
 //! same file still produce one chain.
+//!
+//! [`AuditSink::emit`] does not wait for the commit: it appends the event to this process's
+//! journal (`<db dir>/journal/audit-*.jsonl`, one `write(2)`, no flush) and queues it, so an
+//! emitted event survives a crash or `kill -9` of the process (the next store to open the
+//! database replays the journals of dead processes into the chain). Reads wait until every
+//! queued event is committed.
 
 use std::path::Path;
 use std::sync::mpsc;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
+use capability_journal::Journal;
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 
@@ -72,7 +79,20 @@ CREATE INDEX IF NOT EXISTS approval_requests_by_status ON approval_requests (sta
 struct Job {
     events: Vec<AuditEvent>,
     reply: mpsc::Sender<Result<Vec<AuditRecord>, StoreError>>,
+    /// Whether the events were journaled (emitted without waiting).
+    journaled: bool,
 }
+
+/// The journal and what of it is not committed yet.
+struct Pending {
+    journal: Option<Journal>,
+    /// Journaled events not yet committed.
+    count: usize,
+    /// A journaled batch failed to commit: keep the journal for recovery.
+    failed: bool,
+}
+
+const JOURNAL_PREFIX: &str = "audit";
 
 /// The SQLite-backed store.
 pub struct SqliteStore {
@@ -80,6 +100,7 @@ pub struct SqliteStore {
     conn: Mutex<Connection>,
     writer: Mutex<Option<mpsc::Sender<Job>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    pending: Arc<Mutex<Pending>>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -120,13 +141,48 @@ impl SqliteStore {
         }
         let conn = connect(path, &options).map_err(db)?;
         conn.execute_batch(SCHEMA).map_err(db)?;
-        let writer_conn = connect(path, &options).map_err(db)?;
+        let mut writer_conn = connect(path, &options).map_err(db)?;
+        let journal_dir = path
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."))
+            .join("journal");
+        let io = |e: std::io::Error| StoreError::Database {
+            path: name.clone(),
+            message: format!("audit journal: {e}"),
+        };
+        capability_journal::recover(&journal_dir, JOURNAL_PREFIX, |lines| {
+            // A torn last line (the process died mid-write) does not parse and is skipped.
+            let events: Vec<AuditEvent> = lines
+                .iter()
+                .filter_map(|l| capability_core::json::parse_str(l).ok())
+                .filter_map(|v| AuditEvent::from_json(&v).ok())
+                .collect();
+            if events.is_empty() {
+                return Ok(());
+            }
+            write_batch(&mut writer_conn, &[events.as_slice()]).map(|_| ())
+        })
+        .map_err(|e| match e {
+            capability_journal::RecoverError::Io(e) => io(e),
+            capability_journal::RecoverError::Replay(e) => StoreError::Database {
+                path: name.clone(),
+                message: format!("replaying an audit journal: {}", e.message),
+            },
+        })?;
+        let journal = Journal::create(&journal_dir, JOURNAL_PREFIX, false).map_err(io)?;
+        let pending = Arc::new(Mutex::new(Pending {
+            journal: Some(journal),
+            count: 0,
+            failed: false,
+        }));
         let (tx, rx) = mpsc::channel::<Job>();
         let writer_name = name.clone();
         let max_batch = options.max_batch.max(1);
+        let writer_pending = Arc::clone(&pending);
         let thread = std::thread::Builder::new()
             .name("audit-writer".into())
-            .spawn(move || writer_loop(writer_conn, rx, max_batch, writer_name))
+            .spawn(move || writer_loop(writer_conn, rx, max_batch, writer_name, writer_pending))
             .map_err(|e| StoreError::Database {
                 path: name.clone(),
                 message: format!("cannot start the audit writer: {e}"),
@@ -136,6 +192,7 @@ impl SqliteStore {
             conn: Mutex::new(conn),
             writer: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
+            pending,
         })
     }
 
@@ -151,10 +208,45 @@ impl SqliteStore {
         }
     }
 
-    /// Appends without waiting for the commit (the event is queued for the writer thread).
+    /// Appends without waiting for the commit: the events are journaled (safe from a
+    /// process crash once this returns) and queued for the writer thread.
     pub fn append_nowait(&self, events: Vec<AuditEvent>) -> Result<(), StoreError> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        {
+            let mut pending = lock(&self.pending);
+            let Some(journal) = pending.journal.as_mut() else {
+                return Err(StoreError::WriterGone);
+            };
+            for e in &events {
+                let line = capability_core::json::canonical_string(&e.to_json());
+                journal
+                    .append(line.as_bytes())
+                    .map_err(|err| StoreError::Database {
+                        path: self.path.clone(),
+                        message: format!("audit journal: {err}"),
+                    })?;
+            }
+            pending.count += events.len();
+        }
         let (reply, _rx) = mpsc::channel();
-        self.send(Job { events, reply })
+        self.send(Job {
+            events,
+            reply,
+            journaled: true,
+        })
+    }
+
+    /// Waits until every event queued so far is committed.
+    pub fn flush(&self) -> Result<(), StoreError> {
+        let (reply, rx) = mpsc::channel();
+        self.send(Job {
+            events: Vec::new(),
+            reply,
+            journaled: false,
+        })?;
+        rx.recv().map_err(|_| StoreError::WriterGone)?.map(|_| ())
     }
 
     fn send(&self, job: Job) -> Result<(), StoreError> {
@@ -169,6 +261,7 @@ impl SqliteStore {
         sql: &str,
         params: &[&dyn rusqlite::ToSql],
     ) -> Result<Vec<AuditRecord>, StoreError> {
+        self.flush()?;
         let conn = lock(&self.conn);
         let mut stmt = conn.prepare_cached(sql).map_err(|e| self.db(e))?;
         let rows = stmt
@@ -201,6 +294,13 @@ impl Drop for SqliteStore {
         if let Some(t) = lock(&self.thread).take() {
             let _ = t.join();
         }
+        let mut pending = lock(&self.pending);
+        if pending.count == 0
+            && !pending.failed
+            && let Some(j) = pending.journal.take()
+        {
+            let _ = j.remove();
+        }
     }
 }
 
@@ -219,7 +319,13 @@ fn connect(path: &Path, options: &SqliteOptions) -> rusqlite::Result<Connection>
     Ok(conn)
 }
 
-fn writer_loop(mut conn: Connection, rx: mpsc::Receiver<Job>, max_batch: usize, path: String) {
+fn writer_loop(
+    mut conn: Connection,
+    rx: mpsc::Receiver<Job>,
+    max_batch: usize,
+    path: String,
+    pending: Arc<Mutex<Pending>>,
+) {
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
         let mut count = jobs[0].events.len();
@@ -232,8 +338,32 @@ fn writer_loop(mut conn: Connection, rx: mpsc::Receiver<Job>, max_batch: usize, 
                 Err(_) => break,
             }
         }
+        let journaled: usize = jobs
+            .iter()
+            .filter(|j| j.journaled)
+            .map(|j| j.events.len())
+            .sum();
         let all: Vec<&[AuditEvent]> = jobs.iter().map(|j| j.events.as_slice()).collect();
-        match write_batch(&mut conn, &all) {
+        let committed = if all.iter().all(|e| e.is_empty()) {
+            Ok(all.iter().map(|_| Vec::new()).collect())
+        } else {
+            write_batch(&mut conn, &all)
+        };
+        {
+            let mut p = lock(&pending);
+            if committed.is_ok() {
+                p.count = p.count.saturating_sub(journaled);
+                if p.count == 0
+                    && !p.failed
+                    && let Some(j) = p.journal.as_mut()
+                {
+                    let _ = j.truncate();
+                }
+            } else if journaled > 0 {
+                p.failed = true;
+            }
+        }
+        match committed {
             Ok(results) => {
                 for (job, records) in jobs.into_iter().zip(results) {
                     let _ = job.reply.send(Ok(records));
@@ -366,6 +496,7 @@ impl AuditStore for SqliteStore {
         self.send(Job {
             events: events.to_vec(),
             reply,
+            journaled: false,
         })?;
         rx.recv().map_err(|_| StoreError::WriterGone)?
     }
@@ -407,6 +538,7 @@ impl AuditStore for SqliteStore {
     }
 
     fn head(&self) -> Result<Option<(u64, String)>, StoreError> {
+        self.flush()?;
         let conn = lock(&self.conn);
         conn.query_row("SELECT seq, hash FROM audit_head WHERE id = 1", [], |r| {
             Ok((u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0), r.get(1)?))
@@ -417,8 +549,9 @@ impl AuditStore for SqliteStore {
 }
 
 impl AuditSink for SqliteStore {
+    /// Journals the event and returns without waiting for the commit (see the module docs).
     fn emit(&self, event: &AuditEvent) -> Result<(), AuditError> {
-        self.append(std::slice::from_ref(event))?;
+        self.append_nowait(vec![event.clone()])?;
         Ok(())
     }
 }

@@ -88,10 +88,30 @@ pub fn export_jsonl(
     Ok(receipts.len())
 }
 
+/// Receipt ids are random UUIDs made by the runtime, so a fast non-keyed hash is safe here.
+#[derive(Clone, Copy, Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..chunk.len()].copy_from_slice(chunk);
+            self.0 =
+                (self.0.rotate_left(5) ^ u64::from_le_bytes(w)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+}
+
+type IdMap<V> = HashMap<String, V, std::hash::BuildHasherDefault<IdHasher>>;
+
 #[derive(Default)]
 struct MemoryInner {
     /// Position of each receipt in `order`.
-    by_id: HashMap<String, usize>,
+    by_id: IdMap<usize>,
     /// Receipts in insertion order (a replaced receipt keeps its place).
     order: Vec<Arc<Receipt>>,
     plans: HashMap<String, Plan>,

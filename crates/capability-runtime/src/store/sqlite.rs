@@ -14,8 +14,6 @@
 //!   chosen, which flushes the journal to disk (`fdatasync`) on every `put`.
 
 use std::collections::HashMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -24,6 +22,7 @@ use std::time::Duration;
 
 use capability_core::plan::Plan;
 use capability_core::receipt::Receipt;
+use capability_journal::Journal;
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{ReceiptQuery, ReceiptStore, StoreError};
@@ -57,6 +56,9 @@ CREATE TABLE IF NOT EXISTS pending_plans (
 ";
 
 const MAX_BATCH: usize = 1024;
+
+/// The prefix of receipt journals in the journal directory.
+const JOURNAL_PREFIX: &str = "receipts";
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
@@ -102,13 +104,8 @@ fn insert_batch(conn: &mut Connection, batch: &[Arc<Receipt>]) -> Result<(), Sto
     tx.commit().map_err(db_err)
 }
 
-struct Journal {
-    file: File,
-    path: PathBuf,
-}
-
 struct Shared {
-    journal: Mutex<Journal>,
+    journal: Mutex<Option<Journal>>,
     pending: Mutex<HashMap<String, Arc<Receipt>>>,
     idle: Condvar,
     /// Set when a batch could not be committed: the journal is then kept for recovery.
@@ -126,7 +123,6 @@ pub struct SqliteReceiptStore {
     tx: Sender<Msg>,
     writer: Mutex<Option<JoinHandle<()>>>,
     reader: Mutex<Connection>,
-    durability: Durability,
     db_path: PathBuf,
 }
 
@@ -151,28 +147,31 @@ impl SqliteReceiptStore {
         durability: Durability,
     ) -> Result<SqliteReceiptStore, StoreError> {
         let journal_dir = home.join("journal");
-        fs::create_dir_all(&journal_dir)?;
         let db_path = home.join("capability.db");
         let mut writer_conn = open_connection(&db_path)?;
         writer_conn.execute_batch(SCHEMA).map_err(db_err)?;
-        recover_journals(&mut writer_conn, &journal_dir)?;
+        capability_journal::recover(&journal_dir, JOURNAL_PREFIX, |lines| {
+            // A torn last line (the process died mid-write) does not parse and is skipped.
+            let batch: Vec<Arc<Receipt>> = lines
+                .iter()
+                .filter_map(|l| serde_json::from_str::<Receipt>(l).ok())
+                .map(Arc::new)
+                .collect();
+            insert_batch(&mut writer_conn, &batch)
+        })
+        .map_err(|e| match e {
+            capability_journal::RecoverError::Io(e) => StoreError::Io(e),
+            capability_journal::RecoverError::Replay(e) => e,
+        })?;
         let reader = open_connection(&db_path)?;
 
-        // Lock the journal under a name recovery ignores, then publish it: a journal is never
-        // visible unlocked while its process lives.
-        let stem = format!("{}-{}", std::process::id(), uuid::Uuid::new_v4());
-        let staging = journal_dir.join(format!("{stem}.new"));
-        let path = journal_dir.join(format!("{stem}.jsonl"));
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(&staging)?;
-        file.try_lock()
-            .map_err(|e| StoreError::Io(std::io::Error::other(e.to_string())))?;
-        fs::rename(&staging, &path)?;
+        let journal = Journal::create(
+            &journal_dir,
+            JOURNAL_PREFIX,
+            durability == Durability::System,
+        )?;
         let shared = Arc::new(Shared {
-            journal: Mutex::new(Journal { file, path }),
+            journal: Mutex::new(Some(journal)),
             pending: Mutex::new(HashMap::new()),
             idle: Condvar::new(),
             dirty: Mutex::new(None),
@@ -187,7 +186,6 @@ impl SqliteReceiptStore {
             tx,
             writer: Mutex::new(Some(writer)),
             reader: Mutex::new(reader),
-            durability,
             db_path,
         })
     }
@@ -254,10 +252,12 @@ fn writer_loop(mut conn: Connection, rx: Receiver<Msg>, shared: Arc<Shared>) {
         // this against `put`, which writes the journal and registers the receipt as pending
         // under the same lock.
         if lock(&shared.dirty).is_none() {
-            let journal = lock(&shared.journal);
+            let mut journal = lock(&shared.journal);
             let pending = lock(&shared.pending);
-            if pending.is_empty() {
-                let _ = journal.file.set_len(0);
+            if pending.is_empty()
+                && let Some(j) = journal.as_mut()
+            {
+                let _ = j.truncate();
             }
             drop(pending);
             drop(journal);
@@ -265,35 +265,6 @@ fn writer_loop(mut conn: Connection, rx: Receiver<Msg>, shared: Arc<Shared>) {
         shared.idle.notify_all();
     }
     shared.idle.notify_all();
-}
-
-/// Replays the journals of dead processes into the database, then deletes them.
-fn recover_journals(conn: &mut Connection, dir: &Path) -> Result<(), StoreError> {
-    for entry in fs::read_dir(dir)? {
-        let path = entry?.path();
-        if path.extension().and_then(|e| e.to_str()) != Some("jsonl") {
-            continue;
-        }
-        let Ok(file) = OpenOptions::new().read(true).write(true).open(&path) else {
-            continue;
-        };
-        if file.try_lock().is_err() {
-            continue; // its process is alive
-        }
-        let mut batch = Vec::new();
-        for line in BufReader::new(&file).lines() {
-            let Ok(line) = line else { break };
-            // A torn last line (the process died mid-write) is skipped.
-            if let Ok(r) = serde_json::from_str::<Receipt>(&line) {
-                batch.push(Arc::new(r));
-            }
-        }
-        if !batch.is_empty() {
-            insert_batch(conn, &batch)?;
-        }
-        fs::remove_file(&path)?;
-    }
-    Ok(())
 }
 
 impl ReceiptStore for SqliteReceiptStore {
@@ -320,14 +291,12 @@ impl ReceiptStore for SqliteReceiptStore {
     }
 
     fn put(&self, receipt: Arc<Receipt>) -> Result<(), StoreError> {
-        let mut line =
-            serde_json::to_vec(&*receipt).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        line.push(b'\n');
+        let line = serde_json::to_vec(&*receipt).map_err(|e| StoreError::Corrupt(e.to_string()))?;
         {
             let mut journal = lock(&self.shared.journal);
-            journal.file.write_all(&line)?;
-            if self.durability == Durability::System {
-                journal.file.sync_data()?;
+            match journal.as_mut() {
+                Some(j) => j.append(&line)?,
+                None => return Err(StoreError::Database("the receipt store is closed".into())),
             }
             lock(&self.shared.pending).insert(receipt.receipt_id.clone(), Arc::clone(&receipt));
         }
@@ -418,9 +387,8 @@ impl Drop for SqliteReceiptStore {
             let _ = handle.join();
         }
         let clean = lock(&self.shared.dirty).is_none() && lock(&self.shared.pending).is_empty();
-        if clean {
-            let journal = lock(&self.shared.journal);
-            let _ = fs::remove_file(&journal.path);
+        if clean && let Some(j) = lock(&self.shared.journal).take() {
+            let _ = j.remove();
         }
     }
 }

@@ -1,0 +1,182 @@
+//! # capability-journal
+//!
+//! The durability trick behind the receipt store and the audit log: a record is appended
+//! to this process's journal file with one `write(2)` (no flush) before the call returns, so
+//! it is in the kernel's page cache and survives a crash or `kill -9` of the process; a
+//! writer thread then commits records to the database in batches and empties the journal
+//! once everything in it is committed.
+//!
+//! Each process holds an exclusive `flock` on its own journal. A journal is created under a
+//! name recovery ignores, locked, then published, so a live journal is never visible
+//! unlocked. [`recover`] replays the journals whose lock is free (their process died) and
+//! deletes them; a torn last line (the process died mid-write) is skipped by the caller's
+//! parser.
+//!
+//! Journals of different stores share a directory and are told apart by a prefix.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+/// This process's journal for one store.
+#[derive(Debug)]
+pub struct Journal {
+    file: File,
+    path: PathBuf,
+    sync: bool,
+}
+
+impl Journal {
+    /// Creates and locks `dir/<prefix>-<pid>-<uuid>.jsonl`. With `sync`, every append is
+    /// also flushed to disk (`fdatasync`), which survives power loss too.
+    pub fn create(dir: &Path, prefix: &str, sync: bool) -> io::Result<Journal> {
+        fs::create_dir_all(dir)?;
+        let stem = format!("{prefix}-{}-{}", std::process::id(), uuid::Uuid::new_v4());
+        let staging = dir.join(format!("{stem}.new"));
+        let path = dir.join(format!("{stem}.jsonl"));
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .read(true)
+            .open(&staging)?;
+        file.try_lock()
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        fs::rename(&staging, &path)?;
+        Ok(Journal { file, path, sync })
+    }
+
+    /// Appends one record (a line; the newline is added) with a single write.
+    pub fn append(&mut self, record: &[u8]) -> io::Result<()> {
+        let mut line = Vec::with_capacity(record.len() + 1);
+        line.extend_from_slice(record);
+        line.push(b'\n');
+        self.file.write_all(&line)?;
+        if self.sync {
+            self.file.sync_data()?;
+        }
+        Ok(())
+    }
+
+    /// Empties the journal (everything in it is committed elsewhere).
+    pub fn truncate(&mut self) -> io::Result<()> {
+        self.file.set_len(0)
+    }
+
+    /// The journal's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Deletes the journal (on a clean shutdown, when everything is committed).
+    pub fn remove(self) -> io::Result<()> {
+        fs::remove_file(&self.path)
+    }
+}
+
+/// Replays every journal with `prefix` in `dir` whose process is gone: `replay` receives its
+/// lines in order; the journal is deleted once `replay` succeeded. Journals of live
+/// processes are left alone. Returns how many journals were recovered.
+pub fn recover<E>(
+    dir: &Path,
+    prefix: &str,
+    mut replay: impl FnMut(Vec<String>) -> Result<(), E>,
+) -> Result<usize, RecoverError<E>> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(RecoverError::Io(e)),
+    };
+    let mut recovered = 0;
+    let head = format!("{prefix}-");
+    for entry in entries {
+        let path = entry.map_err(RecoverError::Io)?.path();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        if !name.starts_with(&head) || !name.ends_with(".jsonl") {
+            continue;
+        }
+        let Ok(file) = OpenOptions::new().read(true).write(true).open(&path) else {
+            continue;
+        };
+        if file.try_lock().is_err() {
+            continue; // its process is alive
+        }
+        let mut lines = Vec::new();
+        for line in BufReader::new(&file).lines() {
+            match line {
+                Ok(l) => lines.push(l),
+                Err(_) => break, // a torn, non-UTF-8 tail
+            }
+        }
+        if !lines.is_empty() {
+            replay(lines).map_err(RecoverError::Replay)?;
+        }
+        fs::remove_file(&path).map_err(RecoverError::Io)?;
+        recovered += 1;
+    }
+    Ok(recovered)
+}
+
+/// Why recovery stopped.
+#[derive(Debug)]
+pub enum RecoverError<E> {
+    Io(io::Error),
+    Replay(E),
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for RecoverError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecoverError::Io(e) => write!(f, "journal recovery failed: {e}"),
+            RecoverError::Replay(e) => write!(f, "journal replay failed: {e}"),
+        }
+    }
+}
+
+impl<E: std::fmt::Debug + std::fmt::Display> std::error::Error for RecoverError<E> {}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_dead_journal_is_replayed_in_order_and_a_live_one_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut live = Journal::create(dir.path(), "t", false).unwrap();
+        live.append(b"live").unwrap();
+        // A journal whose process died: an unlocked file with a torn last line.
+        fs::write(dir.path().join("t-1-dead.jsonl"), "one\ntwo\nthr").unwrap();
+        fs::write(dir.path().join("other-1-dead.jsonl"), "not mine\n").unwrap();
+        let mut seen = Vec::new();
+        let n = recover(dir.path(), "t", |lines| {
+            seen.extend(lines);
+            Ok::<(), String>(())
+        })
+        .unwrap();
+        assert_eq!(n, 1);
+        assert_eq!(seen, ["one", "two", "thr"]);
+        assert!(!dir.path().join("t-1-dead.jsonl").exists());
+        assert!(live.path().exists(), "a live journal is not taken");
+        assert!(
+            dir.path().join("other-1-dead.jsonl").exists(),
+            "other prefixes are not taken"
+        );
+        live.truncate().unwrap();
+        assert_eq!(fs::read(live.path()).unwrap(), b"");
+        let p = live.path().to_path_buf();
+        live.remove().unwrap();
+        assert!(!p.exists());
+    }
+
+    #[test]
+    fn a_failed_replay_keeps_the_journal() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::write(dir.path().join("t-1-dead.jsonl"), "x\n").unwrap();
+        let r = recover(dir.path(), "t", |_| Err::<(), &str>("db locked"));
+        assert!(matches!(r, Err(RecoverError::Replay("db locked"))));
+        assert!(dir.path().join("t-1-dead.jsonl").exists());
+    }
+}
