@@ -4,29 +4,13 @@
 //! deletions and reordering, and the policy tooling (schema, validate, test).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use capability_core::json;
+use common::{cap, stdout_json};
 use serde_json::{Value, json};
-
-fn cap(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cap"))
-        .env("CAP_HOME", home)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stdout_json(out: &Output) -> Value {
-    json::parse(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {} / {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
 
 fn scenarios() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../capability-policy/tests/fixtures/scenarios")

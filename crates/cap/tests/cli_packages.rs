@@ -2,35 +2,16 @@
 //! boundary, and the reference's add fixture gives the reference's output under node.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use capability_core::json;
 use capability_core::plan::Plan;
 use capability_core::published::{PublishedSchema, validate_published};
+use common::{cap, fixture, stdout_json};
 use serde_json::{Value, json};
-
-fn cap(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cap"))
-        .env("CAP_HOME", home)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stdout_json(out: &Output) -> Value {
-    json::parse(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {} / {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/add-package/package.json")
-}
 
 #[test]
 fn the_reference_add_fixture_runs_in_node_behind_the_sandbox() {

@@ -2,6 +2,8 @@
 //! a receipt surviving a SIGKILL of the process that printed it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -9,33 +11,8 @@ use std::time::{Duration, Instant};
 
 use capability_core::json;
 use capability_core::published::{PublishedSchema, validate_published};
+use common::{cap, stdout_json, vectors};
 use serde_json::{Value, json};
-
-fn cap(home: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cap"))
-        .env("CAP_HOME", home)
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn stdout_json(out: &Output) -> Value {
-    json::parse(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "{e}: {} / {}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
-
-fn vectors(name: &str) -> Value {
-    let path = format!(
-        "{}/../../../shared/vectors/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    json::parse(&std::fs::read(path).unwrap()).unwrap()
-}
 
 #[test]
 fn every_builtin_runs_through_cap_exec() {
@@ -263,8 +240,21 @@ fn a_receipt_survives_sigkill_right_after_it_was_printed() {
         shown["output"]["text"].as_str().unwrap().len(),
         "hello world ".len() * 7_000 - 1
     );
-    // Whatever the killed process had not committed was recovered from its journal, which
-    // is then gone.
+    // Its audit events survived too: the audit log has the execution, and once both stores
+    // were opened no journal of the killed process is left.
+    let audit = stdout_json(&cap(home.path(), &["audit", "tail"]));
+    assert!(
+        audit
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["receipt_id"] == receipt_id.as_str() && e["outcome"] == "executed"),
+        "{audit}"
+    );
+    assert_eq!(
+        cap(home.path(), &["audit", "verify"]).status.code(),
+        Some(0)
+    );
     let journals: Vec<_> = std::fs::read_dir(home.path().join("journal"))
         .unwrap()
         .collect();

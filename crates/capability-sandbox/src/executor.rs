@@ -282,10 +282,22 @@ impl ModuleExecutor {
         invocation: &Invocation,
         granted: &[String],
     ) -> Result<RunOutcome, SandboxError> {
+        self.run_with(capability, spec, route, invocation, granted, &self.limits)
+    }
+
+    fn run_with(
+        &self,
+        capability: &Capability,
+        spec: &ModuleSpec,
+        route: &Route<'_>,
+        invocation: &Invocation,
+        granted: &[String],
+        limits: &Limits,
+    ) -> Result<RunOutcome, SandboxError> {
         let grants = self.host.for_effects(granted);
         match route {
-            Route::Process => self.process.run(spec, invocation, &grants, &self.limits),
-            Route::Oci(oci) => oci.run(spec, invocation, &grants, &self.limits),
+            Route::Process => self.process.run(spec, invocation, &grants, limits),
+            Route::Oci(oci) => oci.run(spec, invocation, &grants, limits),
             Route::Wasm(_) => Err(SandboxError::Invalid {
                 detail: format!("{} runs through the WASM executor", capability.id()),
             }),
@@ -303,7 +315,8 @@ fn boundary(outcome: &RunOutcome) -> Value {
     serde_json::to_value(&outcome.boundary).unwrap_or(Value::Null)
 }
 
-fn plan_details(v: &Value) -> PlanDetails {
+/// What a guest's `plan` reply means: `{effects?, summary?, data?}`.
+pub(crate) fn plan_details(v: &Value) -> PlanDetails {
     PlanDetails {
         effects: v.get("effects").and_then(Value::as_array).map(|a| {
             a.iter()
@@ -316,7 +329,8 @@ fn plan_details(v: &Value) -> PlanDetails {
     }
 }
 
-fn verification(v: &Value) -> Verification {
+/// What a guest's `verify` reply means: a boolean or `{ok, message?, data?}`.
+pub(crate) fn verification(v: &Value) -> Verification {
     match v {
         Value::Bool(ok) => Verification {
             ok: *ok,
@@ -331,6 +345,50 @@ fn verification(v: &Value) -> Verification {
                 .map(String::from),
             data: other.get("data").cloned(),
         },
+    }
+}
+
+impl ModuleExecutor {
+    /// The effects and limits of an execution once a governance `sandbox` requirement is
+    /// applied: no network when it says so, the tighter time and memory limits, and a refusal
+    /// when it asks for a stronger tier than the process sandbox.
+    fn constrained(
+        &self,
+        request: &ExecutionRequest<'_>,
+        tier: capability_policy::IsolationTier,
+    ) -> Result<(Vec<String>, Limits), HookError> {
+        let mut limits = self.limits.clone();
+        if let Some(t) = request.timeout {
+            limits.wall_timeout = limits.wall_timeout.min(t);
+        }
+        let mut granted = request.plan.effects.clone();
+        if let Some(req) = request.sandbox {
+            if let Some(floor) = req.min_tier
+                && floor > tier
+            {
+                return Err(HookError::Capability(CapabilityError::new(
+                    ErrorCode::PermissionDenied,
+                    format!(
+                        "policy requires isolation tier {} but {} runs at tier {}",
+                        floor.as_str(),
+                        request.capability.id(),
+                        tier.as_str()
+                    ),
+                )));
+            }
+            if req.deny_network {
+                granted.retain(|e| e != effects::NETWORK_CONNECT);
+            }
+            if let Some(ms) = req.timeout_ms {
+                limits.wall_timeout = limits
+                    .wall_timeout
+                    .min(std::time::Duration::from_millis(ms));
+            }
+            if let Some(mb) = req.memory_mb {
+                limits.memory_bytes = limits.memory_bytes.min(mb.saturating_mul(1 << 20));
+            }
+        }
+        Ok((granted, limits))
     }
 }
 
@@ -381,14 +439,13 @@ impl Executor for ModuleExecutor {
             output: None,
             receipt: None,
         };
+        let tier = match route {
+            Route::Oci(_) => capability_policy::IsolationTier::Oci,
+            _ => capability_policy::IsolationTier::Process,
+        };
+        let (granted, limits) = self.constrained(request, tier)?;
         let outcome = self
-            .run(
-                capability,
-                &spec,
-                &route,
-                &invocation,
-                &request.plan.effects,
-            )
+            .run_with(capability, &spec, &route, &invocation, &granted, &limits)
             .map_err(|e| hook_error(capability.id(), e))?;
         let isolation = boundary(&outcome);
         match outcome.result {

@@ -192,16 +192,7 @@ impl Executor for WasmExecutor {
         if v.is_null() || v.as_object().is_some_and(|o| o.is_empty()) {
             return Ok(None);
         }
-        Ok(Some(PlanDetails {
-            effects: v.get("effects").and_then(Value::as_array).map(|a| {
-                a.iter()
-                    .filter_map(Value::as_str)
-                    .map(String::from)
-                    .collect()
-            }),
-            summary: v.get("summary").and_then(Value::as_str).map(String::from),
-            data: v.get("data").cloned(),
-        }))
+        Ok(Some(crate::executor::plan_details(&v)))
     }
 
     fn execute(&self, request: &ExecutionRequest<'_>) -> Result<Executed, ExecutionFailure> {
@@ -248,19 +239,7 @@ impl Executor for WasmExecutor {
         )?;
         Ok(match result? {
             Value::Null => None,
-            Value::Bool(ok) => Some(Verification {
-                ok,
-                message: None,
-                data: None,
-            }),
-            other => Some(Verification {
-                ok: other.get("ok") == Some(&Value::Bool(true)),
-                message: other
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .map(String::from),
-                data: other.get("data").cloned(),
-            }),
+            other => Some(crate::executor::verification(&other)),
         })
     }
 

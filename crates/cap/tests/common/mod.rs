@@ -1,0 +1,42 @@
+//! Helpers shared by the `cap` integration tests: run the binary with a capability home and
+//! read its JSON output.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// Runs `cap` with `CAP_HOME` set to `home`.
+pub fn cap(home: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cap"))
+        .env("CAP_HOME", home)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+/// The JSON `cap` printed, or a panic showing stdout and stderr.
+pub fn stdout_json(out: &Output) -> Value {
+    capability_core::json::parse(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {} / {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// A vector file from `../shared/vectors/`.
+pub fn vectors(name: &str) -> Value {
+    let path = format!(
+        "{}/../../../shared/vectors/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    capability_core::json::parse(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// The reference's add fixture package.
+pub fn fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/add-package/package.json")
+}
