@@ -5,14 +5,13 @@
 mod common;
 
 use std::io::Read;
-use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use capability_core::json;
 use capability_core::published::{PublishedSchema, validate_published};
 use common::{cap, stdout_json, vectors};
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[test]
 fn every_builtin_runs_through_cap_exec() {
