@@ -74,7 +74,6 @@ fn bench(c: &mut Criterion) {
             "Execute Slugify Text".into(),
             capability_core::js::now_iso(),
             None,
-            None,
         )
     };
     c.bench_function("plan/create", |b| b.iter(|| black_box(make_plan())));

@@ -74,8 +74,8 @@ pub fn unique(items: impl IntoIterator<Item = String>) -> Vec<String> {
 }
 
 impl Plan {
-    /// Builds and fingerprints a plan. `input_canonical`, when the caller already has it,
-    /// saves serializing the input twice.
+    /// Builds and fingerprints a plan (one canonical pass gives the input hash and the
+    /// fingerprint).
     #[allow(clippy::too_many_arguments)]
     pub fn build(
         plan_id: String,
@@ -85,22 +85,12 @@ impl Plan {
         summary: String,
         created_at: String,
         data: Option<Value>,
-        input_canonical: Option<&str>,
     ) -> Plan {
-        let owned;
-        let canon = match input_canonical {
-            Some(c) => c,
-            None => {
-                owned = crate::json::canonical_string(&input);
-                &owned
-            }
-        };
-        let input_hash = sha256_hex(canon.as_bytes());
         let mut plan = Plan {
             plan_id,
             capability,
             input,
-            input_hash,
+            input_hash: String::new(),
             effects,
             summary,
             created_at,
@@ -108,57 +98,64 @@ impl Plan {
             fingerprint: String::new(),
             extra: Map::new(),
         };
-        plan.fingerprint = plan.fingerprint_with(Some(canon));
+        let (input_hash, fingerprint) = plan.hashes(None);
+        plan.input_hash = input_hash;
+        plan.fingerprint = fingerprint;
         plan
     }
 
     /// The canonical hash of the plan without `fingerprint`.
     pub fn compute_fingerprint(&self) -> String {
-        self.fingerprint_with(None)
+        self.hashes(Some(&self.input_hash)).1
     }
 
-    fn fingerprint_with(&self, input_canonical: Option<&str>) -> String {
+    /// One canonical pass over the plan: the hash of the input as written, and the
+    /// fingerprint computed with `input_hash` (else that computed hash) as `inputHash`.
+    fn hashes(&self, input_hash: Option<&str>) -> (String, String) {
         if !self.extra.is_empty() {
+            let computed = canonical_hash(&self.input);
             let mut v = self.to_value();
             if let Value::Object(map) = &mut v {
                 map.remove("fingerprint");
+                if input_hash.is_none() {
+                    map.insert("inputHash".into(), Value::String(computed.clone()));
+                }
             }
-            return canonical_hash(&v);
+            return (computed, canonical_hash(&v));
         }
         // Members in canonical order: capability, createdAt, data, effects, input, inputHash,
         // planId, summary.
-        let input_len = input_canonical.map_or(64, str::len);
-        let mut s = String::with_capacity(input_len + self.summary.len() + 256);
-        s.push_str("{\"capability\":{\"id\":");
-        write_json_string(&mut s, &self.capability.id);
-        s.push_str(",\"version\":");
-        write_json_string(&mut s, &self.capability.version);
-        s.push_str("},\"createdAt\":");
-        write_json_string(&mut s, &self.created_at);
-        if let Some(data) = &self.data {
-            s.push_str(",\"data\":");
-            write_canonical(&mut s, data);
-        }
-        s.push_str(",\"effects\":[");
-        for (i, e) in self.effects.iter().enumerate() {
-            if i > 0 {
-                s.push(',');
+        crate::json::with_scratch(|s| {
+            s.push_str("{\"capability\":{\"id\":");
+            write_json_string(s, &self.capability.id);
+            s.push_str(",\"version\":");
+            write_json_string(s, &self.capability.version);
+            s.push_str("},\"createdAt\":");
+            write_json_string(s, &self.created_at);
+            if let Some(data) = &self.data {
+                s.push_str(",\"data\":");
+                write_canonical(s, data);
             }
-            write_json_string(&mut s, e);
-        }
-        s.push_str("],\"input\":");
-        match input_canonical {
-            Some(c) => s.push_str(c),
-            None => write_canonical(&mut s, &self.input),
-        }
-        s.push_str(",\"inputHash\":");
-        write_json_string(&mut s, &self.input_hash);
-        s.push_str(",\"planId\":");
-        write_json_string(&mut s, &self.plan_id);
-        s.push_str(",\"summary\":");
-        write_json_string(&mut s, &self.summary);
-        s.push('}');
-        sha256_hex(s.as_bytes())
+            s.push_str(",\"effects\":[");
+            for (i, e) in self.effects.iter().enumerate() {
+                if i > 0 {
+                    s.push(',');
+                }
+                write_json_string(s, e);
+            }
+            s.push_str("],\"input\":");
+            let start = s.len();
+            write_canonical(s, &self.input);
+            let computed = sha256_hex(&s.as_bytes()[start..]);
+            s.push_str(",\"inputHash\":");
+            write_json_string(s, input_hash.unwrap_or(&computed));
+            s.push_str(",\"planId\":");
+            write_json_string(s, &self.plan_id);
+            s.push_str(",\"summary\":");
+            write_json_string(s, &self.summary);
+            s.push('}');
+            (computed, sha256_hex(s.as_bytes()))
+        })
     }
 
     /// The reference integrity check: a `"rollback"` fingerprint is exempt; otherwise the
@@ -212,7 +209,6 @@ mod tests {
             vec![],
             "Execute Slugify Text".into(),
             "2026-01-01T00:00:00.000Z".into(),
-            None,
             None,
         )
     }

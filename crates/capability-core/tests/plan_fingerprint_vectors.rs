@@ -46,7 +46,6 @@ fn plan_fingerprints_match_the_reference() {
             p["summary"].as_str().unwrap().into(),
             p["createdAt"].as_str().unwrap().into(),
             p.get("data").cloned(),
-            None,
         );
         if built.input_hash != input_hash || built.fingerprint != expected {
             failures.push(format!(

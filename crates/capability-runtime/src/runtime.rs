@@ -6,7 +6,7 @@ use std::time::Duration;
 use capability_core::authorization::{AuthorizationDecision, EffectPolicy, authorize_effects};
 use capability_core::binder::CancelToken;
 use capability_core::discovery::DiscoveryQuery;
-use capability_core::json::{canonical_hash, canonical_string};
+use capability_core::json::canonical_hash;
 use capability_core::plan::{CapabilityRef, Plan, PlanDetails, new_plan_id, unique};
 use capability_core::receipt::{
     Receipt, ReceiptStatus, SerializedError, Verification, new_receipt_id,
@@ -352,8 +352,7 @@ impl CapabilityRuntime {
         }
         let summary = details
             .summary
-            .unwrap_or_else(|| format!("Execute {}", manifest.name));
-        let input_canonical = canonical_string(&input);
+            .unwrap_or_else(|| ["Execute ", &manifest.name].concat());
         Ok(Plan::build(
             new_plan_id(),
             CapabilityRef {
@@ -365,7 +364,6 @@ impl CapabilityRuntime {
             summary,
             iso(self.clock.now_millis()),
             details.data,
-            Some(&input_canonical),
         ))
     }
 

@@ -17,6 +17,7 @@ mod parse;
 mod write;
 
 pub use parse::{JsString, JsonNode, MAX_DEPTH, parse_node};
+pub(crate) use write::with_scratch;
 pub use write::{
     canonical_hash, canonical_node_string, canonical_string, compare_keys, compare_utf16,
     format_number, is_array_index, sha256_hex, to_js_string, to_pretty_string, write_canonical,

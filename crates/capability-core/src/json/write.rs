@@ -318,19 +318,27 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<String> = std::cell::RefCell::new(String::with_capacity(1024));
 }
 
-/// The reference `sha256(v)`: hex SHA-256 of the canonical JSON of `v`.
-pub fn canonical_hash(v: &Value) -> String {
+/// Runs `f` with a cleared, reusable per-thread buffer (a fresh one when the thread's buffer
+/// is already in use).
+pub(crate) fn with_scratch<T>(f: impl FnOnce(&mut String) -> T) -> T {
     SCRATCH.with(|cell| match cell.try_borrow_mut() {
         Ok(mut buf) => {
             buf.clear();
-            write_canonical(&mut buf, v);
-            let hash = sha256_hex(buf.as_bytes());
+            let out = f(&mut buf);
             if buf.capacity() > 1 << 20 {
                 *buf = String::with_capacity(1024);
             }
-            hash
+            out
         }
-        Err(_) => sha256_hex(canonical_string(v).as_bytes()),
+        Err(_) => f(&mut String::new()),
+    })
+}
+
+/// The reference `sha256(v)`: hex SHA-256 of the canonical JSON of `v`.
+pub fn canonical_hash(v: &Value) -> String {
+    with_scratch(|buf| {
+        write_canonical(buf, v);
+        sha256_hex(buf.as_bytes())
     })
 }
 
