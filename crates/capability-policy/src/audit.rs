@@ -104,6 +104,18 @@ impl AuditEvent {
         stage: Stage,
         outcome: AuditOutcome,
     ) -> Self {
+        Self::with_digest(action, decision, stage, outcome, action.digest())
+    }
+
+    /// [`AuditEvent::new`] with the action's [`AgentAction::digest`] already computed (an
+    /// interception emits several events for one action).
+    pub(crate) fn with_digest(
+        action: &AgentAction,
+        decision: &Decision,
+        stage: Stage,
+        outcome: AuditOutcome,
+        action_digest: String,
+    ) -> Self {
         let cap = &action.capability;
         AuditEvent {
             event_id: new_id("evt"),
@@ -133,7 +145,7 @@ impl AuditEvent {
             policy_ids: decision.policy_id.iter().cloned().collect(),
             code: decision.code.clone(),
             plan_fingerprint: action.plan_fingerprint.clone(),
-            action_digest: action.digest(),
+            action_digest,
             receipt_id: None,
             approval_id: None,
             shadow: None,
@@ -145,7 +157,23 @@ impl AuditEvent {
 
     /// An event for a verdict: its reported decision, all its policy ids, its shadow result.
     pub fn from_verdict(action: &AgentAction, verdict: &Verdict, outcome: AuditOutcome) -> Self {
-        let mut e = Self::new(action, &verdict.decision, verdict.stage, outcome);
+        Self::from_verdict_with_digest(action, verdict, outcome, action.digest())
+    }
+
+    /// [`AuditEvent::from_verdict`] with the action's digest already computed.
+    pub(crate) fn from_verdict_with_digest(
+        action: &AgentAction,
+        verdict: &Verdict,
+        outcome: AuditOutcome,
+        action_digest: String,
+    ) -> Self {
+        let mut e = Self::with_digest(
+            action,
+            &verdict.decision,
+            verdict.stage,
+            outcome,
+            action_digest,
+        );
         e.policy_ids = verdict.policy_ids();
         if let Some(s) = &verdict.shadow {
             e.shadow = Some(s.kind);
@@ -182,8 +210,111 @@ impl AuditEvent {
     }
 
     /// Canonical JSON text (keys sorted as the project's canonical JSON sorts them).
+    ///
+    /// Written directly from the fields (no intermediate [`Value`]); byte-identical to
+    /// `canonical_string(&self.to_json())`.
     pub fn to_canonical(&self) -> String {
-        capability_core::json::canonical_string(&self.to_json())
+        let mut out = String::with_capacity(1024);
+        self.write_canonical(&mut out);
+        out
+    }
+
+    /// Appends [`AuditEvent::to_canonical`] to `out`.
+    pub fn write_canonical(&self, out: &mut String) {
+        use capability_core::json::{write_canonical, write_json_string};
+        fn opt(out: &mut String, v: Option<&str>) {
+            match v {
+                Some(s) => write_json_string(out, s),
+                None => out.push_str("null"),
+            }
+        }
+        fn strings(out: &mut String, items: &[String]) {
+            out.push('[');
+            for (i, s) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_json_string(out, s);
+            }
+            out.push(']');
+        }
+        fn payload(out: &mut String, v: Option<&Value>) {
+            match v {
+                Some(v) => write_canonical(out, v),
+                None => out.push_str("null"),
+            }
+        }
+        // Every key is plain ASCII, so canonical order is byte order; the members are
+        // written in that order (a test compares with the generic canonical writer).
+        out.push_str("{\"action_digest\":");
+        write_json_string(out, &self.action_digest);
+        out.push_str(",\"action_id\":");
+        write_json_string(out, &self.action_id);
+        out.push_str(",\"action_type\":");
+        write_json_string(out, self.action_type.as_str());
+        out.push_str(",\"agent_id\":");
+        write_json_string(out, &self.agent_id);
+        out.push_str(",\"approval_id\":");
+        opt(out, self.approval_id.as_deref());
+        out.push_str(",\"capability_name\":");
+        write_json_string(out, &self.capability_name);
+        out.push_str(",\"capability_risk\":");
+        write_json_string(out, self.capability_risk.as_str());
+        out.push_str(",\"capability_type\":");
+        write_json_string(out, self.capability_type.as_str());
+        out.push_str(",\"code\":");
+        opt(out, self.code.as_deref());
+        out.push_str(",\"decision\":");
+        write_json_string(out, self.decision.as_str());
+        out.push_str(",\"decision_id\":");
+        write_json_string(out, &self.decision_id);
+        out.push_str(",\"environment\":");
+        write_json_string(out, self.environment.as_str());
+        out.push_str(",\"event_id\":");
+        write_json_string(out, &self.event_id);
+        out.push_str(",\"input\":");
+        payload(out, self.input.as_ref());
+        out.push_str(",\"input_summary\":");
+        opt(out, self.input_summary.as_deref());
+        out.push_str(",\"labels\":");
+        write_sorted_object(out, self.labels.iter(), |out, v| write_json_string(out, v));
+        out.push_str(",\"metadata\":");
+        write_sorted_object(out, self.metadata.iter(), write_canonical);
+        out.push_str(",\"outcome\":");
+        write_json_string(out, self.outcome.as_str());
+        out.push_str(",\"output\":");
+        payload(out, self.output.as_ref());
+        out.push_str(",\"output_summary\":");
+        opt(out, self.output_summary.as_deref());
+        out.push_str(",\"parent_action_id\":");
+        opt(out, self.parent_action_id.as_deref());
+        out.push_str(",\"plan_fingerprint\":");
+        opt(out, self.plan_fingerprint.as_deref());
+        out.push_str(",\"policy_ids\":");
+        strings(out, &self.policy_ids);
+        out.push_str(",\"policy_name\":");
+        opt(out, self.policy_name.as_deref());
+        out.push_str(",\"policy_version\":");
+        opt(out, self.policy_version.as_deref());
+        out.push_str(",\"principal_id\":");
+        opt(out, self.principal_id.as_deref());
+        out.push_str(",\"reason\":");
+        opt(out, self.reason.as_deref());
+        out.push_str(",\"receipt_id\":");
+        opt(out, self.receipt_id.as_deref());
+        out.push_str(",\"redacted\":");
+        strings(out, &self.redacted);
+        out.push_str(",\"shadow\":");
+        opt(out, self.shadow.map(DecisionType::as_str));
+        out.push_str(",\"stage\":");
+        write_json_string(out, self.stage.as_str());
+        out.push_str(",\"tenant_id\":");
+        opt(out, self.tenant_id.as_deref());
+        out.push_str(",\"timestamp\":");
+        write_json_string(out, &self.timestamp);
+        out.push_str(",\"trace_id\":");
+        write_json_string(out, &self.trace_id);
+        out.push('}');
     }
 
     /// Reads an event back from JSON.
@@ -194,9 +325,37 @@ impl AuditEvent {
     }
 }
 
+/// Writes a JSON object with canonically ordered keys (`__proto__` dropped, as the
+/// canonical writer does).
+fn write_sorted_object<'a, V: 'a>(
+    out: &mut String,
+    members: impl Iterator<Item = (&'a String, &'a V)>,
+    write_value: impl Fn(&mut String, &V),
+) {
+    let mut members: Vec<(&String, &V)> =
+        members.filter(|(k, _)| k.as_str() != "__proto__").collect();
+    members.sort_by(|a, b| capability_core::json::compare_keys(a.0.as_bytes(), b.0.as_bytes()));
+    out.push('{');
+    for (i, (k, v)) in members.into_iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        capability_core::json::write_json_string(out, k);
+        out.push(':');
+        write_value(out, v);
+    }
+    out.push('}');
+}
+
 /// Where events go (Brane's sinks). Stores implement it by appending to the chain.
 pub trait AuditSink: Send + Sync {
     fn emit(&self, event: &AuditEvent) -> Result<(), AuditError>;
+
+    /// [`AuditSink::emit`] for an event the caller no longer needs ([`crate::Governor`]
+    /// emits this way); sinks that keep events override it to avoid a copy.
+    fn emit_owned(&self, event: AuditEvent) -> Result<(), AuditError> {
+        self.emit(&event)
+    }
 }
 
 /// Drops events.
@@ -337,13 +496,36 @@ impl AuditRecord {
     }
 }
 
-/// The chain hash of a record.
+/// The chain hash of a record: the hex SHA-256 of the canonical JSON of
+/// `{"seq": seq, "prev_hash": prev_hash, "event": event}`.
 pub fn chain_hash(seq: u64, prev_hash: &str, event: &Value) -> String {
-    capability_core::json::canonical_hash(&json!({
-        "seq": seq,
-        "prev_hash": prev_hash,
-        "event": event,
-    }))
+    chain_hash_text(
+        seq,
+        prev_hash,
+        &capability_core::json::canonical_string(event),
+    )
+}
+
+/// [`chain_hash`] from the event's canonical JSON text (as stored), without building the
+/// wrapping object: its canonical form is `{"event":<event>,"prev_hash":"..","seq":n}`.
+pub fn chain_hash_text(seq: u64, prev_hash: &str, canonical_event: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut tail = String::with_capacity(prev_hash.len() + 40);
+    tail.push_str(",\"prev_hash\":");
+    capability_core::json::write_json_string(&mut tail, prev_hash);
+    tail.push_str(",\"seq\":");
+    if seq <= 1 << 53 {
+        tail.push_str(&seq.to_string());
+    } else {
+        // As JavaScript prints the double it would hold.
+        capability_core::json::format_number(seq as f64, &mut tail);
+    }
+    tail.push('}');
+    let mut h = Sha256::new();
+    h.update(b"{\"event\":");
+    h.update(canonical_event.as_bytes());
+    h.update(tail.as_bytes());
+    hex::encode(h.finalize())
 }
 
 /// The first record that breaks the chain.
@@ -644,4 +826,99 @@ pub fn export_otel(records: &[AuditRecord], service_name: &str) -> Value {
             "logRecords": logs,
         }],
     }]})
+}
+
+#[cfg(test)]
+#[allow(clippy::panic)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::model::GovernedCapability;
+
+    fn sample(full: bool) -> AuditEvent {
+        let cap = Arc::new(GovernedCapability::new("svc.x", CapabilityKind::McpTool));
+        let mut a = AgentAction::new(ActionType::ToolCall, cap, "agent \"7\"\n").input(
+            json!({"b": 1, "a": [1.5, -0.0, 1e21, "é"], "10": null, "9": {"z": 1, "__proto__": 2}}),
+        );
+        if full {
+            a = a
+                .tenant("acme")
+                .principal("p")
+                .parent("act_parent")
+                .plan_fingerprint("f".repeat(64))
+                .input_summary("in")
+                .label("b", "2")
+                .label("10", "ten")
+                .label("9", "nine")
+                .label("é", "e")
+                .label("\u{1F600}", "smile")
+                .label("\u{FF61}", "halfwidth")
+                .label("__proto__", "x")
+                .meta(
+                    "z",
+                    json!({"y": [1, {"b": 2, "a": 1}], "x": "\u{7f}\u{1f}"}),
+                )
+                .meta("__proto__", json!(1))
+                .meta("1", json!(true))
+                .meta("a", json!(12345678901234567890u64));
+            a.output_summary = Some("out".into());
+        }
+        let mut d = Decision::deny("no \\ way").with_code("c");
+        d.policy_id = Some("p1".into());
+        d.policy_name = Some("name".into());
+        d.policy_version = Some("v".into());
+        let mut e = AuditEvent::new(&a, &d, Stage::AfterCapability, AuditOutcome::Executed);
+        if full {
+            e.receipt_id = Some("rcpt".into());
+            e.approval_id = Some("apr".into());
+            e.shadow = Some(DecisionType::Redact);
+            e.redacted = vec!["/a".into(), "/b/*".into()];
+            e.policy_ids = vec!["p1".into(), "p2".into()];
+            e.input = Some(a.input.clone());
+            e.output = Some(json!({"ok": true, "n": 0.1}));
+        } else {
+            e.policy_ids.clear();
+            e.reason = None;
+            e.code = None;
+            e.policy_name = None;
+            e.policy_version = None;
+        }
+        e
+    }
+
+    #[test]
+    fn direct_canonical_text_matches_the_generic_writer() {
+        for full in [false, true] {
+            let e = sample(full);
+            assert_eq!(
+                e.to_canonical(),
+                capability_core::json::canonical_string(&e.to_json()),
+                "full: {full}"
+            );
+        }
+    }
+
+    #[test]
+    fn chain_hash_from_text_matches_the_wrapped_object() {
+        let e = sample(true).to_json();
+        for (seq, prev) in [
+            (1u64, GENESIS_HASH),
+            (42, "ab\"c"),
+            (1 << 53, "x"),
+            ((1 << 53) + 2, "y"),
+            (u64::MAX, "z"),
+        ] {
+            let expected = capability_core::json::canonical_hash(&json!({
+                "seq": seq,
+                "prev_hash": prev,
+                "event": e,
+            }));
+            assert_eq!(chain_hash(seq, prev, &e), expected, "seq {seq}");
+            assert_eq!(
+                chain_hash_text(seq, prev, &capability_core::json::canonical_string(&e)),
+                expected
+            );
+        }
+    }
 }

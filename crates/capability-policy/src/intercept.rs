@@ -399,12 +399,22 @@ impl Governor {
     }
 
     fn action_for(&self, req: &InterceptRequest, cap: Arc<GovernedCapability>) -> AgentAction {
+        self.action_with_input(req, cap, req.input.clone())
+    }
+
+    /// [`Governor::action_for`] with the input given (taken out of the request).
+    fn action_with_input(
+        &self,
+        req: &InterceptRequest,
+        cap: Arc<GovernedCapability>,
+        input: Value,
+    ) -> AgentAction {
         let agent = req
             .agent_id
             .clone()
             .filter(|a| !a.is_empty())
             .unwrap_or_else(|| self.agent_id.clone());
-        let mut a = AgentAction::new(req.action_type, cap, agent).input(req.input.clone());
+        let mut a = AgentAction::new(req.action_type, cap, agent).input(input);
         a.tenant_id = req.tenant_id.clone().or_else(|| self.tenant_id.clone());
         a.environment = req.environment.unwrap_or(self.environment);
         a.principal_id = req
@@ -461,13 +471,13 @@ impl Governor {
             event.receipt_id = receipt.cloned();
         }
         events.push(event.event_id.clone());
-        self.audit.emit(&event)
+        self.audit.emit_owned(event)
     }
 
     /// Runs the whole governed lifecycle around `execute` (see the module docs).
     pub fn intercept<E, F>(
         &self,
-        req: InterceptRequest,
+        mut req: InterceptRequest,
         execute: F,
     ) -> Result<InterceptResult, InterceptError<E>>
     where
@@ -475,9 +485,13 @@ impl Governor {
         F: FnOnce(&Execution<'_>) -> Result<Value, E>,
     {
         let cap = self.registry.require(&req.capability)?;
-        let mut action = self.action_for(&req, cap);
-        // Approvals bind to the action the agent asked for (before transforms and routes).
-        let original = action.clone();
+        let input = std::mem::take(&mut req.input);
+        let mut action = self.action_with_input(&req, cap, input);
+        // Approvals bind to the action the agent asked for (before transforms and routes);
+        // only an approval manager needs that copy.
+        let original = self.approvals.as_ref().map(|_| action.clone());
+        // The digest of `action` as it is now (reset when its input or capability changes).
+        let mut digest = DigestCache::default();
         let receipt = req.receipt_id.as_ref();
         let mut events = Vec::new();
         let mut routed_from = Vec::new();
@@ -502,11 +516,12 @@ impl Governor {
                     let mut d = Decision::deny(format!("approval refused: {e}"))
                         .with_code("approval_invalid");
                     d.action_id = Some(action.action_id.clone());
-                    let ev = AuditEvent::new(
+                    let ev = AuditEvent::with_digest(
                         &action,
                         &d,
                         Stage::BeforeCapability,
                         AuditOutcome::DeniedBeforeExecution,
+                        digest.get(&action),
                     );
                     self.emit(ev, receipt, &mut events)?;
                     return Err(InterceptError::Approval(e));
@@ -519,15 +534,19 @@ impl Governor {
         let before = if req.mode == InterceptMode::Lifecycle {
             let mut depth = 0usize;
             loop {
-                let mut ctx = PolicyContext::new(action.clone(), Stage::BeforeCapability);
+                // The context owns the action while the policies look at it.
+                let mut ctx = PolicyContext::new(action, Stage::BeforeCapability);
                 ctx.runtime_metadata.clone_from(&req.metadata);
                 ctx.approval.clone_from(&approval);
-                let verdict = self.engine.evaluate(&ctx)?;
+                let verdict = self.engine.evaluate(&ctx);
+                action = ctx.action;
+                let verdict = verdict?;
                 if verdict.is_denied() {
-                    let ev = AuditEvent::from_verdict(
+                    let ev = AuditEvent::from_verdict_with_digest(
                         &action,
                         &verdict,
                         AuditOutcome::DeniedBeforeExecution,
+                        digest.get(&action),
                     );
                     self.emit(ev, receipt, &mut events)?;
                     return Err(InterceptError::Denied(Box::new(Denial {
@@ -538,10 +557,10 @@ impl Governor {
                     })));
                 }
                 if verdict.requires_approval() {
-                    let record = match &self.approvals {
-                        Some(m) => Some(Box::new(
+                    let record = match (&self.approvals, &original) {
+                        (Some(m), Some(original)) => Some(Box::new(
                             m.request(ApprovalRequest {
-                                action: &original,
+                                action: original,
                                 reason: verdict.decision.reason.clone(),
                                 policy_ids: verdict
                                     .decisions
@@ -552,10 +571,14 @@ impl Governor {
                             })
                             .map_err(InterceptError::Approval)?,
                         )),
-                        None => None,
+                        _ => None,
                     };
-                    let mut ev =
-                        AuditEvent::from_verdict(&action, &verdict, AuditOutcome::ApprovalRequired);
+                    let mut ev = AuditEvent::from_verdict_with_digest(
+                        &action,
+                        &verdict,
+                        AuditOutcome::ApprovalRequired,
+                        digest.get(&action),
+                    );
                     ev.approval_id = record.as_ref().map(|r| r.approval_id.clone());
                     self.emit(ev, receipt, &mut events)?;
                     return Err(InterceptError::ApprovalRequired {
@@ -573,16 +596,18 @@ impl Governor {
                         let mut d = Decision::deny(format!("transform_input failed: {e}"))
                             .with_code("transform_failed");
                         d.action_id = Some(action.action_id.clone());
-                        let ev = AuditEvent::new(
+                        let ev = AuditEvent::with_digest(
                             &action,
                             &d,
                             Stage::BeforeCapability,
                             AuditOutcome::DeniedBeforeExecution,
+                            digest.get(&action),
                         );
                         self.emit(ev, receipt, &mut events)?;
                         return Err(InterceptError::Transform(e));
                     }
                     action.input = input;
+                    digest.reset();
                 }
                 output_obligations.extend_output(&verdict.obligations);
                 if let Some(req_sandbox) = &verdict.obligations.sandbox {
@@ -591,7 +616,12 @@ impl Governor {
                         None => req_sandbox.clone(),
                     });
                 }
-                let mut ev = AuditEvent::from_verdict(&action, &verdict, AuditOutcome::Allowed);
+                let mut ev = AuditEvent::from_verdict_with_digest(
+                    &action,
+                    &verdict,
+                    AuditOutcome::Allowed,
+                    digest.get(&action),
+                );
                 if self.record_payloads {
                     ev.input = Some(action.input.clone());
                 }
@@ -606,11 +636,12 @@ impl Governor {
                             ))
                             .with_code("route_loop");
                             d.action_id = Some(action.action_id.clone());
-                            let ev = AuditEvent::new(
+                            let ev = AuditEvent::with_digest(
                                 &action,
                                 &d,
                                 Stage::BeforeCapability,
                                 AuditOutcome::DeniedBeforeExecution,
+                                digest.get(&action),
                             );
                             self.emit(ev, receipt, &mut events)?;
                             return Err(InterceptError::Denied(Box::new(Denial {
@@ -622,14 +653,15 @@ impl Governor {
                         }
                         let target_cap = self.registry.require(&target)?;
                         routed_from.push(action.capability.name.clone());
-                        let mut routed = self.action_for(&req, target_cap);
-                        routed.input = action.input.clone();
+                        let routed_input = std::mem::take(&mut action.input);
+                        let mut routed = self.action_with_input(&req, target_cap, routed_input);
                         routed.trace_id.clone_from(&action.trace_id);
                         routed.parent_action_id = Some(action.action_id.clone());
                         routed
                             .metadata
                             .insert("routedFrom".into(), json!(action.capability.name));
                         action = routed;
+                        digest.reset();
                     }
                     _ => break Some(verdict),
                 }
@@ -638,18 +670,21 @@ impl Governor {
             None
         };
 
-        if let (Some(m), Some(token)) = (&self.approvals, &req.approval_token) {
+        if let (Some(m), Some(token), Some(original)) =
+            (&self.approvals, &req.approval_token, &original)
+        {
             // Single use: consumed now that execution goes ahead. The digest binds the
             // original action (before any transform or route).
-            if let Err(e) = m.redeem_for(token, &original) {
+            if let Err(e) = m.redeem_for(token, original) {
                 let mut d =
                     Decision::deny(format!("approval refused: {e}")).with_code("approval_invalid");
                 d.action_id = Some(action.action_id.clone());
-                let ev = AuditEvent::new(
+                let ev = AuditEvent::with_digest(
                     &action,
                     &d,
                     Stage::BeforeCapability,
                     AuditOutcome::DeniedBeforeExecution,
+                    digest.get(&action),
                 );
                 self.emit(ev, receipt, &mut events)?;
                 return Err(InterceptError::Approval(e));
@@ -669,17 +704,23 @@ impl Governor {
             Ok(v) => v,
             Err(error) => {
                 let message = error.to_string();
-                let mut ctx = PolicyContext::new(action.clone(), Stage::OnError);
+                let mut ctx = PolicyContext::new(action, Stage::OnError);
                 ctx.runtime_metadata.clone_from(&req.metadata);
                 ctx.error = Some(message.clone());
-                let on_error = self.engine.evaluate(&ctx)?;
+                let on_error = self.engine.evaluate(&ctx);
+                action = ctx.action;
+                let on_error = on_error?;
                 let reported = if on_error.decisions.is_empty() {
                     before.as_ref().unwrap_or(&on_error)
                 } else {
                     &on_error
                 };
-                let mut ev =
-                    AuditEvent::from_verdict(&action, reported, AuditOutcome::ExecutionFailed);
+                let mut ev = AuditEvent::from_verdict_with_digest(
+                    &action,
+                    reported,
+                    AuditOutcome::ExecutionFailed,
+                    digest.get(&action),
+                );
                 ev.stage = Stage::OnError;
                 ev.metadata
                     .insert("error_type".into(), json!(short_type_name::<E>()));
@@ -692,15 +733,21 @@ impl Governor {
             }
         };
 
-        let mut ctx = PolicyContext::new(
-            action.with_output(raw.clone(), None),
-            Stage::AfterCapability,
-        );
+        // The action with the raw output (the summary is replaced, as `with_output` does).
+        action.output = Some(raw);
+        action.output_summary = None;
+        let mut ctx = PolicyContext::new(action, Stage::AfterCapability);
         ctx.runtime_metadata.clone_from(&req.metadata);
         ctx.approval.clone_from(&approval);
-        let after = self.engine.evaluate(&ctx)?;
+        let after = self.engine.evaluate(&ctx);
+        let PolicyContext {
+            action: mut done,
+            output: raw,
+            ..
+        } = ctx;
+        let after = after?;
         output_obligations.extend_output(&after.obligations);
-        let mut output = raw;
+        let mut output = raw.unwrap_or_default();
         let transformed = pointer::apply_all(&mut output, &output_obligations.output_mutations);
         let mut redacted = Vec::new();
         for p in &output_obligations.redact {
@@ -708,10 +755,15 @@ impl Governor {
                 redacted.push(p.clone());
             }
         }
-        let done = action.with_output(output.clone(), None);
+        // The executed action carries the delivered output.
+        done.output = Some(output.clone());
         if after.is_denied() {
-            let mut ev =
-                AuditEvent::from_verdict(&done, &after, AuditOutcome::DeniedAfterExecution);
+            let mut ev = AuditEvent::from_verdict_with_digest(
+                &done,
+                &after,
+                AuditOutcome::DeniedAfterExecution,
+                digest.get(&done),
+            );
             ev.redacted = redacted;
             if self.record_payloads {
                 ev.input = Some(done.input.clone());
@@ -729,11 +781,12 @@ impl Governor {
             let mut d = Decision::deny(format!("transform_output failed: {e}"))
                 .with_code("transform_failed");
             d.action_id = Some(done.action_id.clone());
-            let ev = AuditEvent::new(
+            let ev = AuditEvent::with_digest(
                 &done,
                 &d,
                 Stage::AfterCapability,
                 AuditOutcome::DeniedAfterExecution,
+                digest.get(&done),
             );
             self.emit(ev, receipt, &mut events)?;
             return Err(InterceptError::Transform(e));
@@ -742,7 +795,12 @@ impl Governor {
             Some(b) if after.decisions.is_empty() => b,
             _ => &after,
         };
-        let mut ev = AuditEvent::from_verdict(&done, reported, AuditOutcome::Executed);
+        let mut ev = AuditEvent::from_verdict_with_digest(
+            &done,
+            reported,
+            AuditOutcome::Executed,
+            digest.get(&done),
+        );
         ev.stage = if after.decisions.is_empty() && before.is_some() {
             Stage::BeforeCapability
         } else {
@@ -798,6 +856,22 @@ impl Governor {
                 .intercept(req, |exec: &Execution<'_>| f(exec.input))
                 .map(|r| r.output)
         }
+    }
+}
+
+/// The digest of an action, computed at most once while the action does not change (its
+/// events all record it).
+#[derive(Default)]
+struct DigestCache(Option<String>);
+
+impl DigestCache {
+    fn get(&mut self, action: &AgentAction) -> String {
+        self.0.get_or_insert_with(|| action.digest()).clone()
+    }
+
+    /// The action's input or capability changed.
+    fn reset(&mut self) {
+        self.0 = None;
     }
 }
 

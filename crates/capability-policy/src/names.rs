@@ -92,10 +92,24 @@ pub fn new_id(prefix: &str) -> String {
         bytes[..8].copy_from_slice(&rng.next().to_le_bytes());
         bytes[8..].copy_from_slice(&rng.next().to_le_bytes());
     });
-    format!(
-        "{prefix}_{}",
-        uuid::Builder::from_random_bytes(bytes).into_uuid().simple()
-    )
+    format_id(prefix, bytes)
+}
+
+/// `<prefix>_<hex>` of random bytes made a v4 UUID.
+fn format_id(prefix: &str, mut bytes: [u8; 16]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    // A version 4, RFC 4122 variant UUID (as `uuid::Builder::from_random_bytes`), in its
+    // simple form.
+    bytes[6] = (bytes[6] & 0x0f) | 0x40;
+    bytes[8] = (bytes[8] & 0x3f) | 0x80;
+    let mut id = String::with_capacity(prefix.len() + 33);
+    id.push_str(prefix);
+    id.push('_');
+    for b in bytes {
+        id.push(HEX[usize::from(b >> 4)] as char);
+        id.push(HEX[usize::from(b & 0xf)] as char);
+    }
+    id
 }
 
 struct Xoshiro([u64; 4]);
@@ -154,5 +168,19 @@ mod tests {
         // Version 4, RFC 4122 variant.
         assert_eq!(&hex[12..13], "4");
         assert!(matches!(&hex[16..17], "8" | "9" | "a" | "b"));
+    }
+
+    #[test]
+    fn ids_are_formatted_as_uuid_formats_them() {
+        for seed in [0u8, 0x5a, 0xff] {
+            let bytes: [u8; 16] = std::array::from_fn(|i| seed.wrapping_mul(i as u8 + 1));
+            assert_eq!(
+                super::format_id("act", bytes),
+                format!(
+                    "act_{}",
+                    uuid::Builder::from_random_bytes(bytes).into_uuid().simple()
+                )
+            );
+        }
     }
 }

@@ -1,13 +1,17 @@
 //! Runs the governed invoke (100 Cedar policies, memory stores) in a loop, for profiling:
 //! `cargo run --release -p capability-runtime --example governed_loop -- 10000`.
+//!
+//! A second argument picks the case: `memory` (default), `sqlite` (durable stores in a
+//! temporary directory), `ungoverned` (the same runtime without a governor: the floor the
+//! governance layer adds to).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
 
 use capability_core::authorization::EffectPolicy;
 use capability_policy::cedar::{CedarPolicies, PolicyFile};
-use capability_policy::{AuditSink, Governor, MemoryStore, PolicyEngine};
-use capability_runtime::store::{MemoryReceiptStore, ReceiptStore};
+use capability_policy::{AuditSink, Governor, MemoryStore, PolicyEngine, SqliteStore};
+use capability_runtime::store::{MemoryReceiptStore, ReceiptStore, SqliteReceiptStore};
 use capability_runtime::{Capability, CapabilityRuntime, ExecuteOptions, Principal};
 use serde_json::json;
 
@@ -58,18 +62,21 @@ fn add(id: &str) -> Capability {
     .unwrap()
 }
 
-fn runtime(store: Arc<dyn ReceiptStore>, audit: Arc<dyn AuditSink>) -> CapabilityRuntime {
-    let cedar = CedarPolicies::from_sources(&[PolicyFile::new("bench.cedar", policies())]).unwrap();
-    let engine = PolicyEngine::new();
-    engine.add_source(Arc::new(cedar));
-    let governor = Governor::new("bench-agent")
-        .engine(Arc::new(engine))
-        .audit(audit);
-    let rt = CapabilityRuntime::builder()
+fn runtime(store: Arc<dyn ReceiptStore>, audit: Option<Arc<dyn AuditSink>>) -> CapabilityRuntime {
+    let mut builder = CapabilityRuntime::builder()
         .policy(EffectPolicy::read_only())
-        .store(store)
-        .governor(Arc::new(governor))
-        .build();
+        .store(store);
+    if let Some(audit) = audit {
+        let cedar =
+            CedarPolicies::from_sources(&[PolicyFile::new("bench.cedar", policies())]).unwrap();
+        let engine = PolicyEngine::new();
+        engine.add_source(Arc::new(cedar));
+        let governor = Governor::new("bench-agent")
+            .engine(Arc::new(engine))
+            .audit(audit);
+        builder = builder.governor(Arc::new(governor));
+    }
+    let rt = builder.build();
     for i in 0..CAPABILITIES {
         rt.register(add(&format!("svc/c{i}"))).unwrap();
     }
@@ -81,10 +88,22 @@ fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(10_000);
-    let rt = runtime(
-        Arc::new(MemoryReceiptStore::new()),
-        Arc::new(MemoryStore::new()),
-    );
+    let case = std::env::args().nth(2).unwrap_or_else(|| "memory".into());
+    let home = tempfile::tempdir().unwrap();
+    let rt = match case.as_str() {
+        "memory" => runtime(
+            Arc::new(MemoryReceiptStore::new()),
+            Some(Arc::new(MemoryStore::new())),
+        ),
+        "sqlite" => runtime(
+            Arc::new(SqliteReceiptStore::open(home.path()).unwrap()),
+            Some(Arc::new(
+                SqliteStore::open(&home.path().join("capability.db")).unwrap(),
+            )),
+        ),
+        "ungoverned" => runtime(Arc::new(MemoryReceiptStore::new()), None),
+        other => panic!("unknown case `{other}` (memory, sqlite, ungoverned)"),
+    };
     let options = ExecuteOptions {
         principal: Some(Principal {
             tenant: Some("acme".into()),
@@ -98,7 +117,7 @@ fn main() {
         rt.invoke("svc/c7", input.clone(), &options).unwrap();
     }
     println!(
-        "{:.2} µs per governed invoke",
+        "{case}: {:.2} µs per invoke",
         started.elapsed().as_secs_f64() * 1e6 / n as f64
     );
 }

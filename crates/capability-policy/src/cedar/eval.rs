@@ -12,6 +12,7 @@ use cedar_policy::{
 };
 use serde_json::Value;
 
+use super::fast::{Data, FastPolicy};
 use super::{
     ACTION_TYPE, AGENT_TYPE, CAPABILITY_TYPE, CedarError, CedarRule, PolicyFile, RuleEffect, load,
     read_paths,
@@ -30,11 +31,21 @@ type SliceSlots = [Option<Arc<Slice>>; ActionType::ALL.len()];
 
 /// The policies that can match one (action type, capability) pair, split into those whose
 /// result depends only on the agent, the capability, the action and the environment, tenant
-/// and stage ("static": their matches are cached), and the others ("dynamic": evaluated on
-/// every call).
+/// and stage ("fixed": their matches are cached), and the others, evaluated on every call:
+/// natively when they are in the subset [`super::fast`] handles ("native"), else by Cedar
+/// ("dynamic").
 struct Slice {
     fixed: Part,
+    native: NativePart,
     dynamic: Part,
+}
+
+/// Policies evaluated natively, with the same policies as a Cedar part for when the
+/// native evaluation falls back.
+#[derive(Default)]
+struct NativePart {
+    rules: Vec<(usize, Arc<FastPolicy>)>,
+    cedar: Part,
 }
 
 /// One half of a slice.
@@ -54,6 +65,10 @@ impl Part {
         self.authorize.is_empty() && self.annotated.is_empty()
     }
 }
+
+/// The principal, resource and entities of a Cedar request, once built.
+#[derive(Default)]
+struct CedarInputs(Option<(EntityUid, EntityUid, Arc<Entities>)>);
 
 /// What evaluating one part found: the rules that matched, the rules that errored (with
 /// the message), and the error texts.
@@ -79,6 +94,8 @@ pub struct CedarPolicies {
     compiled: Vec<Policy>,
     /// Per rule: the context attributes it reads.
     uses: Vec<ContextUse>,
+    /// Per rule: its native form, when it has one.
+    native: Vec<Option<Arc<FastPolicy>>>,
     authorizer: Authorizer,
     actions: Vec<EntityUid>,
     agent_type: EntityTypeName,
@@ -128,6 +145,15 @@ impl CedarPolicies {
             })
             .collect();
         let uses = compiled.iter().map(context_use).collect();
+        let native = compiled
+            .iter()
+            .map(|p| {
+                p.to_json()
+                    .ok()
+                    .and_then(|json| FastPolicy::compile(&json))
+                    .map(Arc::new)
+            })
+            .collect();
         let index = loaded
             .rules
             .iter()
@@ -139,6 +165,7 @@ impl CedarPolicies {
             index,
             compiled,
             uses,
+            native,
             authorizer: Authorizer::new(),
             actions,
             agent_type: type_name(AGENT_TYPE)?,
@@ -177,8 +204,15 @@ impl CedarPolicies {
             return Arc::clone(s);
         }
         let mut fixed = Part::default();
+        let mut native = NativePart::default();
         let mut dynamic = Part::default();
-        for ((rule, policy), used) in self.rules.iter().zip(&self.compiled).zip(&self.uses) {
+        for (i, ((rule, policy), used)) in self
+            .rules
+            .iter()
+            .zip(&self.compiled)
+            .zip(&self.uses)
+            .enumerate()
+        {
             if rule.never
                 || rule
                     .actions
@@ -190,6 +224,9 @@ impl CedarPolicies {
             }
             let part = if used.is_fixed() {
                 &mut fixed
+            } else if let Some(fast) = &self.native[i] {
+                native.rules.push((i, Arc::clone(fast)));
+                &mut native.cedar
             } else {
                 &mut dynamic
             };
@@ -202,7 +239,11 @@ impl CedarPolicies {
             let _ = target.add(policy.clone());
             part.uses.add(used);
         }
-        let slice = Arc::new(Slice { fixed, dynamic });
+        let slice = Arc::new(Slice {
+            fixed,
+            native,
+            dynamic,
+        });
         if cache.len() >= CACHE_LIMIT {
             cache.clear();
         }
@@ -212,10 +253,22 @@ impl CedarPolicies {
         slice
     }
 
+    /// The key of the Cedar entities of the action's agent and capability.
+    fn entity_key(&self, ctx: &PolicyContext) -> u64 {
+        let action = &ctx.action;
+        let mut h = self.hasher.build_hasher();
+        action.agent_id.hash(&mut h);
+        action.tenant_id.hash(&mut h);
+        action.agent_scopes.hash(&mut h);
+        hash_entity_fields(&action.capability, &mut h);
+        h.finish()
+    }
+
     fn entities(
         &self,
         ctx: &PolicyContext,
-    ) -> Result<(EntityUid, EntityUid, Arc<Entities>, u64), String> {
+        key: u64,
+    ) -> Result<(EntityUid, EntityUid, Arc<Entities>), String> {
         let action = &ctx.action;
         let cap = &action.capability;
         let principal = EntityUid::from_type_name_and_id(
@@ -226,14 +279,8 @@ impl CedarPolicies {
             self.capability_type.clone(),
             EntityId::new(&cap.name),
         );
-        let mut h = self.hasher.build_hasher();
-        action.agent_id.hash(&mut h);
-        action.tenant_id.hash(&mut h);
-        action.agent_scopes.hash(&mut h);
-        hash_entity_fields(cap, &mut h);
-        let key = h.finish();
         if let Some(e) = lock(&self.entities).get(&key) {
-            return Ok((principal, resource, Arc::clone(e), key));
+            return Ok((principal, resource, Arc::clone(e)));
         }
         let tenant = action.tenant_id.clone().unwrap_or_default();
         let agent = Entity::new(
@@ -309,7 +356,7 @@ impl CedarPolicies {
             cache.clear();
         }
         cache.insert(key, Arc::clone(&entities));
-        Ok((principal, resource, entities, key))
+        Ok((principal, resource, entities))
     }
 
     /// The request context, with only the attributes the slice's policies read (a policy
@@ -409,27 +456,16 @@ impl CedarPolicies {
         let slice = self.slice(action.action_type, &action.capability.name);
         let before = ctx.stage == Stage::BeforeCapability;
         let mut out = SourceDecisions::default();
-        if slice.fixed.is_empty() && slice.dynamic.is_empty() {
+        if slice.fixed.is_empty() && slice.native.rules.is_empty() && slice.dynamic.is_empty() {
             if before {
                 out.decisions.push(self.default_deny(ctx));
             }
             return Ok(out);
         }
-        let (principal, resource, entities, entity_key) =
-            self.entities(ctx).map_err(PolicyFault::new)?;
-        let action_uid = &self.actions[action.action_type as usize];
-        let request = |part: &Part| -> Result<Request, PolicyFault> {
-            let context = self.context(ctx, &part.uses).map_err(PolicyFault::new)?;
-            Request::new(
-                principal.clone(),
-                action_uid.clone(),
-                resource.clone(),
-                context,
-                None,
-            )
-            .map_err(|e| PolicyFault::new(e.to_string()))
-        };
-        let mut results: Vec<Arc<PartResult>> = Vec::with_capacity(2);
+        let entity_key = self.entity_key(ctx);
+        // The Cedar entities, built when a part needs Cedar.
+        let mut cedar = CedarInputs::default();
+        let mut results: Vec<Arc<PartResult>> = Vec::with_capacity(3);
         if !slice.fixed.is_empty() {
             // Same agent, capability, action, environment, tenant and stage: same result.
             let mut h = self.hasher.build_hasher();
@@ -443,8 +479,7 @@ impl CedarPolicies {
             let result = match cached {
                 Some(r) => r,
                 None => {
-                    let r =
-                        Arc::new(self.run_part(&slice.fixed, &request(&slice.fixed)?, &entities));
+                    let r = Arc::new(self.run_cedar(ctx, entity_key, &mut cedar, &slice.fixed)?);
                     let mut cache = lock(&self.fixed_results);
                     if cache.len() >= CACHE_LIMIT {
                         cache.clear();
@@ -455,8 +490,15 @@ impl CedarPolicies {
             };
             results.push(result);
         }
+        if !slice.native.rules.is_empty() {
+            let r = match self.run_native(ctx, &slice.native) {
+                Some(r) => r,
+                None => self.run_cedar(ctx, entity_key, &mut cedar, &slice.native.cedar)?,
+            };
+            results.push(Arc::new(r));
+        }
         if !slice.dynamic.is_empty() {
-            let r = self.run_part(&slice.dynamic, &request(&slice.dynamic)?, &entities);
+            let r = self.run_cedar(ctx, entity_key, &mut cedar, &slice.dynamic)?;
             results.push(Arc::new(r));
         }
 
@@ -520,6 +562,55 @@ impl CedarPolicies {
             out.decisions.push(self.default_deny(ctx));
         }
         Ok(out)
+    }
+
+    /// Runs Cedar on one part, building the entities on first use.
+    fn run_cedar(
+        &self,
+        ctx: &PolicyContext,
+        entity_key: u64,
+        inputs: &mut CedarInputs,
+        part: &Part,
+    ) -> Result<PartResult, PolicyFault> {
+        if inputs.0.is_none() {
+            inputs.0 = Some(self.entities(ctx, entity_key).map_err(PolicyFault::new)?);
+        }
+        let Some((principal, resource, entities)) = inputs.0.as_ref() else {
+            return Err(PolicyFault::new("cedar entities are missing"));
+        };
+        let context = self.context(ctx, &part.uses).map_err(PolicyFault::new)?;
+        let request = Request::new(
+            principal.clone(),
+            self.actions[ctx.action.action_type as usize].clone(),
+            resource.clone(),
+            context,
+            None,
+        )
+        .map_err(|e| PolicyFault::new(e.to_string()))?;
+        Ok(self.run_part(part, &request, entities))
+    }
+
+    /// Evaluates a part natively: the result Cedar would give (a forbid that matched hides
+    /// the permits of its set), or `None` when Cedar must decide (see [`super::fast`]).
+    fn run_native(&self, ctx: &PolicyContext, part: &NativePart) -> Option<PartResult> {
+        let data = Data::new(ctx);
+        let mut matched = Vec::new();
+        for (i, policy) in &part.rules {
+            if policy.satisfied(&data).ok()? {
+                matched.push(*i);
+            }
+        }
+        let forbids = |i: &usize| {
+            let r = &self.rules[*i];
+            r.authorizes && r.effect == RuleEffect::Forbid
+        };
+        if matched.iter().any(forbids) {
+            matched.retain(|i| !self.rules[*i].authorizes || forbids(i));
+        }
+        Some(PartResult {
+            matched,
+            ..PartResult::default()
+        })
     }
 
     /// Runs Cedar on one part. Cedar reports, for an `Allow`, every permit that matched, and
@@ -751,7 +842,7 @@ pub(crate) fn decimal_literal(x: f64) -> Option<String> {
 }
 
 /// The JSON Schema `type` of a value's schema, when it is a single type name.
-fn schema_type(schema: Option<&Value>) -> Option<&str> {
+pub(crate) fn schema_type(schema: Option<&Value>) -> Option<&str> {
     schema?.get("type")?.as_str()
 }
 
@@ -829,6 +920,201 @@ mod tests {
             "forbid(principal, action, resource) when { context has estimatedCostUsd && context.costSoFarUsd.greaterThan(decimal(\"1.0\")) };",
         );
         assert!(u.cost && u.estimated_cost && !u.input && !u.all);
+    }
+
+    /// The native evaluator must give exactly Cedar's results: every policy below is
+    /// evaluated with and without it over a grid of requests, and the decisions (ids, kinds,
+    /// reasons, parameters) and errors must be equal.
+    #[test]
+    fn native_evaluation_agrees_with_cedar() {
+        use crate::model::{BraneEffect, CapabilityKind, Effect, Environment, GovernedCapability};
+        use crate::{ActionType, AgentAction, PolicyContext, RiskLevel, Stage};
+        use serde_json::json;
+
+        let conditions = [
+            "context.input.amount > 100",
+            "context.input.amount >= 100 && context.input.amount <= 500",
+            "context.input has amount && context.input.amount < 10",
+            "context.input.usd.greaterThan(decimal(\"99.5\"))",
+            "context.input.usd.lessThanOrEqual(decimal(\"0.0001\"))",
+            "context.input.name like \"a*b\"",
+            "context.input.name like \"*\\*x\"",
+            "context.input.name == \"alice\"",
+            "context.input.name != \"alice\"",
+            "context.input.tags.contains(\"vip\")",
+            "context.input.tags.containsAll([\"a\", \"b\"])",
+            "context.input.tags.containsAny([\"x\", \"vip\"])",
+            "context.input.tags.isEmpty()",
+            "context.input.tags == [\"vip\"]",
+            "context.input.nested.deep.flag",
+            "context.input has nested && context.input.nested has deep && context.input.nested.deep.flag == true",
+            "if context.input has amount then context.input.amount > 5 else false",
+            "!(context.input.flag)",
+            "context.input.flag || context.input.amount > 1",
+            "context.input.flag && context.input.amount > 1",
+            "principal.scopes.contains(\"refunds:create\")",
+            "principal.tenant == context.tenant",
+            "principal in [Agent::\"alice\", Agent::\"bob\"]",
+            "principal is Agent",
+            "resource.risk == \"high\" && resource.effects.contains(\"financial\")",
+            "resource.scopes.containsAll(principal.scopes)",
+            "resource.owner like \"pay*\"",
+            "resource.missing == 1",
+            "context.labels has team && context.labels.team == \"billing\"",
+            "context.labels.team == \"billing\"",
+            "context.costSoFarUsd.greaterThan(decimal(\"1.5\"))",
+            "context has estimatedCostUsd && context.estimatedCostUsd.lessThan(decimal(\"10.0\"))",
+            "context.estimatedCostUsd.lessThan(decimal(\"10.0\"))",
+            "context.environment == \"prod\" && context.stage == \"before_capability\"",
+            "context has output && context.output.ok == true",
+            "context.output.secret like \"*sk-*\"",
+            "context.input.amount == context.input.name",
+            "context.input.amount < \"x\"",
+            "context.input.count + 1 > 2",
+            "action == Action::\"tool_call\"",
+            "action in [Action::\"tool_call\", Action::\"model_call\"]",
+        ];
+        // One set per policy (a policy that falls back sends its whole part to Cedar, so a
+        // set of many would hide the native results), and one with them all.
+        let mut texts: Vec<String> = conditions
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let (effect, extra) = match i % 4 {
+                    0 => ("permit", ""),
+                    1 => ("forbid", ""),
+                    2 => ("permit", "@decision(\"approval_required\") "),
+                    _ => ("permit", "@decision(\"redact\") @redact(\"/secret\") "),
+                };
+                format!(
+                    "@id(\"p{i}\") @reason(\"r{i}\") {extra}{effect}(principal, action, resource) when {{ {c} }};\n"
+                )
+            })
+            .collect();
+        texts.push(texts.concat());
+        let pairs: Vec<(CedarPolicies, CedarPolicies)> = texts
+            .iter()
+            .map(|text| {
+                let files = [PolicyFile::new("diff.cedar", text.clone())];
+                let load = || match CedarPolicies::from_sources(&files) {
+                    Ok(p) => p,
+                    Err(e) => panic!("{e}"),
+                };
+                let mut cedar_only = load();
+                cedar_only.native.iter_mut().for_each(|n| *n = None);
+                (load(), cedar_only)
+            })
+            .collect();
+        let compiled = pairs[..conditions.len()]
+            .iter()
+            .filter(|(n, _)| n.native[0].is_some())
+            .count();
+        assert!(compiled >= 30, "only {compiled} policies compiled natively");
+
+        let with_schema = Arc::new(
+            GovernedCapability::new("refund", CapabilityKind::Tool)
+                .risk(RiskLevel::High)
+                .effect(Effect::new(BraneEffect::Financial))
+                .scope("refunds:create")
+                .owner("payments")
+                .tenant("acme")
+                .environment(Environment::Prod)
+                .input_schema(json!({"type": "object", "properties": {
+                    "usd": {"type": "number"}, "amount": {"type": "integer"}
+                }})),
+        );
+        let plain = Arc::new(GovernedCapability::new("plain", CapabilityKind::Database));
+        let inputs = [
+            json!({}),
+            json!({"amount": 150, "usd": 120.25, "name": "alice", "tags": ["vip", "a", "b"], "flag": true}),
+            json!({"amount": 7, "usd": 0.0001, "name": "axxb", "tags": [], "flag": false}),
+            json!({"amount": "150", "usd": "1", "name": 3, "tags": "vip", "flag": "yes"}),
+            json!({"amount": 1e300, "usd": -5, "name": "a*x", "tags": ["a", null, "b"], "nested": {"deep": {"flag": true}}}),
+            json!({"amount": 100, "usd": 99.5, "name": "ab", "tags": ["vip"], "nested": {"deep": {}}, "count": 3}),
+            json!({"amount": null, "name": null, "nested": 1, "flag": null}),
+            json!({"amount": -9_223_372_036_854_775_808_i64, "usd": 1.5e-7, "name": "ab\u{e9}b"}),
+        ];
+        let outputs = [
+            None,
+            Some(json!({"ok": true, "secret": "x sk-123"})),
+            Some(json!({"ok": 1})),
+        ];
+        let mut checked = 0usize;
+        let mut answered_natively = 0usize;
+        for cap in [&with_schema, &plain] {
+            for (agent, scopes) in [("alice", vec!["refunds:create"]), ("carol", vec![])] {
+                for action_type in [ActionType::ToolCall, ActionType::McpToolCall] {
+                    for input in &inputs {
+                        for (stage, output) in [
+                            (Stage::BeforeCapability, &outputs[0]),
+                            (Stage::AfterCapability, &outputs[1]),
+                            (Stage::AfterCapability, &outputs[2]),
+                            (Stage::OnError, &outputs[0]),
+                        ] {
+                            let mut action = AgentAction::new(action_type, Arc::clone(cap), agent)
+                                .input(input.clone())
+                                .tenant("acme")
+                                .environment(Environment::Prod)
+                                .scopes(scopes.clone())
+                                .cost_so_far(if checked.is_multiple_of(2) { 2.0 } else { 0.5 });
+                            if checked.is_multiple_of(3) {
+                                action = action.label("team", "billing").estimated_cost(3.25);
+                            }
+                            let mut ctx = PolicyContext::new(action, stage);
+                            ctx.output.clone_from(output);
+                            let summary = |p: &CedarPolicies| match p.evaluate(&ctx) {
+                                Ok(d) => {
+                                    let mut v: Vec<String> = d
+                                        .decisions
+                                        .iter()
+                                        .map(|r| {
+                                            let d = &r.decision;
+                                            format!(
+                                                "{} {:?} {:?} {:?} {:?} {:?}",
+                                                r.priority,
+                                                d.kind,
+                                                d.policy_id,
+                                                d.reason,
+                                                d.redact,
+                                                d.code
+                                            )
+                                        })
+                                        .collect();
+                                    v.sort();
+                                    let mut e = d.errors.clone();
+                                    e.sort();
+                                    format!("{v:?} {e:?}")
+                                }
+                                Err(e) => format!("fault {e:?}"),
+                            };
+                            for (native, cedar_only) in &pairs {
+                                let data = super::super::fast::Data::new(&ctx);
+                                if native.native.len() == 1
+                                    && native.native[0]
+                                        .as_ref()
+                                        .is_some_and(|f| f.satisfied(&data).is_ok())
+                                {
+                                    answered_natively += 1;
+                                }
+                                assert_eq!(
+                                    summary(native),
+                                    summary(cedar_only),
+                                    "policies {:?} input {input} stage {stage:?} agent {agent} cap {}",
+                                    native.rules().iter().map(|r| &r.id).collect::<Vec<_>>(),
+                                    cap.name
+                                );
+                            }
+                            checked += 1;
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(checked, 2 * 2 * 2 * inputs.len() * 4);
+        assert!(
+            answered_natively > checked * 10,
+            "only {answered_natively} evaluations answered natively"
+        );
     }
 
     #[test]

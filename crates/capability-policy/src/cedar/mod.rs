@@ -11,6 +11,7 @@
 //!   file, line and column, optionally checking against a schema from [`schema`].
 
 mod eval;
+mod fast;
 pub mod schema;
 
 use std::collections::{HashMap, HashSet};

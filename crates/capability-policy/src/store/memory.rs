@@ -1,11 +1,16 @@
 //! An in-memory store with the same semantics as the SQLite one.
+//!
+//! Events emitted through [`AuditSink`] are kept as they are and chained on the next read
+//! (or append): the chain only has to exist when someone looks at it, and chaining later
+//! gives the same records as chaining at once, since the order is fixed when they are
+//! emitted.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
 
 use crate::approvals::{ApprovalFilter, ApprovalRecord, ApprovalStatus, ApprovalStore};
 use crate::audit::{
-    AuditError, AuditEvent, AuditRecord, AuditSink, AuditStore, GENESIS_HASH, chain_hash,
+    AuditError, AuditEvent, AuditRecord, AuditSink, AuditStore, GENESIS_HASH, chain_hash_text,
 };
 
 use super::StoreError;
@@ -13,9 +18,48 @@ use super::StoreError;
 #[derive(Default)]
 struct Inner {
     records: Vec<AuditRecord>,
+    /// Emitted events not chained yet, in order (see the module docs).
+    pending: Vec<AuditEvent>,
+    /// Ids of every event, chained or pending.
     ids: HashSet<String>,
     head: Option<(u64, String)>,
     approvals: Vec<ApprovalRecord>,
+}
+
+impl Inner {
+    /// Chains the pending events.
+    fn settle(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending);
+        self.chain(pending.iter());
+    }
+
+    /// Chains events (ids already checked and recorded) after the head; returns the index
+    /// of the first new record.
+    fn chain<'a>(&mut self, events: impl Iterator<Item = &'a AuditEvent>) -> usize {
+        let first = self.records.len();
+        let (mut seq, mut prev) = self.head.take().unwrap_or((0, GENESIS_HASH.to_string()));
+        let mut text = String::with_capacity(1024);
+        for e in events {
+            seq += 1;
+            text.clear();
+            e.write_canonical(&mut text);
+            let hash = chain_hash_text(seq, &prev, &text);
+            let r = AuditRecord {
+                seq,
+                prev_hash: std::mem::replace(&mut prev, hash.clone()),
+                hash,
+                event: e.to_json(),
+            };
+            self.records.push(r);
+        }
+        if seq > 0 {
+            self.head = Some((seq, prev));
+        }
+        first
+    }
 }
 
 /// Audit log and approvals in memory (lost on drop).
@@ -44,13 +88,24 @@ impl MemoryStore {
 
     /// Direct access to the stored records, to simulate tampering in tests.
     pub fn tamper(&self, f: impl FnOnce(&mut Vec<AuditRecord>)) {
-        self.with(|i| f(&mut i.records));
+        self.with(|i| {
+            i.settle();
+            f(&mut i.records)
+        });
+    }
+
+    /// Like [`MemoryStore::with`], with every emitted event chained first.
+    fn settled<T>(&self, f: impl FnOnce(&mut Inner) -> T) -> T {
+        self.with(|i| {
+            i.settle();
+            f(i)
+        })
     }
 }
 
 impl AuditStore for MemoryStore {
     fn append(&self, events: &[AuditEvent]) -> Result<Vec<AuditRecord>, StoreError> {
-        self.with(|i| {
+        self.settled(|i| {
             let mut batch = HashSet::new();
             for e in events {
                 if i.ids.contains(&e.event_id) || !batch.insert(e.event_id.as_str()) {
@@ -59,32 +114,14 @@ impl AuditStore for MemoryStore {
                     });
                 }
             }
-            let (mut seq, mut prev) = i.head.clone().unwrap_or((0, GENESIS_HASH.to_string()));
-            let mut out = Vec::with_capacity(events.len());
-            for e in events {
-                seq += 1;
-                let event = e.to_json();
-                let hash = chain_hash(seq, &prev, &event);
-                let r = AuditRecord {
-                    seq,
-                    prev_hash: prev.clone(),
-                    hash: hash.clone(),
-                    event,
-                };
-                prev = hash;
-                i.ids.insert(e.event_id.clone());
-                i.records.push(r.clone());
-                out.push(r);
-            }
-            if !events.is_empty() {
-                i.head = Some((seq, prev));
-            }
-            Ok(out)
+            i.ids.extend(events.iter().map(|e| e.event_id.clone()));
+            let first = i.chain(events.iter());
+            Ok(i.records[first..].to_vec())
         })
     }
 
     fn tail(&self, tenant: Option<&str>, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
-        Ok(self.with(|i| {
+        Ok(self.settled(|i| {
             let mut out: Vec<AuditRecord> = i
                 .records
                 .iter()
@@ -103,7 +140,7 @@ impl AuditStore for MemoryStore {
     }
 
     fn get(&self, event_id: &str) -> Result<Option<AuditRecord>, StoreError> {
-        Ok(self.with(|i| {
+        Ok(self.settled(|i| {
             i.records
                 .iter()
                 .find(|r| r.event_id() == Some(event_id))
@@ -112,7 +149,7 @@ impl AuditStore for MemoryStore {
     }
 
     fn records(&self, from_seq: u64, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
-        Ok(self.with(|i| {
+        Ok(self.settled(|i| {
             let mut v: Vec<AuditRecord> = i
                 .records
                 .iter()
@@ -126,13 +163,26 @@ impl AuditStore for MemoryStore {
     }
 
     fn head(&self) -> Result<Option<(u64, String)>, StoreError> {
-        Ok(self.with(|i| i.head.clone()))
+        Ok(self.settled(|i| i.head.clone()))
     }
 }
 
 impl AuditSink for MemoryStore {
     fn emit(&self, event: &AuditEvent) -> Result<(), AuditError> {
-        self.append(std::slice::from_ref(event))?;
+        self.emit_owned(event.clone())
+    }
+
+    /// Records the event; it is chained on the next read (see the module docs).
+    fn emit_owned(&self, event: AuditEvent) -> Result<(), AuditError> {
+        self.with(|i| {
+            if !i.ids.insert(event.event_id.clone()) {
+                return Err(StoreError::Duplicate {
+                    event_id: event.event_id,
+                });
+            }
+            i.pending.push(event);
+            Ok(())
+        })?;
         Ok(())
     }
 }

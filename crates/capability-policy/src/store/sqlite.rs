@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use crate::approvals::{ApprovalFilter, ApprovalRecord, ApprovalStatus, ApprovalStore};
 use crate::audit::{
-    AuditError, AuditEvent, AuditRecord, AuditSink, AuditStore, GENESIS_HASH, chain_hash,
+    AuditError, AuditEvent, AuditRecord, AuditSink, AuditStore, GENESIS_HASH, chain_hash_text,
 };
 
 use super::StoreError;
@@ -76,9 +76,39 @@ CREATE TABLE IF NOT EXISTS approval_requests (
 CREATE INDEX IF NOT EXISTS approval_requests_by_status ON approval_requests (status, created_at);
 ";
 
+/// An event ready to be written: its canonical JSON text (serialized once, by the caller)
+/// and the columns stored beside it.
+struct Entry {
+    event_id: String,
+    tenant: Option<String>,
+    timestamp: String,
+    text: String,
+}
+
+impl Entry {
+    fn new(e: &AuditEvent) -> Self {
+        Entry {
+            event_id: e.event_id.clone(),
+            tenant: e.tenant_id.clone(),
+            timestamp: e.timestamp.clone(),
+            text: e.to_canonical(),
+        }
+    }
+}
+
+/// Where a committed event went in the chain.
+struct Chained {
+    seq: u64,
+    prev_hash: String,
+    hash: String,
+}
+
+type Reply = mpsc::Sender<Result<Vec<Chained>, StoreError>>;
+
 struct Job {
-    events: Vec<AuditEvent>,
-    reply: mpsc::Sender<Result<Vec<AuditRecord>, StoreError>>,
+    entries: Vec<Entry>,
+    /// `None` when nobody waits for the commit (emitted events).
+    reply: Option<Reply>,
     /// Whether the events were journaled (emitted without waiting).
     journaled: bool,
 }
@@ -153,15 +183,16 @@ impl SqliteStore {
         };
         capability_journal::recover(&journal_dir, JOURNAL_PREFIX, |lines| {
             // A torn last line (the process died mid-write) does not parse and is skipped.
-            let events: Vec<AuditEvent> = lines
+            let entries: Vec<Entry> = lines
                 .iter()
                 .filter_map(|l| capability_core::json::parse_str(l).ok())
                 .filter_map(|v| AuditEvent::from_json(&v).ok())
+                .map(|e| Entry::new(&e))
                 .collect();
-            if events.is_empty() {
+            if entries.is_empty() {
                 return Ok(());
             }
-            write_batch(&mut writer_conn, &[events.as_slice()]).map(|_| ())
+            write_batch(&mut writer_conn, &[entries.as_slice()]).map(|_| ())
         })
         .map_err(|e| match e {
             capability_journal::RecoverError::Io(e) => io(e),
@@ -211,7 +242,13 @@ impl SqliteStore {
     /// Appends without waiting for the commit: the events are journaled (safe from a
     /// process crash once this returns) and queued for the writer thread.
     pub fn append_nowait(&self, events: Vec<AuditEvent>) -> Result<(), StoreError> {
-        if events.is_empty() {
+        self.journal_and_queue(events.iter().map(Entry::new).collect())
+    }
+
+    /// Journals entries (their canonical text, the same bytes the writer stores) and queues
+    /// them for the writer thread.
+    fn journal_and_queue(&self, entries: Vec<Entry>) -> Result<(), StoreError> {
+        if entries.is_empty() {
             return Ok(());
         }
         {
@@ -219,21 +256,19 @@ impl SqliteStore {
             let Some(journal) = pending.journal.as_mut() else {
                 return Err(StoreError::WriterGone);
             };
-            for e in &events {
-                let line = capability_core::json::canonical_string(&e.to_json());
+            for e in &entries {
                 journal
-                    .append(line.as_bytes())
+                    .append(e.text.as_bytes())
                     .map_err(|err| StoreError::Database {
                         path: self.path.clone(),
                         message: format!("audit journal: {err}"),
                     })?;
             }
-            pending.count += events.len();
+            pending.count += entries.len();
         }
-        let (reply, _rx) = mpsc::channel();
         self.send(Job {
-            events,
-            reply,
+            entries,
+            reply: None,
             journaled: true,
         })
     }
@@ -242,8 +277,8 @@ impl SqliteStore {
     pub fn flush(&self) -> Result<(), StoreError> {
         let (reply, rx) = mpsc::channel();
         self.send(Job {
-            events: Vec::new(),
-            reply,
+            entries: Vec::new(),
+            reply: Some(reply),
             journaled: false,
         })?;
         rx.recv().map_err(|_| StoreError::WriterGone)?.map(|_| ())
@@ -328,11 +363,11 @@ fn writer_loop(
 ) {
     while let Ok(first) = rx.recv() {
         let mut jobs = vec![first];
-        let mut count = jobs[0].events.len();
+        let mut count = jobs[0].entries.len();
         while count < max_batch {
             match rx.try_recv() {
                 Ok(j) => {
-                    count += j.events.len();
+                    count += j.entries.len();
                     jobs.push(j);
                 }
                 Err(_) => break,
@@ -341,9 +376,9 @@ fn writer_loop(
         let journaled: usize = jobs
             .iter()
             .filter(|j| j.journaled)
-            .map(|j| j.events.len())
+            .map(|j| j.entries.len())
             .sum();
-        let all: Vec<&[AuditEvent]> = jobs.iter().map(|j| j.events.as_slice()).collect();
+        let all: Vec<&[Entry]> = jobs.iter().map(|j| j.entries.as_slice()).collect();
         let committed = if all.iter().all(|e| e.is_empty()) {
             Ok(all.iter().map(|_| Vec::new()).collect())
         } else {
@@ -366,23 +401,28 @@ fn writer_loop(
         match committed {
             Ok(results) => {
                 for (job, records) in jobs.into_iter().zip(results) {
-                    let _ = job.reply.send(Ok(records));
+                    if let Some(reply) = job.reply {
+                        let _ = reply.send(Ok(records));
+                    }
                 }
             }
             Err(_) if jobs.len() > 1 => {
                 // One bad job must not fail the others: retry each on its own.
                 for job in jobs {
-                    let result = write_batch(&mut conn, &[job.events.as_slice()])
+                    let result = write_batch(&mut conn, &[job.entries.as_slice()])
                         .map(|mut r| r.pop().unwrap_or_default())
-                        .map_err(|e| to_store_error(e, &path, &job.events));
-                    let _ = job.reply.send(result);
+                        .map_err(|e| to_store_error(e, &path, &job.entries));
+                    if let Some(reply) = job.reply {
+                        let _ = reply.send(result);
+                    }
                 }
             }
             Err(e) => {
                 for job in jobs {
-                    let _ =
-                        job.reply
-                            .send(Err(to_store_error(e.clone_shallow(), &path, &job.events)));
+                    if let Some(reply) = job.reply {
+                        let _ =
+                            reply.send(Err(to_store_error(e.clone_shallow(), &path, &job.entries)));
+                    }
                 }
             }
         }
@@ -418,9 +458,9 @@ impl From<rusqlite::Error> for WriteError {
     }
 }
 
-fn to_store_error(e: WriteError, path: &str, events: &[AuditEvent]) -> StoreError {
+fn to_store_error(e: WriteError, path: &str, entries: &[Entry]) -> StoreError {
     if e.constraint
-        && let Some(ev) = events.first()
+        && let Some(ev) = entries.first()
     {
         return StoreError::Duplicate {
             event_id: ev.event_id.clone(),
@@ -432,10 +472,7 @@ fn to_store_error(e: WriteError, path: &str, events: &[AuditEvent]) -> StoreErro
     }
 }
 
-fn write_batch(
-    conn: &mut Connection,
-    jobs: &[&[AuditEvent]],
-) -> Result<Vec<Vec<AuditRecord>>, WriteError> {
+fn write_batch(conn: &mut Connection, jobs: &[&[Entry]]) -> Result<Vec<Vec<Chained>>, WriteError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let head: Option<(i64, String)> = tx
         .query_row("SELECT seq, hash FROM audit_head WHERE id = 1", [], |r| {
@@ -452,28 +489,25 @@ fn write_batch(
             "INSERT INTO audit_events (seq, event_id, tenant, timestamp, prev_hash, hash, event)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
-        for events in jobs {
-            let mut records = Vec::with_capacity(events.len());
-            for e in *events {
+        for entries in jobs {
+            let mut records = Vec::with_capacity(entries.len());
+            for e in *entries {
                 seq += 1;
-                let event = e.to_json();
-                let hash = chain_hash(seq, &prev, &event);
+                let hash = chain_hash_text(seq, &prev, &e.text);
                 insert.execute(params![
                     i64::try_from(seq).unwrap_or(i64::MAX),
                     e.event_id,
-                    e.tenant_id,
+                    e.tenant,
                     e.timestamp,
                     prev,
                     hash,
-                    capability_core::json::canonical_string(&event),
+                    e.text,
                 ])?;
-                records.push(AuditRecord {
+                records.push(Chained {
                     seq,
-                    prev_hash: prev.clone(),
-                    hash: hash.clone(),
-                    event,
+                    prev_hash: std::mem::replace(&mut prev, hash.clone()),
+                    hash,
                 });
-                prev = hash;
             }
             out.push(records);
         }
@@ -494,11 +528,21 @@ impl AuditStore for SqliteStore {
         }
         let (reply, rx) = mpsc::channel();
         self.send(Job {
-            events: events.to_vec(),
-            reply,
+            entries: events.iter().map(Entry::new).collect(),
+            reply: Some(reply),
             journaled: false,
         })?;
-        rx.recv().map_err(|_| StoreError::WriterGone)?
+        let chained = rx.recv().map_err(|_| StoreError::WriterGone)??;
+        Ok(chained
+            .into_iter()
+            .zip(events)
+            .map(|(c, e)| AuditRecord {
+                seq: c.seq,
+                prev_hash: c.prev_hash,
+                hash: c.hash,
+                event: e.to_json(),
+            })
+            .collect())
     }
 
     fn tail(&self, tenant: Option<&str>, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
@@ -551,7 +595,18 @@ impl AuditStore for SqliteStore {
 impl AuditSink for SqliteStore {
     /// Journals the event and returns without waiting for the commit (see the module docs).
     fn emit(&self, event: &AuditEvent) -> Result<(), AuditError> {
-        self.append_nowait(vec![event.clone()])?;
+        self.journal_and_queue(vec![Entry::new(event)])?;
+        Ok(())
+    }
+
+    fn emit_owned(&self, event: AuditEvent) -> Result<(), AuditError> {
+        let text = event.to_canonical();
+        self.journal_and_queue(vec![Entry {
+            event_id: event.event_id,
+            tenant: event.tenant_id,
+            timestamp: event.timestamp,
+            text,
+        }])?;
         Ok(())
     }
 }
