@@ -1,7 +1,7 @@
 //! One governance decision with 100 Cedar policies loaded.
 //!
 //! Prints p50/p99 of single decisions (measured one by one), then runs criterion.
-//! `CARGO_TARGET_DIR=/work/targets/policy cargo bench -p capability-policy --bench decision`
+//! `cargo bench -p capability-policy --bench decision`
 //! (`PERCENTILES_ONLY=1` skips the criterion part).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -73,17 +73,29 @@ impl From<&str> for Target {
     }
 }
 
-/// Iterative glob matching with backtracking on the last `*` (linear in practice).
+/// Glob matching: `*` matches any run of bytes, `?` any one byte.
 fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+    wildcard_match(pattern, text, |&c| c == b'*', |&c, b| c == b'?' || c == b)
+}
+
+/// Iterative wildcard matching with backtracking on the last star (linear in practice):
+/// `is_star` tells the tokens that match any run of bytes, `matches` whether a token
+/// matches one byte.
+pub(crate) fn wildcard_match<T>(
+    pattern: &[T],
+    text: &[u8],
+    is_star: impl Fn(&T) -> bool,
+    matches: impl Fn(&T, u8) -> bool,
+) -> bool {
     let (mut p, mut t) = (0usize, 0usize);
     let mut star: Option<(usize, usize)> = None;
     while t < text.len() {
         match pattern.get(p) {
-            Some(b'*') => {
+            Some(tok) if is_star(tok) => {
                 star = Some((p, t));
                 p += 1;
             }
-            Some(&c) if c == b'?' || c == text[t] => {
+            Some(tok) if matches(tok, text[t]) => {
                 p += 1;
                 t += 1;
             }
@@ -97,7 +109,7 @@ fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
             },
         }
     }
-    pattern[p.min(pattern.len())..].iter().all(|&c| c == b'*')
+    pattern[p.min(pattern.len())..].iter().all(is_star)
 }
 
 /// A policy that could not produce a decision (its closure failed).

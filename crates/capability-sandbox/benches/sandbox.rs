@@ -2,7 +2,7 @@
 //! with the same stdin (for node and python: the same shim, without namespaces, landlock,
 //! seccomp or limits).
 //!
-//! Run: `CARGO_TARGET_DIR=/work/targets/sandbox cargo bench -p capability-sandbox --bench sandbox`
+//! Run: `cargo bench -p capability-sandbox --bench sandbox`
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

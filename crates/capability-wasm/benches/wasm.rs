@@ -2,7 +2,7 @@
 //! cached; each iteration instantiates from the pool, builds the WASI context, runs `_start`
 //! (envelope in, reply out) and parses the reply.
 //!
-//! `CARGO_TARGET_DIR=/work/targets/wasm cargo bench -p capability-wasm --bench wasm`
+//! `cargo bench -p capability-wasm --bench wasm`
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::hint::black_box;

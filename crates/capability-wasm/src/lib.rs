@@ -94,8 +94,8 @@
 //!
 //! ```sh
 //! cd examples/guest-add
-//! CARGO_TARGET_DIR=/work/targets/wasm-guest cargo build --release --target wasm32-wasip1
-//! cp /work/targets/wasm-guest/wasm32-wasip1/release/guest-add.wasm ../../tests/fixtures/
+//! cargo build --release --target wasm32-wasip1
+//! cp target/wasm32-wasip1/release/guest-add.wasm ../../tests/fixtures/
 //! ```
 //!
 //! ## The boundary

@@ -674,30 +674,12 @@ fn like(text: &str, pattern: &[Pattern]) -> bool {
             Pattern::Literal(s) => s.bytes().map(Tok::Byte).collect(),
         })
         .collect();
-    let text = text.as_bytes();
-    let (mut p, mut t) = (0usize, 0usize);
-    let mut star: Option<(usize, usize)> = None;
-    while t < text.len() {
-        match toks.get(p) {
-            Some(Tok::Star) => {
-                star = Some((p, t));
-                p += 1;
-            }
-            Some(Tok::Byte(c)) if *c == text[t] => {
-                p += 1;
-                t += 1;
-            }
-            _ => match star {
-                Some((sp, st)) => {
-                    p = sp + 1;
-                    t = st + 1;
-                    star = Some((sp, st + 1));
-                }
-                None => return false,
-            },
-        }
-    }
-    toks[p.min(toks.len())..].iter().all(|t| *t == Tok::Star)
+    crate::policy::wildcard_match(
+        &toks,
+        text.as_bytes(),
+        |t| *t == Tok::Star,
+        |t, b| *t == Tok::Byte(b),
+    )
 }
 
 fn eval<'a>(e: &'a Expr, data: &'a Data<'a>) -> Result<Val<'a>, Fallback> {
