@@ -110,7 +110,10 @@ fn redact_and_transform_output_apply_in_order_and_reach_the_audit_masked() {
     // The masked values appear nowhere in the record (as JSON strings: the random hex ids
     // may contain the digits).
     let record = executed.to_canonical();
-    assert!(!record.contains("\"123\"") && !record.contains("\"456\""), "{record}");
+    assert!(
+        !record.contains("\"123\"") && !record.contains("\"456\""),
+        "{record}"
+    );
 }
 
 #[test]

@@ -10,78 +10,15 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
-use capability_core::authorization::EffectPolicy;
-use capability_policy::cedar::{CedarPolicies, PolicyFile};
-use capability_policy::{AuditSink, Governor, MemoryStore, PolicyEngine, SqliteStore};
+use capability_policy::{AuditSink, MemoryStore, SqliteStore};
 use capability_runtime::store::{MemoryReceiptStore, ReceiptStore, SqliteReceiptStore};
-use capability_runtime::{Capability, CapabilityRuntime, ExecuteOptions, Principal};
+use capability_runtime::{CapabilityRuntime, ExecuteOptions, Principal};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
+use support::runtime;
 
-const CAPABILITIES: usize = 48;
-
-/// 100 policies: 4 global ones and 96 that each name one of 48 capabilities.
-fn policies() -> String {
-    let mut text = String::from(
-        r#"@id("allow-all") permit(principal, action, resource);
-@id("prod-high-risk") @reason("high risk in prod")
-forbid(principal, action, resource) when { context.environment == "prod" && resource.riskLevel >= 4 };
-@id("scopes") @reason("missing scope")
-forbid(principal, action, resource) unless { principal.scopes.containsAll(resource.scopes) };
-@id("budget") @decision("approval_required") @reason("expensive")
-forbid(principal, action == Action::"model_call", resource)
-when { context has estimatedCostUsd && context.estimatedCostUsd.greaterThan(decimal("5.0")) };
-"#,
-    );
-    for i in 0..96 {
-        let cap = i % CAPABILITIES;
-        if i < CAPABILITIES {
-            text.push_str(&format!(
-                "@id(\"limit-{i}\") @reason(\"amount too large\")\nforbid(principal, action == Action::\"tool_call\", resource == Capability::\"svc/c{cap}\") when {{ context.input has a && context.input.a > {} }};\n",
-                100 + i
-            ));
-        } else {
-            text.push_str(&format!(
-                "@id(\"tenant-{i}\") @reason(\"cross-tenant\")\nforbid(principal, action, resource == Capability::\"svc/c{cap}\") when {{ context.input has tenant && context.input.tenant != context.tenant }};\n"
-            ));
-        }
-    }
-    text
-}
-
-fn add(id: &str) -> Capability {
-    Capability::builder(json!({
-        "specVersion": "0.1", "id": id, "version": "1.0.0", "name": "Add",
-        "description": "Adds two numbers.",
-        "input": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]},
-        "output": {"type": "object", "properties": {"result": {"type": "number"}}, "required": ["result"]},
-        "effects": ["database.read"],
-        "metadata": {"governance": {"kind": "tool", "risk": "medium", "owner": "payments"}}
-    }))
-    .execute_json(|input, _| {
-        Ok(json!({"result": input["a"].as_f64().unwrap_or(0.0) + input["b"].as_f64().unwrap_or(0.0)}))
-    })
-    .build()
-    .unwrap()
-}
-
-fn runtime(store: Arc<dyn ReceiptStore>, audit: Arc<dyn AuditSink>) -> CapabilityRuntime {
-    let cedar = CedarPolicies::from_sources(&[PolicyFile::new("bench.cedar", policies())]).unwrap();
-    let engine = PolicyEngine::new();
-    engine.add_source(Arc::new(cedar));
-    let governor = Governor::new("bench-agent")
-        .engine(Arc::new(engine))
-        .audit(audit);
-    let rt = CapabilityRuntime::builder()
-        .policy(EffectPolicy::read_only())
-        .store(store)
-        .governor(Arc::new(governor))
-        .build();
-    for i in 0..CAPABILITIES {
-        rt.register(add(&format!("svc/c{i}"))).unwrap();
-    }
-    rt
-}
+#[path = "support/governed.rs"]
+mod support;
 
 fn percentiles(name: &str, mut f: impl FnMut()) {
     for _ in 0..1_000 {
@@ -113,10 +50,10 @@ fn bench(c: &mut Criterion) {
             "memory",
             runtime(
                 Arc::new(MemoryReceiptStore::new()),
-                Arc::new(MemoryStore::new()),
+                Some(Arc::new(MemoryStore::new())),
             ),
         ),
-        ("sqlite", runtime(receipts, audit)),
+        ("sqlite", runtime(receipts, Some(audit))),
     ];
     let options = ExecuteOptions {
         principal: Some(Principal {
