@@ -259,3 +259,42 @@ fn a_receipt_survives_sigkill_right_after_it_was_printed() {
         .collect();
     assert!(journals.is_empty(), "{journals:?}");
 }
+
+/// The README's main command must stay true: `cargo run -p cap -- <args>` picks the `cap`
+/// binary (the package has two), and its arguments run a built-in to a successful receipt.
+#[test]
+fn the_readme_main_command_works() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains("default-run = \"cap\""),
+        "`cargo run -p cap` needs default-run: the package has two binaries"
+    );
+    let readme = std::fs::read_to_string(root.join("../../README.md")).unwrap();
+    let line = readme
+        .lines()
+        .find_map(|l| l.strip_prefix("cargo run -p cap -- "))
+        .expect("README shows `cargo run -p cap -- ...`");
+    // The shell words of the line: plain words and single-quoted ones.
+    let mut args: Vec<String> = Vec::new();
+    let mut rest = line.trim();
+    while !rest.is_empty() {
+        if let Some(quoted) = rest.strip_prefix('\'') {
+            let end = quoted.find('\'').expect("closing quote");
+            args.push(quoted[..end].to_string());
+            rest = quoted[end + 1..].trim_start();
+        } else {
+            let end = rest.find(' ').unwrap_or(rest.len());
+            args.push(rest[..end].to_string());
+            rest = rest[end..].trim_start();
+        }
+    }
+    assert_eq!(args.first().map(String::as_str), Some("exec"), "{line}");
+    let home = tempfile::tempdir().unwrap();
+    let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = cap(home.path(), &refs);
+    assert_eq!(out.status.code(), Some(0), "{line}");
+    let result = stdout_json(&out);
+    assert_eq!(result["receipt"]["status"], "succeeded", "{result}");
+    assert_eq!(result["capability"]["id"], args[1]);
+}
