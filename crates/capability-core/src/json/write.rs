@@ -304,13 +304,12 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 fn hex_digest(digest: &[u8]) -> String {
-    let mut out = [0u8; 64];
-    for (i, b) in digest.iter().take(32).enumerate() {
-        out[2 * i] = HEX[(b >> 4) as usize];
-        out[2 * i + 1] = HEX[(b & 0xF) as usize];
+    let mut out = String::with_capacity(2 * digest.len());
+    for b in digest {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xF)]));
     }
-    // ASCII by construction.
-    String::from_utf8_lossy(&out).into_owned()
+    out
 }
 
 thread_local! {
