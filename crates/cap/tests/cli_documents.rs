@@ -186,7 +186,7 @@ fn locked_commands_that_are_not_built_say_so() {
     let lock = json::parse(
         &std::fs::read(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/../../../shared/spec/reference-data/stability-lock.json"
+            "/../../testdata/reference-data/stability-lock.json"
         ))
         .unwrap(),
     )

@@ -9,7 +9,7 @@ use serde_json::Value;
 #[test]
 fn authorization_decisions_match_the_reference() {
     let path = format!(
-        "{}/../../../shared/vectors/authorization.json",
+        "{}/../../testdata/vectors/authorization.json",
         env!("CARGO_MANIFEST_DIR")
     );
     let doc = json::parse(&std::fs::read(path).unwrap()).unwrap();

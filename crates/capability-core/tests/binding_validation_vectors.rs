@@ -1,4 +1,4 @@
-//! Every case of `../shared/vectors/binding-validation.json`, with the registered binder
+//! Every case of `testdata/vectors/binding-validation.json`, with the registered binder
 //! `expected` (or none).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -1,4 +1,4 @@
-//! Every case of `../shared/vectors/bridge-validation.json`, and its `generatorCases` (the
+//! Every case of `testdata/vectors/bridge-validation.json`, and its `generatorCases` (the
 //! npm CLI bridge descriptor generator).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 

@@ -1,11 +1,11 @@
-//! Every case of `../shared/vectors/canonical-json.json`, checked byte for byte.
+//! Every case of `testdata/vectors/canonical-json.json`, checked byte for byte.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use capability_core::json;
 
 fn load(name: &str) -> serde_json::Value {
     let path = format!(
-        "{}/../../../shared/vectors/{name}",
+        "{}/../../testdata/vectors/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));

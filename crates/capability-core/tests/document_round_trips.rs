@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 fn load(name: &str) -> Value {
     let path = format!(
-        "{}/../../../shared/vectors/{name}",
+        "{}/../../testdata/vectors/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     json::parse(&std::fs::read(path).unwrap()).unwrap()

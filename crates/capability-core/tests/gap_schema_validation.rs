@@ -1,6 +1,6 @@
 //! Capability gaps have no runtime validator in the reference; they are validated against the
 //! published schema. The gaps the reference creates (`createCapabilityGap` cases of
-//! `../shared/vectors/composition.json`) conform, except where §2.12 documents the schema as
+//! `testdata/vectors/composition.json`) conform, except where §2.12 documents the schema as
 //! stricter than the generator (empty intent, no verification, repeated effects, unknown
 //! `searched` substrates), and one §2.12 does not mention: the generator copies caller-supplied
 //! evidence candidates as they are (objects such as `{"id": ..., "score": ...}`), while the

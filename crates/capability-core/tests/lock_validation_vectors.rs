@@ -1,4 +1,4 @@
-//! Every case of `../shared/vectors/lock-validation.json`.
+//! Every case of `testdata/vectors/lock-validation.json`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod validation_support;

@@ -1,4 +1,4 @@
-//! Every case of `../shared/vectors/manifest-validation.json`.
+//! Every case of `testdata/vectors/manifest-validation.json`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod validation_support;

@@ -1,4 +1,4 @@
-//! Every case of `../shared/vectors/mcp-projection.json`: the projection of manifests as MCP
+//! Every case of `testdata/vectors/mcp-projection.json`: the projection of manifests as MCP
 //! tools (exact descriptors, member order included) and the fixed bootstrap tool list.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -9,7 +9,7 @@ use serde_json::Value;
 
 fn load(name: &str) -> Value {
     let path = format!(
-        "{}/../../../shared/vectors/{name}",
+        "{}/../../testdata/vectors/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));

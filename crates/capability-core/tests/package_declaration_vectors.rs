@@ -1,4 +1,4 @@
-//! Every case of `../shared/vectors/package-declaration.json`.
+//! Every case of `testdata/vectors/package-declaration.json`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod validation_support;

@@ -12,7 +12,7 @@ use capability_core::protocol::{
 #[test]
 fn protocol_vectors_match_the_reference() {
     let path = format!(
-        "{}/../../../shared/vectors/protocol.json",
+        "{}/../../testdata/vectors/protocol.json",
         env!("CARGO_MANIFEST_DIR")
     );
     let doc = json::parse(&std::fs::read(path).unwrap()).unwrap();

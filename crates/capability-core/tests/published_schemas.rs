@@ -20,7 +20,7 @@ use serde_json::Value;
 fn embedded_schemas_are_byte_identical_to_the_published_files() {
     for schema in PublishedSchema::ALL {
         let path = format!(
-            "{}/../../../shared/spec/schemas/{}",
+            "{}/../../testdata/schemas/{}",
             env!("CARGO_MANIFEST_DIR"),
             schema.file_name()
         );
@@ -32,7 +32,7 @@ fn embedded_schemas_are_byte_identical_to_the_published_files() {
         );
     }
     let files = std::fs::read_dir(format!(
-        "{}/../../../shared/spec/schemas",
+        "{}/../../testdata/schemas",
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap()

@@ -1,4 +1,4 @@
-//! Every case of `../shared/vectors/site-validation.json`, and its `discoveryUrls`.
+//! Every case of `testdata/vectors/site-validation.json`, and its `discoveryUrls`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod validation_support;

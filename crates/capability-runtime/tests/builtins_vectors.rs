@@ -1,4 +1,4 @@
-//! The 12 built-ins against the reference: every case of `../shared/vectors/builtins.json`,
+//! The 12 built-ins against the reference: every case of `testdata/vectors/builtins.json`,
 //! the manifests against the reference index and their canonical hashes, and a mutation run
 //! that feeds malformed documents to every built-in. Uses only the public API.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -10,14 +10,14 @@ use capability_runtime::builtins::{self, BUILTIN_IDS};
 use serde_json::Value;
 
 fn load(relative: &str) -> Value {
-    let path = format!("{}/../../../shared/{relative}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/../../testdata/{relative}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
     json::parse(&text).unwrap_or_else(|e| panic!("parse {path}: {e}"))
 }
 
 fn builtin_cases() -> Vec<Value> {
     let path = format!(
-        "{}/../../../shared/vectors/builtins.json",
+        "{}/../../testdata/vectors/builtins.json",
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
@@ -178,7 +178,7 @@ fn manifests_hash_as_the_reference_in_provider_order() {
 
 #[test]
 fn manifests_are_the_reference_index_entries_byte_for_byte() {
-    let index = load("spec/reference-data/registry-index.json");
+    let index = load("reference-data/registry-index.json");
     let entries = index["packages"][0]["capabilities"].as_array().unwrap();
     assert_eq!(entries.len(), 12);
     for entry in entries {

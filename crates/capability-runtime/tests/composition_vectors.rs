@@ -1,4 +1,4 @@
-//! Every case of `../shared/vectors/composition.json`: contract compatibility, composition
+//! Every case of `testdata/vectors/composition.json`: contract compatibility, composition
 //! planning, pipeline-intent splitting and capability gaps. All failures are reported at
 //! once, and the number of cases of each kind is checked.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 fn load(name: &str) -> Value {
     let path = format!(
-        "{}/../../../shared/vectors/{name}",
+        "{}/../../testdata/vectors/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));

@@ -27,10 +27,10 @@ pub fn stdout_json(out: &Output) -> Value {
     })
 }
 
-/// A vector file from `../shared/vectors/`.
+/// A vector file from `testdata/vectors/`.
 pub fn vectors(name: &str) -> Value {
     let path = format!(
-        "{}/../../../shared/vectors/{name}",
+        "{}/../../testdata/vectors/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     capability_core::json::parse(&std::fs::read(path).unwrap()).unwrap()

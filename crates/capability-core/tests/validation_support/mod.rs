@@ -1,14 +1,14 @@
-//! Shared helpers for the validation vector tests: loading `../shared/vectors/*.json` and
+//! Shared helpers for the validation vector tests: loading `testdata/vectors/*.json` and
 //! checking every case, reporting all failures at once.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
 
 use capability_core::json;
 use serde_json::Value;
 
-/// Reads and parses `../shared/vectors/<name>` (relative to the repository root).
+/// Reads and parses `testdata/vectors/<name>` (relative to the repository root).
 pub fn load(name: &str) -> Value {
     let path = format!(
-        "{}/../../../shared/vectors/{name}",
+        "{}/../../testdata/vectors/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     let text = std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));

@@ -3,10 +3,10 @@
 
 use serde_json::Value;
 
-/// Loads a vector file from `../shared/vectors/`.
+/// Loads a vector file from `testdata/vectors/`.
 pub fn vectors(name: &str) -> Value {
     let path = format!(
-        "{}/../../../shared/vectors/{name}",
+        "{}/../../testdata/vectors/{name}",
         env!("CARGO_MANIFEST_DIR")
     );
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
