@@ -13,6 +13,12 @@
 //! parser.
 //!
 //! Journals of different stores share a directory and are told apart by a prefix.
+//!
+//! [`Database`] is the other half: one SQLite file with one writer thread that every store
+//! in it shares (see [`db`]).
+
+pub mod db;
+pub use db::{Database, Job, WriteFailure, WriterGone};
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufRead, BufReader, Write};

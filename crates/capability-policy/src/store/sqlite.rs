@@ -2,10 +2,11 @@
 //! database file shared with other tables (the runtime's receipts). Tables are prefixed
 //! `audit_` and `approval_`; nothing else in the file is touched.
 //!
-//! Settings: WAL journal, `synchronous=NORMAL`, a busy timeout. Appends are sent to one
-//! writer thread, which takes every append waiting in its queue (up to `max_batch` events)
-//! and writes them in one `BEGIN IMMEDIATE` transaction that reads the head, chains the
-//! events, inserts them and moves the head; each caller returns once its batch committed.
+//! Settings: WAL journal, `synchronous=NORMAL`, a busy timeout. Writes go through the
+//! database's one writer thread ([`capability_journal::Database`], shared with the other
+//! stores in the file): every append waiting in its queue is written in one
+//! `BEGIN IMMEDIATE` transaction in which each append reads the head, chains its events,
+//! inserts them and moves the head; each caller returns once its batch committed.
 //! Because the head is read inside the write transaction, several processes appending to the
 //! same file still produce one chain.
 //!
@@ -18,10 +19,9 @@
 use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
 
-use capability_journal::Journal;
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
+use capability_journal::{Database, Job, Journal, WriteFailure};
+use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde_json::Value;
 
 use crate::approvals::{ApprovalFilter, ApprovalRecord, ApprovalStatus, ApprovalStore};
@@ -34,7 +34,8 @@ use super::StoreError;
 /// Tuning for [`SqliteStore`].
 #[derive(Clone, Debug)]
 pub struct SqliteOptions {
-    /// Most events written in one transaction.
+    /// Most events written in one transaction (the shared writer batches up to
+    /// [`Database::MAX_BATCH`] appends; kept for compatibility).
     pub max_batch: usize,
     /// How long to wait for a lock held by another connection or process.
     pub busy_timeout_ms: u64,
@@ -105,14 +106,6 @@ struct Chained {
 
 type Reply = mpsc::Sender<Result<Vec<Chained>, StoreError>>;
 
-struct Job {
-    entries: Vec<Entry>,
-    /// `None` when nobody waits for the commit (emitted events).
-    reply: Option<Reply>,
-    /// Whether the events were journaled (emitted without waiting).
-    journaled: bool,
-}
-
 /// The journal and what of it is not committed yet.
 struct Pending {
     journal: Option<Journal>,
@@ -124,12 +117,62 @@ struct Pending {
 
 const JOURNAL_PREFIX: &str = "audit";
 
+/// An append for the database writer.
+struct Append {
+    entries: Vec<Entry>,
+    /// `None` when nobody waits for the commit (emitted events).
+    reply: Option<Reply>,
+    /// Whether the events were journaled (emitted without waiting).
+    journaled: bool,
+    pending: Arc<Mutex<Pending>>,
+    path: String,
+    chained: Vec<Chained>,
+}
+
+impl Job for Append {
+    fn write(&mut self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+        self.chained = chain(tx, self.entries.iter())?;
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>, result: Result<(), WriteFailure>) {
+        let Append {
+            entries,
+            reply,
+            journaled,
+            pending,
+            path,
+            chained,
+        } = *self;
+        if journaled {
+            let mut p = lock(&pending);
+            if result.is_ok() {
+                p.count = p.count.saturating_sub(entries.len());
+                if p.count == 0
+                    && !p.failed
+                    && let Some(j) = p.journal.as_mut()
+                {
+                    let _ = j.truncate();
+                }
+            } else {
+                p.failed = true;
+            }
+        }
+        if let Some(reply) = reply {
+            let _ = reply.send(
+                result
+                    .map(|()| chained)
+                    .map_err(|e| to_store_error(e, &path, &entries)),
+            );
+        }
+    }
+}
+
 /// The SQLite-backed store.
 pub struct SqliteStore {
     path: String,
+    db: Arc<Database>,
     conn: Mutex<Connection>,
-    writer: Mutex<Option<mpsc::Sender<Job>>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
     pending: Arc<Mutex<Pending>>,
 }
 
@@ -154,7 +197,7 @@ impl SqliteStore {
         Self::open_with(path, SqliteOptions::default())
     }
 
-    /// Opens (creating if needed) the database file.
+    /// Opens (creating if needed) the database file, with a writer of its own.
     pub fn open_with(path: &Path, options: SqliteOptions) -> Result<Self, StoreError> {
         let name = path.display().to_string();
         let db = |e: rusqlite::Error| StoreError::Database {
@@ -169,62 +212,83 @@ impl SqliteStore {
                 message: e.to_string(),
             })?;
         }
-        let conn = connect(path, &options).map_err(db)?;
-        conn.execute_batch(SCHEMA).map_err(db)?;
-        let mut writer_conn = connect(path, &options).map_err(db)?;
+        let database = Database::open_with(
+            path,
+            std::time::Duration::from_millis(options.busy_timeout_ms),
+        )
+        .map_err(db)?;
         let journal_dir = path
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."))
             .join("journal");
+        Self::on(Arc::new(database), &journal_dir)
+    }
+
+    /// The store on a shared database (one writer for every store in the file), with its
+    /// journal in `journal_dir`; replays the audit journals of dead processes first.
+    /// Replay is idempotent: events already in the chain (the process died between the
+    /// commit and emptying its journal) are skipped.
+    pub fn on(database: Arc<Database>, journal_dir: &Path) -> Result<Self, StoreError> {
+        let name = database.path().display().to_string();
         let io = |e: std::io::Error| StoreError::Database {
             path: name.clone(),
             message: format!("audit journal: {e}"),
         };
-        capability_journal::recover(&journal_dir, JOURNAL_PREFIX, |lines| {
-            // A torn last line (the process died mid-write) does not parse and is skipped.
-            let entries: Vec<Entry> = lines
-                .iter()
-                .filter_map(|l| capability_core::json::parse_str(l).ok())
-                .filter_map(|v| AuditEvent::from_json(&v).ok())
-                .map(|e| Entry::new(&e))
-                .collect();
-            if entries.is_empty() {
-                return Ok(());
-            }
-            write_batch(&mut writer_conn, &[entries.as_slice()]).map(|_| ())
-        })
-        .map_err(|e| match e {
-            capability_journal::RecoverError::Io(e) => io(e),
-            capability_journal::RecoverError::Replay(e) => StoreError::Database {
-                path: name.clone(),
-                message: format!("replaying an audit journal: {}", e.message),
-            },
+        let dir = journal_dir.to_path_buf();
+        let replay_name = name.clone();
+        database
+            .call(move |conn| -> Result<(), StoreError> {
+                let db = |e: rusqlite::Error| StoreError::Database {
+                    path: replay_name.clone(),
+                    message: e.to_string(),
+                };
+                conn.execute_batch(SCHEMA).map_err(db)?;
+                capability_journal::recover(&dir, JOURNAL_PREFIX, |lines| {
+                    // A torn last line (the process died mid-write) does not parse and is
+                    // skipped.
+                    let entries: Vec<Entry> = lines
+                        .iter()
+                        .filter_map(|l| capability_core::json::parse_str(l).ok())
+                        .filter_map(|v| AuditEvent::from_json(&v).ok())
+                        .map(|e| Entry::new(&e))
+                        .collect();
+                    replay(conn, &entries)
+                })
+                .map(|_| ())
+                .map_err(|e| match e {
+                    capability_journal::RecoverError::Io(e) => StoreError::Database {
+                        path: replay_name.clone(),
+                        message: format!("audit journal: {e}"),
+                    },
+                    capability_journal::RecoverError::Replay(e) => StoreError::Database {
+                        path: replay_name.clone(),
+                        message: format!("replaying an audit journal: {}", e.message),
+                    },
+                })
+            })
+            .map_err(|_| StoreError::WriterGone)??;
+        let conn = database.connect().map_err(|e| StoreError::Database {
+            path: name.clone(),
+            message: e.to_string(),
         })?;
-        let journal = Journal::create(&journal_dir, JOURNAL_PREFIX, false).map_err(io)?;
+        let journal = Journal::create(journal_dir, JOURNAL_PREFIX, false).map_err(io)?;
         let pending = Arc::new(Mutex::new(Pending {
             journal: Some(journal),
             count: 0,
             failed: false,
         }));
-        let (tx, rx) = mpsc::channel::<Job>();
-        let writer_name = name.clone();
-        let max_batch = options.max_batch.max(1);
-        let writer_pending = Arc::clone(&pending);
-        let thread = std::thread::Builder::new()
-            .name("audit-writer".into())
-            .spawn(move || writer_loop(writer_conn, rx, max_batch, writer_name, writer_pending))
-            .map_err(|e| StoreError::Database {
-                path: name.clone(),
-                message: format!("cannot start the audit writer: {e}"),
-            })?;
         Ok(SqliteStore {
             path: name,
+            db: database,
             conn: Mutex::new(conn),
-            writer: Mutex::new(Some(tx)),
-            thread: Mutex::new(Some(thread)),
             pending,
         })
+    }
+
+    /// The database this store writes through.
+    pub fn database(&self) -> &Arc<Database> {
+        &self.db
     }
 
     /// The database path.
@@ -266,29 +330,30 @@ impl SqliteStore {
             }
             pending.count += entries.len();
         }
-        self.send(Job {
-            entries,
-            reply: None,
-            journaled: true,
-        })
+        self.send(entries, None, true)
     }
 
     /// Waits until every event queued so far is committed.
     pub fn flush(&self) -> Result<(), StoreError> {
-        let (reply, rx) = mpsc::channel();
-        self.send(Job {
-            entries: Vec::new(),
-            reply: Some(reply),
-            journaled: false,
-        })?;
-        rx.recv().map_err(|_| StoreError::WriterGone)?.map(|_| ())
+        self.db.flush().map_err(|_| StoreError::WriterGone)
     }
 
-    fn send(&self, job: Job) -> Result<(), StoreError> {
-        match lock(&self.writer).as_ref() {
-            Some(tx) => tx.send(job).map_err(|_| StoreError::WriterGone),
-            None => Err(StoreError::WriterGone),
-        }
+    fn send(
+        &self,
+        entries: Vec<Entry>,
+        reply: Option<Reply>,
+        journaled: bool,
+    ) -> Result<(), StoreError> {
+        self.db
+            .submit(Box::new(Append {
+                entries,
+                reply,
+                journaled,
+                pending: Arc::clone(&self.pending),
+                path: self.path.clone(),
+                chained: Vec::new(),
+            }))
+            .map_err(|_| StoreError::WriterGone)
     }
 
     fn query_records(
@@ -325,10 +390,7 @@ impl SqliteStore {
 
 impl Drop for SqliteStore {
     fn drop(&mut self) {
-        lock(&self.writer).take();
-        if let Some(t) = lock(&self.thread).take() {
-            let _ = t.join();
-        }
+        let _ = self.db.flush();
         let mut pending = lock(&self.pending);
         if pending.count == 0
             && !pending.failed
@@ -346,119 +408,7 @@ fn parse_event(text: &str) -> Result<Value, StoreError> {
     })
 }
 
-fn connect(path: &Path, options: &SqliteOptions) -> rusqlite::Result<Connection> {
-    let conn = Connection::open(path)?;
-    conn.busy_timeout(std::time::Duration::from_millis(options.busy_timeout_ms))?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
-    Ok(conn)
-}
-
-fn writer_loop(
-    mut conn: Connection,
-    rx: mpsc::Receiver<Job>,
-    max_batch: usize,
-    path: String,
-    pending: Arc<Mutex<Pending>>,
-) {
-    while let Ok(first) = rx.recv() {
-        let mut jobs = vec![first];
-        let mut count = jobs[0].entries.len();
-        while count < max_batch {
-            match rx.try_recv() {
-                Ok(j) => {
-                    count += j.entries.len();
-                    jobs.push(j);
-                }
-                Err(_) => break,
-            }
-        }
-        let journaled: usize = jobs
-            .iter()
-            .filter(|j| j.journaled)
-            .map(|j| j.entries.len())
-            .sum();
-        let all: Vec<&[Entry]> = jobs.iter().map(|j| j.entries.as_slice()).collect();
-        let committed = if all.iter().all(|e| e.is_empty()) {
-            Ok(all.iter().map(|_| Vec::new()).collect())
-        } else {
-            write_batch(&mut conn, &all)
-        };
-        {
-            let mut p = lock(&pending);
-            if committed.is_ok() {
-                p.count = p.count.saturating_sub(journaled);
-                if p.count == 0
-                    && !p.failed
-                    && let Some(j) = p.journal.as_mut()
-                {
-                    let _ = j.truncate();
-                }
-            } else if journaled > 0 {
-                p.failed = true;
-            }
-        }
-        match committed {
-            Ok(results) => {
-                for (job, records) in jobs.into_iter().zip(results) {
-                    if let Some(reply) = job.reply {
-                        let _ = reply.send(Ok(records));
-                    }
-                }
-            }
-            Err(_) if jobs.len() > 1 => {
-                // One bad job must not fail the others: retry each on its own.
-                for job in jobs {
-                    let result = write_batch(&mut conn, &[job.entries.as_slice()])
-                        .map(|mut r| r.pop().unwrap_or_default())
-                        .map_err(|e| to_store_error(e, &path, &job.entries));
-                    if let Some(reply) = job.reply {
-                        let _ = reply.send(result);
-                    }
-                }
-            }
-            Err(e) => {
-                for job in jobs {
-                    if let Some(reply) = job.reply {
-                        let _ =
-                            reply.send(Err(to_store_error(e.clone_shallow(), &path, &job.entries)));
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// A cloneable summary of a rusqlite error.
-#[derive(Debug)]
-struct WriteError {
-    message: String,
-    constraint: bool,
-}
-
-impl WriteError {
-    fn clone_shallow(&self) -> WriteError {
-        WriteError {
-            message: self.message.clone(),
-            constraint: self.constraint,
-        }
-    }
-}
-
-impl From<rusqlite::Error> for WriteError {
-    fn from(e: rusqlite::Error) -> Self {
-        let constraint = matches!(
-            &e,
-            rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation
-        );
-        WriteError {
-            message: e.to_string(),
-            constraint,
-        }
-    }
-}
-
-fn to_store_error(e: WriteError, path: &str, entries: &[Entry]) -> StoreError {
+fn to_store_error(e: WriteFailure, path: &str, entries: &[Entry]) -> StoreError {
     if e.constraint
         && let Some(ev) = entries.first()
     {
@@ -472,8 +422,11 @@ fn to_store_error(e: WriteError, path: &str, entries: &[Entry]) -> StoreError {
     }
 }
 
-fn write_batch(conn: &mut Connection, jobs: &[&[Entry]]) -> Result<Vec<Vec<Chained>>, WriteError> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+/// Chains `entries` after the head and moves the head, inside the caller's transaction.
+fn chain<'a>(
+    tx: &Connection,
+    entries: impl ExactSizeIterator<Item = &'a Entry>,
+) -> rusqlite::Result<Vec<Chained>> {
     let head: Option<(i64, String)> = tx
         .query_row("SELECT seq, hash FROM audit_head WHERE id = 1", [], |r| {
             Ok((r.get(0)?, r.get(1)?))
@@ -483,33 +436,29 @@ fn write_batch(conn: &mut Connection, jobs: &[&[Entry]]) -> Result<Vec<Vec<Chain
         Some((s, h)) => (u64::try_from(s).unwrap_or(0), h),
         None => (0, GENESIS_HASH.to_string()),
     };
-    let mut out = Vec::with_capacity(jobs.len());
+    let mut records = Vec::with_capacity(entries.len());
     {
         let mut insert = tx.prepare_cached(
             "INSERT INTO audit_events (seq, event_id, tenant, timestamp, prev_hash, hash, event)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )?;
-        for entries in jobs {
-            let mut records = Vec::with_capacity(entries.len());
-            for e in *entries {
-                seq += 1;
-                let hash = chain_hash_text(seq, &prev, &e.text);
-                insert.execute(params![
-                    i64::try_from(seq).unwrap_or(i64::MAX),
-                    e.event_id,
-                    e.tenant,
-                    e.timestamp,
-                    prev,
-                    hash,
-                    e.text,
-                ])?;
-                records.push(Chained {
-                    seq,
-                    prev_hash: std::mem::replace(&mut prev, hash.clone()),
-                    hash,
-                });
-            }
-            out.push(records);
+        for e in entries {
+            seq += 1;
+            let hash = chain_hash_text(seq, &prev, &e.text);
+            insert.execute(params![
+                i64::try_from(seq).unwrap_or(i64::MAX),
+                e.event_id,
+                e.tenant,
+                e.timestamp,
+                prev,
+                hash,
+                e.text,
+            ])?;
+            records.push(Chained {
+                seq,
+                prev_hash: std::mem::replace(&mut prev, hash.clone()),
+                hash,
+            });
         }
     }
     tx.execute(
@@ -517,8 +466,26 @@ fn write_batch(conn: &mut Connection, jobs: &[&[Entry]]) -> Result<Vec<Vec<Chain
          ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
         params![i64::try_from(seq).unwrap_or(i64::MAX), prev],
     )?;
+    Ok(records)
+}
+
+/// Chains the journaled events that are not in the chain yet.
+fn replay(conn: &mut Connection, entries: &[Entry]) -> Result<(), WriteFailure> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let mut fresh = Vec::with_capacity(entries.len());
+    {
+        let mut known = tx.prepare_cached("SELECT 1 FROM audit_events WHERE event_id = ?1")?;
+        for e in entries {
+            if !known.exists([&e.event_id])? {
+                fresh.push(e);
+            }
+        }
+    }
+    if !fresh.is_empty() {
+        chain(&tx, fresh.into_iter())?;
+    }
     tx.commit()?;
-    Ok(out)
+    Ok(())
 }
 
 impl AuditStore for SqliteStore {
@@ -527,11 +494,7 @@ impl AuditStore for SqliteStore {
             return Ok(Vec::new());
         }
         let (reply, rx) = mpsc::channel();
-        self.send(Job {
-            entries: events.iter().map(Entry::new).collect(),
-            reply: Some(reply),
-            journaled: false,
-        })?;
+        self.send(events.iter().map(Entry::new).collect(), Some(reply), false)?;
         let chained = rx.recv().map_err(|_| StoreError::WriterGone)??;
         Ok(chained
             .into_iter()
@@ -628,20 +591,22 @@ fn record_text(r: &ApprovalRecord) -> Result<String, StoreError> {
 impl ApprovalStore for SqliteStore {
     fn insert_approval(&self, record: &ApprovalRecord) -> Result<(), StoreError> {
         let text = record_text(record)?;
-        let conn = lock(&self.conn);
-        conn.execute(
-            "INSERT INTO approval_requests (approval_id, status, tenant, created_at, expires_at, record)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                record.approval_id,
-                record.status.as_str(),
-                record.tenant,
-                record.created_at,
-                record.expires_at,
-                text
-            ],
-        )
-        .map_err(|e| self.db(e))?;
+        let (id, status, tenant) = (
+            record.approval_id.clone(),
+            record.status.as_str(),
+            record.tenant.clone(),
+        );
+        let (created, expires) = (record.created_at, record.expires_at);
+        self.db
+            .call(move |conn| {
+                conn.execute(
+                    "INSERT INTO approval_requests (approval_id, status, tenant, created_at, expires_at, record)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![id, status, tenant, created, expires, text],
+                )
+            })
+            .map_err(|_| StoreError::WriterGone)?
+            .map_err(|e| self.db(e))?;
         Ok(())
     }
 
@@ -689,19 +654,22 @@ impl ApprovalStore for SqliteStore {
         expected: ApprovalStatus,
     ) -> Result<bool, StoreError> {
         let text = record_text(record)?;
-        let conn = lock(&self.conn);
-        let changed = conn
-            .execute(
-                "UPDATE approval_requests SET status = ?1, expires_at = ?2, record = ?3
-                 WHERE approval_id = ?4 AND status = ?5",
-                params![
-                    record.status.as_str(),
-                    record.expires_at,
-                    text,
-                    record.approval_id,
-                    expected.as_str()
-                ],
-            )
+        let (status, expires, id) = (
+            record.status.as_str(),
+            record.expires_at,
+            record.approval_id.clone(),
+        );
+        let expected = expected.as_str();
+        let changed = self
+            .db
+            .call(move |conn| {
+                conn.execute(
+                    "UPDATE approval_requests SET status = ?1, expires_at = ?2, record = ?3
+                     WHERE approval_id = ?4 AND status = ?5",
+                    params![status, expires, text, id, expected],
+                )
+            })
+            .map_err(|_| StoreError::WriterGone)?
             .map_err(|e| self.db(e))?;
         Ok(changed == 1)
     }

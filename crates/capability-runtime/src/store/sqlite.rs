@@ -14,15 +14,13 @@
 //!   chosen, which flushes the journal to disk (`fdatasync`) on every `put`.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use capability_core::plan::Plan;
 use capability_core::receipt::Receipt;
-use capability_journal::Journal;
+use capability_journal::{Database, Job, Journal, WriteFailure, WriterGone};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{ReceiptQuery, ReceiptStore, StoreError};
@@ -55,8 +53,6 @@ CREATE TABLE IF NOT EXISTS pending_plans (
 );
 ";
 
-const MAX_BATCH: usize = 1024;
-
 /// The prefix of receipt journals in the journal directory.
 const JOURNAL_PREFIX: &str = "receipts";
 
@@ -68,68 +64,87 @@ fn db_err(e: rusqlite::Error) -> StoreError {
     StoreError::Database(e.to_string())
 }
 
-fn open_connection(path: &Path) -> Result<Connection, StoreError> {
-    let conn = Connection::open(path).map_err(db_err)?;
-    conn.busy_timeout(Duration::from_secs(10)).map_err(db_err)?;
-    conn.pragma_update(None, "journal_mode", "WAL")
-        .map_err(db_err)?;
-    conn.pragma_update(None, "synchronous", "NORMAL")
-        .map_err(db_err)?;
-    Ok(conn)
+fn gone(_: WriterGone) -> StoreError {
+    StoreError::Database("the database writer stopped".into())
 }
 
-fn insert_batch(conn: &mut Connection, batch: &[Arc<Receipt>]) -> Result<(), StoreError> {
-    let tx = conn.transaction().map_err(db_err)?;
-    {
-        let mut stmt = tx
-            .prepare_cached(
-                "INSERT OR REPLACE INTO receipts (id, capability_id, status, started_at, ended_at, body)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )
-            .map_err(db_err)?;
-        for r in batch {
-            let body =
-                serde_json::to_string(&**r).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-            stmt.execute(params![
-                r.receipt_id,
-                r.capability.id,
-                r.status.as_str(),
-                r.started_at,
-                r.ended_at,
-                body
-            ])
-            .map_err(db_err)?;
-        }
-    }
-    tx.commit().map_err(db_err)
+const INSERT: &str = "INSERT OR REPLACE INTO receipts (id, capability_id, status, started_at, ended_at, body)
+     VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
+
+fn insert(conn: &Connection, r: &Receipt) -> rusqlite::Result<()> {
+    let body = serde_json::to_string(r)
+        .map_err(|e| rusqlite::Error::ToSqlConversionFailure(Box::new(e)))?;
+    conn.prepare_cached(INSERT)?.execute(params![
+        r.receipt_id,
+        r.capability.id,
+        r.status.as_str(),
+        r.started_at,
+        r.ended_at,
+        body
+    ])?;
+    Ok(())
 }
 
 struct Shared {
     journal: Mutex<Option<Journal>>,
     pending: Mutex<HashMap<String, Arc<Receipt>>>,
     idle: Condvar,
-    /// Set when a batch could not be committed: the journal is then kept for recovery.
+    /// Set when a receipt could not be committed: the journal is then kept for recovery.
     dirty: Mutex<Option<String>>,
 }
 
-enum Msg {
-    Put(Arc<Receipt>),
-    Shutdown,
+/// One receipt for the database writer.
+struct Put {
+    receipt: Arc<Receipt>,
+    shared: Arc<Shared>,
+}
+
+impl Job for Put {
+    fn write(&mut self, tx: &rusqlite::Transaction<'_>) -> rusqlite::Result<()> {
+        insert(tx, &self.receipt)
+    }
+
+    fn finish(self: Box<Self>, result: Result<(), WriteFailure>) {
+        let shared = &self.shared;
+        if let Err(e) = result {
+            *lock(&shared.dirty) = Some(e.message);
+        }
+        {
+            let mut pending = lock(&shared.pending);
+            if pending
+                .get(&self.receipt.receipt_id)
+                .is_some_and(|p| Arc::ptr_eq(p, &self.receipt))
+            {
+                pending.remove(&self.receipt.receipt_id);
+            }
+        }
+        // Empty the journal once all it holds is in the database. The journal lock orders
+        // this against `put`, which writes the journal and registers the receipt as pending
+        // under the same lock.
+        if lock(&shared.dirty).is_none() {
+            let mut journal = lock(&shared.journal);
+            let pending = lock(&shared.pending);
+            if pending.is_empty()
+                && let Some(j) = journal.as_mut()
+            {
+                let _ = j.truncate();
+            }
+        }
+        shared.idle.notify_all();
+    }
 }
 
 /// The default, durable receipt store.
 pub struct SqliteReceiptStore {
     shared: Arc<Shared>,
-    tx: Sender<Msg>,
-    writer: Mutex<Option<JoinHandle<()>>>,
+    db: Arc<Database>,
     reader: Mutex<Connection>,
-    db_path: PathBuf,
 }
 
 impl std::fmt::Debug for SqliteReceiptStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SqliteReceiptStore")
-            .field("db", &self.db_path)
+            .field("db", &self.db.path())
             .finish()
     }
 }
@@ -146,27 +161,45 @@ impl SqliteReceiptStore {
         home: &Path,
         durability: Durability,
     ) -> Result<SqliteReceiptStore, StoreError> {
-        let journal_dir = home.join("journal");
-        let db_path = home.join("capability.db");
-        let mut writer_conn = open_connection(&db_path)?;
-        writer_conn.execute_batch(SCHEMA).map_err(db_err)?;
-        capability_journal::recover(&journal_dir, JOURNAL_PREFIX, |lines| {
-            // A torn last line (the process died mid-write) does not parse and is skipped.
-            let batch: Vec<Arc<Receipt>> = lines
-                .iter()
-                .filter_map(|l| serde_json::from_str::<Receipt>(l).ok())
-                .map(Arc::new)
-                .collect();
-            insert_batch(&mut writer_conn, &batch)
-        })
-        .map_err(|e| match e {
-            capability_journal::RecoverError::Io(e) => StoreError::Io(e),
-            capability_journal::RecoverError::Replay(e) => e,
-        })?;
-        let reader = open_connection(&db_path)?;
+        std::fs::create_dir_all(home)?;
+        let db = Database::open(&home.join("capability.db")).map_err(db_err)?;
+        SqliteReceiptStore::on(Arc::new(db), &home.join("journal"), durability)
+    }
 
+    /// The store on a shared database (its writer is shared with the other stores in the
+    /// file), with its journal in `journal_dir`; recovers the receipt journals of dead
+    /// processes first.
+    pub fn on(
+        db: Arc<Database>,
+        journal_dir: &Path,
+        durability: Durability,
+    ) -> Result<SqliteReceiptStore, StoreError> {
+        let dir = journal_dir.to_path_buf();
+        db.call(move |conn| -> Result<(), StoreError> {
+            conn.execute_batch(SCHEMA).map_err(db_err)?;
+            capability_journal::recover(&dir, JOURNAL_PREFIX, |lines| {
+                // A torn last line (the process died mid-write) does not parse and is
+                // skipped. Replay is idempotent: a receipt committed before the crash is
+                // written again with the same id.
+                let tx = conn.transaction().map_err(db_err)?;
+                for r in lines
+                    .iter()
+                    .filter_map(|l| serde_json::from_str::<Receipt>(l).ok())
+                {
+                    insert(&tx, &r).map_err(db_err)?;
+                }
+                tx.commit().map_err(db_err)
+            })
+            .map(|_| ())
+            .map_err(|e| match e {
+                capability_journal::RecoverError::Io(e) => StoreError::Io(e),
+                capability_journal::RecoverError::Replay(e) => e,
+            })
+        })
+        .map_err(gone)??;
+        let reader = db.connect().map_err(db_err)?;
         let journal = Journal::create(
-            &journal_dir,
+            journal_dir,
             JOURNAL_PREFIX,
             durability == Durability::System,
         )?;
@@ -176,23 +209,21 @@ impl SqliteReceiptStore {
             idle: Condvar::new(),
             dirty: Mutex::new(None),
         });
-        let (tx, rx) = mpsc::channel();
-        let writer_shared = Arc::clone(&shared);
-        let writer = std::thread::Builder::new()
-            .name("receipt-writer".into())
-            .spawn(move || writer_loop(writer_conn, rx, writer_shared))?;
         Ok(SqliteReceiptStore {
             shared,
-            tx,
-            writer: Mutex::new(Some(writer)),
+            db,
             reader: Mutex::new(reader),
-            db_path,
         })
     }
 
     /// The database file.
     pub fn db_path(&self) -> &Path {
-        &self.db_path
+        self.db.path()
+    }
+
+    /// The database this store writes through.
+    pub fn database(&self) -> &Arc<Database> {
+        &self.db
     }
 
     /// Waits until every receipt put so far is committed to the database.
@@ -216,61 +247,9 @@ impl SqliteReceiptStore {
     }
 }
 
-fn writer_loop(mut conn: Connection, rx: Receiver<Msg>, shared: Arc<Shared>) {
-    let mut shutdown = false;
-    while !shutdown {
-        let mut batch = match rx.recv() {
-            Ok(Msg::Put(r)) => vec![r],
-            Ok(Msg::Shutdown) | Err(_) => break,
-        };
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(Msg::Put(r)) => batch.push(r),
-                Ok(Msg::Shutdown) => {
-                    shutdown = true;
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
-        let committed = insert_batch(&mut conn, &batch);
-        if let Err(e) = &committed {
-            *lock(&shared.dirty) = Some(e.to_string());
-        }
-        {
-            let mut pending = lock(&shared.pending);
-            for r in &batch {
-                if pending
-                    .get(&r.receipt_id)
-                    .is_some_and(|p| Arc::ptr_eq(p, r))
-                {
-                    pending.remove(&r.receipt_id);
-                }
-            }
-        }
-        // Empty the journal once all it holds is in the database. The journal lock orders
-        // this against `put`, which writes the journal and registers the receipt as pending
-        // under the same lock.
-        if lock(&shared.dirty).is_none() {
-            let mut journal = lock(&shared.journal);
-            let pending = lock(&shared.pending);
-            if pending.is_empty()
-                && let Some(j) = journal.as_mut()
-            {
-                let _ = j.truncate();
-            }
-            drop(pending);
-            drop(journal);
-        }
-        shared.idle.notify_all();
-    }
-    shared.idle.notify_all();
-}
-
 impl ReceiptStore for SqliteReceiptStore {
     fn put_plan(&self, plan: &Plan) -> Result<(), StoreError> {
-        // Rare (one per approval request): written directly, durably, on the reader
-        // connection.
+        // Rare (one per approval request): written through the writer, waited for.
         self.put_plan_row(plan)
     }
 
@@ -300,9 +279,12 @@ impl ReceiptStore for SqliteReceiptStore {
             }
             lock(&self.shared.pending).insert(receipt.receipt_id.clone(), Arc::clone(&receipt));
         }
-        self.tx
-            .send(Msg::Put(receipt))
-            .map_err(|_| StoreError::Database("the receipt writer stopped".into()))
+        self.db
+            .submit(Box::new(Put {
+                receipt,
+                shared: Arc::clone(&self.shared),
+            }))
+            .map_err(gone)
     }
 
     fn get(&self, receipt_id: &str) -> Result<Option<Arc<Receipt>>, StoreError> {
@@ -370,22 +352,23 @@ impl ReceiptStore for SqliteReceiptStore {
 impl SqliteReceiptStore {
     fn put_plan_row(&self, plan: &Plan) -> Result<(), StoreError> {
         let body = serde_json::to_string(plan).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-        let conn = lock(&self.reader);
-        conn.execute(
-            "INSERT OR REPLACE INTO pending_plans (fingerprint, created_at, body) VALUES (?1, ?2, ?3)",
-            params![plan.fingerprint, plan.created_at, body],
-        )
-        .map_err(db_err)?;
+        let (fingerprint, created_at) = (plan.fingerprint.clone(), plan.created_at.clone());
+        self.db
+            .call(move |conn| {
+                conn.execute(
+                    "INSERT OR REPLACE INTO pending_plans (fingerprint, created_at, body) VALUES (?1, ?2, ?3)",
+                    params![fingerprint, created_at, body],
+                )
+            })
+            .map_err(gone)?
+            .map_err(db_err)?;
         Ok(())
     }
 }
 
 impl Drop for SqliteReceiptStore {
     fn drop(&mut self) {
-        let _ = self.tx.send(Msg::Shutdown);
-        if let Some(handle) = lock(&self.writer).take() {
-            let _ = handle.join();
-        }
+        let _ = self.db.flush();
         let clean = lock(&self.shared.dirty).is_none() && lock(&self.shared.pending).is_empty();
         if clean && let Some(j) = lock(&self.shared.journal).take() {
             let _ = j.remove();

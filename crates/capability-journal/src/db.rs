@@ -1,0 +1,287 @@
+//! One SQLite database file with one writer thread, shared by every store that keeps its
+//! tables in it (receipts, kept plans, audit events, approvals).
+//!
+//! Stores hand the writer [`Job`]s. The writer takes every job waiting in its queue (up to
+//! [`Database::MAX_BATCH`]), runs them in one `BEGIN IMMEDIATE` transaction, commits, and
+//! then tells each job how it went ([`Job::finish`]); when the batch fails, each job is
+//! retried in a transaction of its own so that one bad record does not fail the others.
+//! [`Database::call`] runs a closure on the writer's connection, outside any batch, and
+//! waits for its result (approvals, kept plans, schema creation, journal replay).
+//!
+//! Readers use connections of their own ([`Database::connect`]): WAL lets them read while
+//! the writer writes.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::{Connection, Transaction, TransactionBehavior};
+
+/// Work for the writer, run inside a batch's transaction.
+pub trait Job: Send {
+    /// Writes the job's rows.
+    fn write(&mut self, tx: &Transaction<'_>) -> rusqlite::Result<()>;
+    /// Called once the job's rows are committed (`Ok`) or could not be (`Err`).
+    fn finish(self: Box<Self>, result: Result<(), WriteFailure>);
+}
+
+/// Why a job's rows could not be committed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WriteFailure {
+    pub message: String,
+    /// A constraint (unique key, check) was violated.
+    pub constraint: bool,
+}
+
+impl std::fmt::Display for WriteFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<rusqlite::Error> for WriteFailure {
+    fn from(e: rusqlite::Error) -> Self {
+        let constraint = matches!(
+            &e,
+            rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::ConstraintViolation
+        );
+        WriteFailure {
+            message: e.to_string(),
+            constraint,
+        }
+    }
+}
+
+/// The database is gone (its writer stopped).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriterGone;
+
+impl std::fmt::Display for WriterGone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the database writer stopped")
+    }
+}
+
+impl std::error::Error for WriterGone {}
+
+type Call = Box<dyn FnOnce(&mut Connection) + Send>;
+
+enum Msg {
+    Job(Box<dyn Job>),
+    Call(Call),
+}
+
+/// One database file and its single writer thread.
+pub struct Database {
+    path: PathBuf,
+    busy_timeout: Duration,
+    tx: Mutex<Option<Sender<Msg>>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Database {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Database")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The name of the writer thread (one per open database).
+pub const WRITER_THREAD: &str = "capability-db-writer";
+
+fn configure(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> {
+    conn.busy_timeout(busy_timeout)?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    Ok(())
+}
+
+impl Database {
+    /// Most jobs committed in one transaction.
+    pub const MAX_BATCH: usize = 1024;
+
+    /// Opens (creating if needed) the database file and starts its writer.
+    pub fn open(path: &Path) -> rusqlite::Result<Database> {
+        Database::open_with(path, Duration::from_secs(10))
+    }
+
+    /// [`Database::open`] with a busy timeout (how long to wait for another process's lock).
+    pub fn open_with(path: &Path, busy_timeout: Duration) -> rusqlite::Result<Database> {
+        let conn = Connection::open(path)?;
+        configure(&conn, busy_timeout)?;
+        let (tx, rx) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name(WRITER_THREAD.into())
+            .spawn(move || writer_loop(conn, rx))
+            .map_err(|e| {
+                rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(
+                    format!("cannot start the database writer: {e}"),
+                )))
+            })?;
+        Ok(Database {
+            path: path.to_path_buf(),
+            busy_timeout,
+            tx: Mutex::new(Some(tx)),
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A new connection for reading (same settings as the writer's).
+    pub fn connect(&self) -> rusqlite::Result<Connection> {
+        let conn = Connection::open(&self.path)?;
+        configure(&conn, self.busy_timeout)?;
+        Ok(conn)
+    }
+
+    fn send(&self, msg: Msg) -> Result<(), WriterGone> {
+        match self.tx.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+            Some(tx) => tx.send(msg).map_err(|_| WriterGone),
+            None => Err(WriterGone),
+        }
+    }
+
+    /// Queues a job for the next batch; returns at once.
+    pub fn submit(&self, job: Box<dyn Job>) -> Result<(), WriterGone> {
+        self.send(Msg::Job(job))
+    }
+
+    /// Runs `f` on the writer's connection (after everything queued before it) and waits for
+    /// its result.
+    pub fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> R + Send + 'static,
+    ) -> Result<R, WriterGone> {
+        let (reply, rx) = mpsc::channel();
+        self.send(Msg::Call(Box::new(move |conn| {
+            let _ = reply.send(f(conn));
+        })))?;
+        rx.recv().map_err(|_| WriterGone)
+    }
+
+    /// Waits until every job queued so far has been committed (or failed).
+    pub fn flush(&self) -> Result<(), WriterGone> {
+        self.call(|_| ())
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        self.tx.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(t) = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            let _ = t.join();
+        }
+    }
+}
+
+fn run_batch(conn: &mut Connection, jobs: &mut [Box<dyn Job>]) -> Result<(), WriteFailure> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    for job in jobs.iter_mut() {
+        job.write(&tx)?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+fn commit(conn: &mut Connection, mut jobs: Vec<Box<dyn Job>>) {
+    if jobs.is_empty() {
+        return;
+    }
+    match run_batch(conn, &mut jobs) {
+        Ok(()) => jobs.into_iter().for_each(|j| j.finish(Ok(()))),
+        Err(e) if jobs.len() == 1 => jobs.into_iter().for_each(|j| j.finish(Err(e.clone()))),
+        Err(_) => {
+            // One bad job must not fail the others: each on its own.
+            for job in jobs {
+                let mut one = vec![job];
+                let result = run_batch(conn, &mut one);
+                one.into_iter().for_each(|j| j.finish(result.clone()));
+            }
+        }
+    }
+}
+
+fn writer_loop(mut conn: Connection, rx: Receiver<Msg>) {
+    while let Ok(first) = rx.recv() {
+        let mut next = Some(first);
+        let mut jobs: Vec<Box<dyn Job>> = Vec::new();
+        while let Some(msg) = next.take() {
+            match msg {
+                Msg::Job(j) => jobs.push(j),
+                Msg::Call(f) => {
+                    // Calls run in order: commit what was queued before them first.
+                    commit(&mut conn, std::mem::take(&mut jobs));
+                    f(&mut conn);
+                }
+            }
+            if jobs.len() < Database::MAX_BATCH {
+                next = rx.try_recv().ok();
+            }
+        }
+        commit(&mut conn, jobs);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct Insert {
+        value: i64,
+        done: Arc<AtomicUsize>,
+        failed: Arc<AtomicUsize>,
+    }
+
+    impl Job for Insert {
+        fn write(&mut self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
+            tx.execute("INSERT INTO t (v) VALUES (?1)", [self.value])?;
+            Ok(())
+        }
+        fn finish(self: Box<Self>, result: Result<(), WriteFailure>) {
+            match result {
+                Ok(()) => self.done.fetch_add(1, Ordering::SeqCst),
+                Err(_) => self.failed.fetch_add(1, Ordering::SeqCst),
+            };
+        }
+    }
+
+    #[test]
+    fn a_bad_job_fails_alone_and_calls_see_earlier_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Database::open(&dir.path().join("t.db")).unwrap();
+        db.call(|c| c.execute_batch("CREATE TABLE t (v INTEGER PRIMARY KEY)"))
+            .unwrap()
+            .unwrap();
+        let done = Arc::new(AtomicUsize::new(0));
+        let failed = Arc::new(AtomicUsize::new(0));
+        for value in [1, 2, 2, 3] {
+            db.submit(Box::new(Insert {
+                value,
+                done: Arc::clone(&done),
+                failed: Arc::clone(&failed),
+            }))
+            .unwrap();
+        }
+        let count: i64 = db
+            .call(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)))
+            .unwrap()
+            .unwrap();
+        assert_eq!(count, 3);
+        assert_eq!(done.load(Ordering::SeqCst), 3);
+        assert_eq!(failed.load(Ordering::SeqCst), 1);
+    }
+}
