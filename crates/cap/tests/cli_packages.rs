@@ -312,3 +312,118 @@ fn a_wasm_module_runs_in_the_wasm_executor_only() {
             .contains("runs only in the WASM executor")
     );
 }
+
+/// Runs `cap` with no `CAP_HOME`: the home comes from `--home` alone.
+fn cap_with_home_flag(home: &Path, args: &[&str]) -> std::process::Output {
+    let mut full: Vec<&str> = args.to_vec();
+    full.extend(["--home", home.to_str().unwrap()]);
+    std::process::Command::new(env!("CARGO_BIN_EXE_cap"))
+        .args(&full)
+        .env_remove("CAP_HOME")
+        .output()
+        .unwrap()
+}
+
+#[cfg(unix)]
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn run_plan_and_eval_create_a_new_private_home() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = fixture();
+    let f = f.to_str().unwrap();
+    let cases = dir.path().join("cases.json");
+    std::fs::write(
+        &cases,
+        r#"[{"name":"three","input":{"a":1,"b":2},"expectedOutput":{"result":3}}]"#,
+    )
+    .unwrap();
+    let commands: [&[&str]; 3] = [
+        &["plan", f, "fixture/add", r#"{"a":1,"b":2}"#],
+        &["run", f, "fixture/add", r#"{"a":1,"b":2}"#],
+        &["eval", f, "fixture/add", cases.to_str().unwrap()],
+    ];
+    for (i, args) in commands.iter().enumerate() {
+        // A home that does not exist yet, two levels deep.
+        let home = dir.path().join(format!("new-{i}")).join("home");
+        let out = cap_with_home_flag(&home, args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        #[cfg(unix)]
+        {
+            assert_eq!(mode(&home), 0o700, "{args:?}: the home is private");
+            assert_eq!(mode(&home.join("capability.db")), 0o600, "{args:?}");
+            assert_eq!(mode(&home.join("host.key")), 0o600, "{args:?}");
+        }
+    }
+}
+
+/// A package whose one capability declares `filesystem.read`.
+fn reading_package(dir: &Path) -> PathBuf {
+    let manifest = json!({
+        "specVersion": "0.1", "id": "fixture/peek", "version": "1.0.0", "name": "Peek",
+        "description": "Declares a read effect and reads nothing.",
+        "input": {"type": "object"}, "output": {"type": "object"},
+        "effects": ["filesystem.read"],
+    });
+    std::fs::write(
+        dir.join("peek.mjs"),
+        format!(
+            "export const manifest = {manifest};\nexport default {{ manifest, async execute() {{ return {{ok: true}}; }} }};\n"
+        ),
+    )
+    .unwrap();
+    let package = json!({
+        "name": "@fixture/peek", "version": "1.0.0", "type": "module",
+        "capability": {"specVersion": "0.1", "exports": {"fixture/peek": {"module": "./peek.mjs", "manifest": manifest}}},
+    });
+    let path = dir.join("package.json");
+    std::fs::write(&path, package.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn run_honours_the_effect_preset() {
+    let dir = tempfile::tempdir().unwrap();
+    let package = reading_package(dir.path());
+    let p = package.to_str().unwrap();
+    let home = dir.path().join("home");
+    let denied = cap(
+        &home,
+        &["run", p, "fixture/peek", "{}", "--preset", "deny-all"],
+    );
+    assert_eq!(denied.status.code(), Some(1));
+    let err = stdout_json(&denied);
+    assert_eq!(err["error"]["code"], "PERMISSION_DENIED", "{err}");
+    let allowed = cap(
+        &home,
+        &["run", p, "fixture/peek", "{}", "--preset", "read-only"],
+    );
+    assert_eq!(
+        allowed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&allowed.stdout)
+    );
+    assert_eq!(stdout_json(&allowed)["output"], json!({"ok": true}));
+}
+
+#[test]
+fn a_dangling_symlink_home_is_named_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::os::unix::fs::symlink(dir.path().join("gone"), &home).unwrap();
+    let out = cap(&home, &["receipts", "list"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("symbolic link"), "{stderr}");
+    assert!(!stderr.contains("os error 17"), "{stderr}");
+}

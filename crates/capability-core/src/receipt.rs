@@ -112,14 +112,73 @@ pub struct Receipt {
         skip_serializing_if = "Option::is_none"
     )]
     pub isolation: Option<Value>,
-    #[serde(
-        default,
-        deserialize_with = "crate::json::present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub governance: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub governance: Option<ReceiptGovernance>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// What the governance layer decided about an execution, as its receipt records it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReceiptGovernance {
+    /// The agent that acted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// The governed action's id (`act_...`), which the audit events name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action_id: Option<String>,
+    /// The verdict before the execution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before: Option<VerdictSummary>,
+    /// The verdict after the execution.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after: Option<VerdictSummary>,
+    /// Ids of the audit events written for this execution, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit_events: Vec<String>,
+    /// The capabilities routed from, in order, when `route` decisions applied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub routed_from: Vec<String>,
+    /// The approval this execution consumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalUse>,
+    /// JSON pointers redacted from the output.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub redacted: Vec<String>,
+    /// `execution_failed` when the capability itself failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    /// Members written by other implementations, kept as they are.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// One stage's verdict in a receipt.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerdictSummary {
+    /// One of the nine decisions (`allow`, `deny`, `approval_required`, ...).
+    pub decision: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy_ids: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Structured details of a refusal (stage, policy, code).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub details: Option<Value>,
+}
+
+/// The approval an execution consumed, and who granted it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalUse {
+    pub approval_id: String,
+    pub approver: String,
 }
 
 /// A fresh `receipt_<uuid v4>` id.

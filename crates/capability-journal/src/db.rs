@@ -117,9 +117,9 @@ impl Database {
             .name(WRITER_THREAD.into())
             .spawn(move || writer_loop(conn, rx))
             .map_err(|e| {
-                rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(
-                    format!("cannot start the database writer: {e}"),
-                )))
+                rusqlite::Error::ToSqlConversionFailure(Box::new(std::io::Error::other(format!(
+                    "cannot start the database writer: {e}"
+                ))))
             })?;
         Ok(Database {
             path: path.to_path_buf(),
@@ -142,7 +142,12 @@ impl Database {
     }
 
     fn send(&self, msg: Msg) -> Result<(), WriterGone> {
-        match self.tx.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+        match self
+            .tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
             Some(tx) => tx.send(msg).map_err(|_| WriterGone),
             None => Err(WriterGone),
         }
@@ -174,7 +179,10 @@ impl Database {
 
 impl Drop for Database {
     fn drop(&mut self) {
-        self.tx.lock().unwrap_or_else(PoisonError::into_inner).take();
+        self.tx
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         if let Some(t) = self
             .thread
             .lock()

@@ -40,11 +40,15 @@ impl Journal {
         let stem = format!("{prefix}-{}-{}", std::process::id(), uuid::Uuid::new_v4());
         let staging = dir.join(format!("{stem}.new"));
         let path = dir.join(format!("{stem}.jsonl"));
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .read(true)
-            .open(&staging)?;
+        let mut options = OpenOptions::new();
+        options.create(true).append(true).read(true);
+        #[cfg(unix)]
+        {
+            // Journals hold receipts (inputs and outputs) and audit events: owner only.
+            use std::os::unix::fs::OpenOptionsExt as _;
+            options.mode(0o600);
+        }
+        let file = options.open(&staging)?;
         file.try_lock()
             .map_err(|e| io::Error::other(e.to_string()))?;
         fs::rename(&staging, &path)?;

@@ -28,6 +28,53 @@ string_enum! {
     }
 }
 
+/// Who acts, for whom and where: the agent, its tenant, the scopes granted to it, the
+/// environment and the human or service it acts for. One type carries this from the
+/// surface that authenticated the caller (CLI flags, a bearer token, an MCP session) through
+/// the runtime to the [`AgentAction`] the policies see and the audit event that records it.
+/// Unset fields take the governor's defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Actor {
+    /// The agent (`Agent::"<id>"` in Cedar).
+    pub agent_id: Option<String>,
+    pub tenant: Option<String>,
+    /// Scopes granted to the agent for this call (added to the governor's).
+    pub scopes: BTreeSet<String>,
+    pub environment: Option<Environment>,
+    /// The human or service the agent acts for.
+    pub principal_id: Option<String>,
+}
+
+impl Actor {
+    /// An actor that is the agent `agent_id`.
+    pub fn agent(agent_id: impl Into<String>) -> Self {
+        Actor {
+            agent_id: Some(agent_id.into()),
+            ..Default::default()
+        }
+    }
+
+    pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    pub fn scope(mut self, scope: impl Into<String>) -> Self {
+        self.scopes.insert(scope.into());
+        self
+    }
+
+    pub fn environment(mut self, environment: Environment) -> Self {
+        self.environment = Some(environment);
+        self
+    }
+
+    pub fn principal(mut self, principal: impl Into<String>) -> Self {
+        self.principal_id = Some(principal.into());
+        self
+    }
+}
+
 /// One attempted use of a capability by an agent, with everything a policy may look at.
 ///
 /// Construct with [`AgentAction::new`] and the builder methods; ids and the timestamp are

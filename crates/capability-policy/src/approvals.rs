@@ -191,9 +191,9 @@ impl HostKey {
         Ok(Self::from_seed(seed))
     }
 
-    /// Writes the key file (mode 0600 on Unix), creating parent directories; the file is
-    /// replaced atomically.
-    pub fn save(&self, path: &Path) -> Result<(), ApprovalError> {
+    /// Writes the key to a new file of its own (mode 0600 on Unix) beside `path`, flushed
+    /// to disk; returns its path.
+    fn write_staged(&self, path: &Path) -> Result<std::path::PathBuf, ApprovalError> {
         let err = |e: std::io::Error| ApprovalError::Key {
             message: format!("cannot write `{}`: {e}", path.display()),
         };
@@ -202,33 +202,67 @@ impl HostKey {
         {
             std::fs::create_dir_all(parent).map_err(err)?;
         }
-        let tmp = path.with_extension("tmp");
+        let mut nonce = [0u8; 8];
+        getrandom::fill(&mut nonce).map_err(|e| ApprovalError::Key {
+            message: format!("no randomness: {e}"),
+        })?;
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(
+            ".{}.{}.tmp",
+            std::process::id(),
+            hex::encode(nonce)
+        ));
+        let tmp = path.with_file_name(name);
+        use std::io::Write as _;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
         {
-            use std::io::Write as _;
-            let mut options = std::fs::OpenOptions::new();
-            options.write(true).create(true).truncate(true);
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::OpenOptionsExt as _;
-                options.mode(0o600);
-            }
-            let mut f = options.open(&tmp).map_err(err)?;
-            f.write_all(STANDARD.encode(self.signing.to_bytes()).as_bytes())
-                .map_err(err)?;
-            f.write_all(b"\n").map_err(err)?;
-            f.sync_all().map_err(err)?;
+            use std::os::unix::fs::OpenOptionsExt as _;
+            options.mode(0o600);
         }
-        std::fs::rename(&tmp, path).map_err(err)
+        let written = options.open(&tmp).and_then(|mut f| {
+            f.write_all(STANDARD.encode(self.signing.to_bytes()).as_bytes())?;
+            f.write_all(b"\n")?;
+            f.sync_all()
+        });
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(err(e));
+        }
+        Ok(tmp)
     }
 
-    /// Loads the key file, or generates and saves a new key when there is none.
+    /// Writes the key file (mode 0600 on Unix), creating parent directories; the file is
+    /// replaced atomically.
+    pub fn save(&self, path: &Path) -> Result<(), ApprovalError> {
+        let tmp = self.write_staged(path)?;
+        std::fs::rename(&tmp, path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            ApprovalError::Key {
+                message: format!("cannot write `{}`: {e}", path.display()),
+            }
+        })
+    }
+
+    /// Loads the key file, or generates and saves a new key when there is none. Safe when
+    /// several processes do this at once on a new home: the new key is written to a file of
+    /// its own and linked into place only if no key is there yet, so exactly one key wins
+    /// and every process ends up using it.
     pub fn load_or_generate(path: &Path) -> Result<Self, ApprovalError> {
         if path.exists() {
-            Self::load(path)
-        } else {
-            let key = Self::generate()?;
-            key.save(path)?;
-            Ok(key)
+            return Self::load(path);
+        }
+        let key = Self::generate()?;
+        let tmp = key.write_staged(path)?;
+        let linked = std::fs::hard_link(&tmp, path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => Ok(key),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Self::load(path),
+            Err(e) => Err(ApprovalError::Key {
+                message: format!("cannot write `{}`: {e}", path.display()),
+            }),
         }
     }
 

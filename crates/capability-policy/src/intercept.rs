@@ -35,7 +35,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::action::{ActionType, AgentAction};
+use crate::action::{ActionType, Actor, AgentAction};
 use crate::approvals::{ApprovalError, ApprovalManager, ApprovalRecord, ApprovalRequest};
 use crate::audit::{AuditError, AuditEvent, AuditOutcome, AuditSink, NoopSink};
 use crate::decision::{Decision, SandboxRequirement};
@@ -66,12 +66,8 @@ pub struct InterceptRequest {
     pub action_type: ActionType,
     pub input: Value,
     pub mode: InterceptMode,
-    pub agent_id: Option<String>,
-    pub tenant_id: Option<String>,
-    pub environment: Option<Environment>,
-    pub principal_id: Option<String>,
-    /// Scopes granted for this request, in addition to the governor's.
-    pub scopes: BTreeSet<String>,
+    /// Who acts (unset fields take the governor's defaults; scopes add to its scopes).
+    pub actor: Actor,
     pub trace_id: Option<String>,
     pub parent_action_id: Option<String>,
     pub input_summary: Option<String>,
@@ -94,11 +90,7 @@ impl InterceptRequest {
             action_type,
             input,
             mode: InterceptMode::Lifecycle,
-            agent_id: None,
-            tenant_id: None,
-            environment: None,
-            principal_id: None,
-            scopes: BTreeSet::new(),
+            actor: Actor::default(),
             trace_id: None,
             parent_action_id: None,
             input_summary: None,
@@ -117,24 +109,29 @@ impl InterceptRequest {
         self.mode = mode;
         self
     }
+    /// Who acts (replaces any actor fields set before).
+    pub fn actor(mut self, actor: Actor) -> Self {
+        self.actor = actor;
+        self
+    }
     pub fn agent(mut self, agent_id: impl Into<String>) -> Self {
-        self.agent_id = Some(agent_id.into());
+        self.actor.agent_id = Some(agent_id.into());
         self
     }
     pub fn tenant(mut self, tenant: impl Into<String>) -> Self {
-        self.tenant_id = Some(tenant.into());
+        self.actor.tenant = Some(tenant.into());
         self
     }
     pub fn environment(mut self, environment: Environment) -> Self {
-        self.environment = Some(environment);
+        self.actor.environment = Some(environment);
         self
     }
     pub fn principal(mut self, principal: impl Into<String>) -> Self {
-        self.principal_id = Some(principal.into());
+        self.actor.principal_id = Some(principal.into());
         self
     }
     pub fn scope(mut self, scope: impl Into<String>) -> Self {
-        self.scopes.insert(scope.into());
+        self.actor.scopes.insert(scope.into());
         self
     }
     pub fn trace(mut self, trace_id: impl Into<String>) -> Self {
@@ -213,6 +210,15 @@ impl InterceptResult {
     pub fn allowed(&self) -> bool {
         self.before.as_ref().is_none_or(Verdict::allows) && self.after.allows()
     }
+}
+
+/// What [`Governor::intercept_with`] returns: the lifecycle's result, and what the
+/// execution produced when it ran.
+#[derive(Debug)]
+pub struct Intercepted<T, E> {
+    pub result: Result<InterceptResult, InterceptError<E>>,
+    /// `Some` when the execution ran and succeeded (whatever was decided after it).
+    pub executed: Option<T>,
 }
 
 /// A refusal by policy.
@@ -410,14 +416,16 @@ impl Governor {
         input: Value,
     ) -> AgentAction {
         let agent = req
+            .actor
             .agent_id
             .clone()
             .filter(|a| !a.is_empty())
             .unwrap_or_else(|| self.agent_id.clone());
         let mut a = AgentAction::new(req.action_type, cap, agent).input(input);
-        a.tenant_id = req.tenant_id.clone().or_else(|| self.tenant_id.clone());
-        a.environment = req.environment.unwrap_or(self.environment);
+        a.tenant_id = req.actor.tenant.clone().or_else(|| self.tenant_id.clone());
+        a.environment = req.actor.environment.unwrap_or(self.environment);
         a.principal_id = req
+            .actor
             .principal_id
             .clone()
             .or_else(|| self.principal_id.clone());
@@ -431,7 +439,7 @@ impl Governor {
         a.latency_so_far_ms = req.latency_so_far_ms;
         a.labels.clone_from(&req.labels);
         a.metadata.clone_from(&req.metadata);
-        a.agent_scopes = self.scopes.union(&req.scopes).cloned().collect();
+        a.agent_scopes = self.scopes.union(&req.actor.scopes).cloned().collect();
         a.plan_fingerprint.clone_from(&req.plan_fingerprint);
         a
     }
@@ -477,12 +485,42 @@ impl Governor {
     /// Runs the whole governed lifecycle around `execute` (see the module docs).
     pub fn intercept<E, F>(
         &self,
-        mut req: InterceptRequest,
+        req: InterceptRequest,
         execute: F,
     ) -> Result<InterceptResult, InterceptError<E>>
     where
         E: std::fmt::Display,
         F: FnOnce(&Execution<'_>) -> Result<Value, E>,
+    {
+        self.intercept_with(req, |exec| execute(exec).map(|v| (v, ())))
+            .result
+    }
+
+    /// [`Governor::intercept`] for callers that need what the execution produced besides
+    /// its output (a receipt's timing, the boundary crossed): `execute` returns the output
+    /// and a value `T`, which comes back in [`Intercepted::executed`] whatever the policies
+    /// decided afterwards (an after-stage denial or a failed transform still leaves the
+    /// evidence of what ran). An execution failure comes back as
+    /// [`InterceptError::Execution`] with the closure's own error.
+    pub fn intercept_with<T, E, F>(&self, req: InterceptRequest, execute: F) -> Intercepted<T, E>
+    where
+        E: std::fmt::Display,
+        F: FnOnce(&Execution<'_>) -> Result<(Value, T), E>,
+    {
+        let mut executed = None;
+        let result = self.lifecycle(req, execute, &mut executed);
+        Intercepted { result, executed }
+    }
+
+    fn lifecycle<T, E, F>(
+        &self,
+        mut req: InterceptRequest,
+        execute: F,
+        executed: &mut Option<T>,
+    ) -> Result<InterceptResult, InterceptError<E>>
+    where
+        E: std::fmt::Display,
+        F: FnOnce(&Execution<'_>) -> Result<(Value, T), E>,
     {
         let cap = self.registry.require(&req.capability)?;
         let input = std::mem::take(&mut req.input);
@@ -701,7 +739,10 @@ impl Governor {
             execute(&exec)
         };
         let raw = match result {
-            Ok(v) => v,
+            Ok((v, t)) => {
+                *executed = Some(t);
+                v
+            }
             Err(error) => {
                 let message = error.to_string();
                 let mut ctx = PolicyContext::new(action, Stage::OnError);

@@ -168,7 +168,7 @@ pub mod policy;
 pub mod registry;
 pub mod store;
 
-pub use action::{ActionType, AgentAction};
+pub use action::{ActionType, Actor, AgentAction};
 pub use approvals::{ApprovalError, ApprovalManager, ApprovalRecord, ApprovalStatus, HostKey};
 pub use audit::{
     AuditEvent, AuditOutcome, AuditSink, AuditStore, VerifyReport, verify_chain, verify_store,
@@ -176,7 +176,9 @@ pub use audit::{
 pub use cedar::CedarPolicies;
 pub use decision::{Decision, DecisionType, IsolationTier, SandboxRequirement};
 pub use engine::{Obligations, PolicyEngine, Verdict};
-pub use intercept::{Governor, InterceptError, InterceptMode, InterceptRequest};
+pub use intercept::{
+    Execution, Governor, InterceptError, InterceptMode, InterceptRequest, Intercepted,
+};
 pub use model::{
     CapabilityKind, Effect, EffectType, Environment, Governance, GovernedCapability, RiskLevel,
     Scope, SideEffect,

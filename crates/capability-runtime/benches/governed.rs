@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use capability_policy::{AuditSink, MemoryStore, SqliteStore};
 use capability_runtime::store::{MemoryReceiptStore, ReceiptStore, SqliteReceiptStore};
-use capability_runtime::{CapabilityRuntime, ExecuteOptions, Principal};
+use capability_runtime::{Caller, CapabilityRuntime, ExecuteOptions};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 use support::runtime;
@@ -56,10 +56,9 @@ fn bench(c: &mut Criterion) {
         ("sqlite", runtime(receipts, Some(audit))),
     ];
     let options = ExecuteOptions {
-        principal: Some(Principal {
-            tenant: Some("acme".into()),
-            ..Default::default()
-        }),
+        caller: Some(Caller::from(
+            capability_policy::Actor::default().tenant("acme"),
+        )),
         ..Default::default()
     };
     let input = json!({"a": 20, "b": 22, "tenant": "acme"});

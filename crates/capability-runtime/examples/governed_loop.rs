@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use capability_policy::{MemoryStore, SqliteStore};
 use capability_runtime::store::{MemoryReceiptStore, SqliteReceiptStore};
-use capability_runtime::{ExecuteOptions, Principal};
+use capability_runtime::{Caller, ExecuteOptions};
 use serde_json::json;
 use support::runtime;
 
@@ -39,10 +39,9 @@ fn main() {
         other => panic!("unknown case `{other}` (memory, sqlite, ungoverned)"),
     };
     let options = ExecuteOptions {
-        principal: Some(Principal {
-            tenant: Some("acme".into()),
-            ..Default::default()
-        }),
+        caller: Some(Caller::from(
+            capability_policy::Actor::default().tenant("acme"),
+        )),
         ..Default::default()
     };
     let input = json!({"a": 20, "b": 22, "tenant": "acme"});

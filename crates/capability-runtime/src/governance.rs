@@ -21,64 +21,49 @@
 
 use std::collections::BTreeMap;
 
-use capability_policy::{ActionType, Environment, InterceptRequest};
+use capability_policy::{ActionType, Actor, InterceptRequest};
 
-/// Who acts, for whom and where: the principal and context of an execution.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Principal {
-    /// The agent (`Agent::"<id>"` in Cedar); default: the governor's agent.
-    pub agent_id: Option<String>,
-    pub tenant: Option<String>,
-    /// Scopes granted to the agent for this call.
-    pub scopes: Vec<String>,
-    /// `dev`, `staging` or `prod`.
-    pub environment: Option<String>,
-    /// The human or service the agent acts for.
-    pub principal_id: Option<String>,
-    pub labels: BTreeMap<String, String>,
+/// Who acts ([`Actor`]: agent, tenant, scopes, environment, principal) and the context of
+/// one call: its action type, labels, trace and costs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Caller {
+    pub actor: Actor,
     /// One of Brane's 14 action types (default `tool_call`).
-    pub action_type: Option<String>,
+    pub action_type: ActionType,
+    pub labels: BTreeMap<String, String>,
     pub trace_id: Option<String>,
     pub parent_action_id: Option<String>,
     pub cost_so_far_usd: f64,
     pub estimated_cost_usd: Option<f64>,
 }
 
-impl Principal {
-    /// The action type, or an error naming the bad value.
-    pub fn action_type(&self) -> Result<ActionType, String> {
-        match &self.action_type {
-            None => Ok(ActionType::ToolCall),
-            Some(s) => ActionType::parse(s).map_err(|e| e.to_string()),
+impl Default for Caller {
+    fn default() -> Self {
+        Caller {
+            actor: Actor::default(),
+            action_type: ActionType::ToolCall,
+            labels: BTreeMap::new(),
+            trace_id: None,
+            parent_action_id: None,
+            cost_so_far_usd: 0.0,
+            estimated_cost_usd: None,
         }
     }
+}
 
-    /// The environment, or an error naming the bad value.
-    pub fn environment(&self) -> Result<Option<Environment>, String> {
-        self.environment
-            .as_deref()
-            .map(Environment::parse)
-            .transpose()
-            .map_err(|e| e.to_string())
+impl From<Actor> for Caller {
+    fn from(actor: Actor) -> Self {
+        Caller {
+            actor,
+            ..Default::default()
+        }
     }
+}
 
-    /// Applies the principal to an intercept request.
-    pub(crate) fn apply(&self, mut req: InterceptRequest) -> Result<InterceptRequest, String> {
-        if let Some(a) = &self.agent_id {
-            req = req.agent(a.clone());
-        }
-        if let Some(t) = &self.tenant {
-            req = req.tenant(t.clone());
-        }
-        if let Some(e) = self.environment()? {
-            req = req.environment(e);
-        }
-        if let Some(p) = &self.principal_id {
-            req = req.principal(p.clone());
-        }
-        for s in &self.scopes {
-            req = req.scope(s.clone());
-        }
+impl Caller {
+    /// Applies the caller to an intercept request.
+    pub(crate) fn apply(&self, mut req: InterceptRequest) -> InterceptRequest {
+        req = req.actor(self.actor.clone());
         for (k, v) in &self.labels {
             req = req.label(k.clone(), v.clone());
         }
@@ -92,6 +77,6 @@ impl Principal {
         if let Some(c) = self.estimated_cost_usd {
             req = req.estimated_cost(c);
         }
-        Ok(req)
+        req
     }
 }

@@ -64,7 +64,9 @@ pub use capability::{
     Implementation, ModuleSource,
 };
 pub use executor::{Executed, ExecutionFailure, ExecutionRequest, Executor, InProcessExecutor};
-pub use governance::Principal;
+pub use governance::Caller;
 pub use registry::{CapabilityRegistry, Discovered, Embedder, EmbeddingRanker, Ranker};
-pub use runtime::{CapabilityRuntime, Clock, ExecuteOptions, RuntimeBuilder, SystemClock};
+pub use runtime::{
+    CapabilityRuntime, Clock, ExecuteOptions, Outcome, PendingApproval, RuntimeBuilder, SystemClock,
+};
 pub use store::{MemoryReceiptStore, ReceiptQuery, ReceiptStore, SqliteReceiptStore};

@@ -9,7 +9,8 @@ use capability_core::discovery::DiscoveryQuery;
 use capability_core::json::canonical_hash;
 use capability_core::plan::{CapabilityRef, Plan, PlanDetails, new_plan_id, unique};
 use capability_core::receipt::{
-    Receipt, ReceiptStatus, SerializedError, Verification, new_receipt_id,
+    ApprovalUse, Receipt, ReceiptGovernance, ReceiptStatus, SerializedError, VerdictSummary,
+    Verification, new_receipt_id,
 };
 use capability_core::{CapabilityError, ErrorCode};
 use serde_json::{Value, json};
@@ -21,7 +22,7 @@ use capability_policy::{
 
 use crate::capability::{Capability, ExecutionContext, HookError, Implementation};
 use crate::executor::{Executed, ExecutionRequest, Executor, InProcessExecutor};
-use crate::governance::Principal;
+use crate::governance::Caller;
 use crate::registry::{CapabilityRegistry, Discovered, Ranker};
 use crate::store::{MemoryReceiptStore, ReceiptQuery, ReceiptStore};
 
@@ -51,8 +52,8 @@ pub struct ExecuteOptions {
     pub timeout: Option<Duration>,
     /// Cooperative cancellation.
     pub cancel: Option<CancelToken>,
-    /// Who acts, for whom and where (used by the governance layer).
-    pub principal: Option<Principal>,
+    /// Who acts, for whom and where, and the call's context (used by the governance layer).
+    pub caller: Option<Caller>,
     /// A token from an approved approval, valid for this exact plan (single use).
     pub approval_token: Option<String>,
 }
@@ -163,22 +164,93 @@ fn serialize_hook_error(e: &HookError) -> SerializedError {
 
 static IN_PROCESS: InProcessExecutor = InProcessExecutor;
 
-type Outcome = Result<(Executed, Option<Verification>), (HookError, Option<Value>)>;
+type RunResult = Result<(Executed, Option<Verification>), (HookError, Option<Value>)>;
 
 /// One timed run through an executor.
 struct Run {
     started: i64,
     ended: i64,
-    outcome: Outcome,
+    outcome: RunResult,
+}
+
+/// What ran under governance: the capability (the routed one after a `route`), its plan and
+/// the timed run.
+struct Ran {
+    capability: Arc<Capability>,
+    plan: Plan,
+    run: Run,
 }
 
 /// Why the governed execute closure did not produce an output.
-#[derive(Debug)]
 enum GovernedFailure {
     /// Refused before running (re-planning or re-authorization failed): no receipt.
     Refused(CapabilityError),
     /// The capability ran and failed: its receipt is kept.
-    Failed(String),
+    Failed { message: String, ran: Box<Ran> },
+}
+
+/// What an invocation came to.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The capability ran and succeeded: its receipt (stored).
+    Completed(Arc<Receipt>),
+    /// A policy requires a human's approval first: the pending approval (the plan is kept).
+    NeedsApproval(Box<PendingApproval>),
+    /// Refused or failed: the error, whose `receipt_id` names the failed receipt when one
+    /// was kept.
+    Failed(CapabilityError),
+}
+
+/// An execution waiting for a human's approval.
+#[derive(Clone, Debug)]
+pub struct PendingApproval {
+    /// Why approval is required (the policy's reason).
+    pub reason: String,
+    /// The exact plan an approval would let run (kept in the store).
+    pub plan: Plan,
+    /// The pending approval record (absent when the governor has no approval manager).
+    pub approval: Option<capability_policy::ApprovalRecord>,
+}
+
+impl PendingApproval {
+    /// The `APPROVAL_REQUIRED` error of the plain API, with `details.approval`.
+    pub fn to_error(&self) -> CapabilityError {
+        let mut details = json!({"reason": self.reason, "planFingerprint": self.plan.fingerprint});
+        if let Some(a) = &self.approval {
+            details["approval"] = a.to_json();
+        }
+        CapabilityError::new(ErrorCode::ApprovalRequired, self.reason.clone()).with_details(details)
+    }
+}
+
+impl Outcome {
+    /// The plain API's view: the receipt, or an error (`APPROVAL_REQUIRED` for a pending
+    /// approval).
+    pub fn into_result(self) -> Result<Arc<Receipt>, CapabilityError> {
+        match self {
+            Outcome::Completed(r) => Ok(r),
+            Outcome::NeedsApproval(p) => Err(p.to_error()),
+            Outcome::Failed(e) => Err(e),
+        }
+    }
+
+    /// The receipt kept for this attempt, if any.
+    pub fn receipt_id(&self) -> Option<&str> {
+        match self {
+            Outcome::Completed(r) => Some(&r.receipt_id),
+            Outcome::NeedsApproval(_) => None,
+            Outcome::Failed(e) => e.receipt_id.as_deref(),
+        }
+    }
+}
+
+impl From<Result<Arc<Receipt>, CapabilityError>> for Outcome {
+    fn from(r: Result<Arc<Receipt>, CapabilityError>) -> Self {
+        match r {
+            Ok(r) => Outcome::Completed(r),
+            Err(e) => Outcome::Failed(e),
+        }
+    }
 }
 
 impl From<CapabilityError> for GovernedFailure {
@@ -191,7 +263,7 @@ impl std::fmt::Display for GovernedFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             GovernedFailure::Refused(e) => write!(f, "{}", e.message),
-            GovernedFailure::Failed(m) => f.write_str(m),
+            GovernedFailure::Failed { message, .. } => f.write_str(message),
         }
     }
 }
@@ -386,8 +458,18 @@ impl CapabilityRuntime {
         plan: &Plan,
         options: &ExecuteOptions,
     ) -> Result<Arc<Receipt>, CapabilityError> {
-        let capability = self.registry.require(&plan.capability.id)?;
-        plan.verify_integrity()?;
+        self.execute_outcome(plan, options).into_result()
+    }
+
+    /// [`CapabilityRuntime::execute`], with a pending approval told apart from a failure.
+    pub fn execute_outcome(&self, plan: &Plan, options: &ExecuteOptions) -> Outcome {
+        let capability = match self.registry.require(&plan.capability.id) {
+            Ok(c) => c,
+            Err(e) => return Outcome::Failed(e),
+        };
+        if let Err(e) = plan.verify_integrity() {
+            return Outcome::Failed(e);
+        }
         self.execute_verified(&capability, plan.clone(), options)
     }
 
@@ -398,10 +480,20 @@ impl CapabilityRuntime {
         input: Value,
         options: &ExecuteOptions,
     ) -> Result<Arc<Receipt>, CapabilityError> {
-        let capability = self.registry.require(id)?;
-        let plan = self.plan_for(&capability, input)?;
-        // The plan was built here and never left this call: its integrity holds.
-        self.execute_verified(&capability, plan, options)
+        self.invoke_outcome(id, input, options).into_result()
+    }
+
+    /// [`CapabilityRuntime::invoke`], with a pending approval told apart from a failure.
+    pub fn invoke_outcome(&self, id: &str, input: Value, options: &ExecuteOptions) -> Outcome {
+        let planned = self
+            .registry
+            .require(id)
+            .and_then(|c| self.plan_for(&c, input).map(|p| (c, p)));
+        match planned {
+            // The plan was built here and never left this call: its integrity holds.
+            Ok((capability, plan)) => self.execute_verified(&capability, plan, options),
+            Err(e) => Outcome::Failed(e),
+        }
     }
 
     fn execute_verified(
@@ -409,22 +501,23 @@ impl CapabilityRuntime {
         capability: &Arc<Capability>,
         plan: Plan,
         options: &ExecuteOptions,
-    ) -> Result<Arc<Receipt>, CapabilityError> {
+    ) -> Outcome {
         if capability.manifest().version != plan.capability.version {
-            return Err(CapabilityError::new(
+            return Outcome::Failed(CapabilityError::new(
                 ErrorCode::InvalidPlan,
                 "Capability version changed after planning",
             ));
         }
         let decision = authorize_effects(&plan.effects, &self.policy, options.approved);
         if let Some(e) = decision.to_error() {
-            return Err(e);
+            return Outcome::Failed(e);
         }
         if let Some(governor) = &self.governor {
             return self.execute_governed(governor, capability, plan, options);
         }
-        let run = self.run_timed(capability, &plan, options, None)?;
-        self.finish(new_receipt_id(), capability, plan, options, run, None)
+        self.run_timed(capability, &plan, options, None)
+            .and_then(|run| self.finish(new_receipt_id(), capability, plan, options, run, None))
+            .into()
     }
 
     /// Runs a plan through its executor, timed.
@@ -470,7 +563,7 @@ impl CapabilityRuntime {
         plan: Plan,
         options: &ExecuteOptions,
         run: Run,
-        governance: Option<Value>,
+        governance: Option<ReceiptGovernance>,
     ) -> Result<Arc<Receipt>, CapabilityError> {
         let Plan {
             plan_id,
@@ -541,110 +634,73 @@ impl CapabilityRuntime {
         capability: &Arc<Capability>,
         plan: Plan,
         options: &ExecuteOptions,
-    ) -> Result<Arc<Receipt>, CapabilityError> {
+    ) -> Outcome {
         let receipt_id = new_receipt_id();
-        let principal = options.principal.clone().unwrap_or_default();
-        let invalid = |m: String| CapabilityError::new(ErrorCode::InvalidInput, m);
-        let action_type = principal.action_type().map_err(invalid)?;
-        self.ensure_governed(governor, capability)?;
-        let mut req = principal
+        if let Err(e) = self.ensure_governed(governor, capability) {
+            return Outcome::Failed(e);
+        }
+        let caller = options.caller.clone().unwrap_or_default();
+        let mut req = caller
             .apply(InterceptRequest::new(
                 capability.id(),
-                action_type,
+                caller.action_type,
                 plan.input.clone(),
             ))
-            .map_err(invalid)?
             .plan_fingerprint(plan.fingerprint.clone())
             .receipt(receipt_id.clone());
         if let Some(token) = &options.approval_token {
             req = req.approval_token(token.clone());
         }
-        let mut ran: Option<(Arc<Capability>, Plan, Run)> = None;
-        let result = governor.intercept(req, |exec| -> Result<Value, GovernedFailure> {
-            let target = if exec.capability.name == capability.id() {
-                Arc::clone(capability)
-            } else {
-                let routed = self.registry.require(&exec.capability.name)?;
-                self.ensure_governed(governor, &routed)?;
-                routed
-            };
-            let target_plan = if Arc::ptr_eq(&target, capability) && *exec.input == plan.input {
-                plan.clone()
-            } else {
-                // A transformed input or a routed capability is planned (validated,
-                // fingerprinted) and authorized again.
-                let replanned = self.plan_for(&target, exec.input.clone())?;
-                let decision =
-                    authorize_effects(&replanned.effects, &self.policy, options.approved);
-                if let Some(e) = decision.to_error() {
-                    return Err(e.into());
-                }
-                replanned
-            };
-            if let Some(floor) = exec.sandbox.and_then(|s| s.min_tier)
-                && floor > IsolationTier::InProcess
-                && target.is_native()
-            {
-                return Err(CapabilityError::new(
-                    ErrorCode::PermissionDenied,
-                    format!(
-                        "policy requires isolation tier {} but {} runs in process",
-                        floor.as_str(),
-                        target.id()
-                    ),
-                )
-                .into());
+        let intercepted = governor.intercept_with(req, |exec| {
+            let ran = self.run_governed(governor, capability, &plan, options, exec)?;
+            match &ran.run.outcome {
+                Ok((executed, _)) => Ok((executed.output.clone(), ran)),
+                Err((error, _)) => Err(GovernedFailure::Failed {
+                    message: error.message().to_string(),
+                    ran: Box::new(ran),
+                }),
             }
-            let run = self.run_timed(&target, &target_plan, options, exec.sandbox)?;
-            let result = match &run.outcome {
-                Ok((executed, _)) => Ok(executed.output.clone()),
-                Err((error, _)) => Err(GovernedFailure::Failed(error.message().to_string())),
-            };
-            ran = Some((target, target_plan, run));
-            result
         });
-        let summary = |v: &capability_policy::Verdict| json!({"decision": v.kind.as_str(), "decisionId": v.decision.decision_id, "policyIds": v.policy_ids(), "reason": v.decision.reason});
-        match result {
+        let finish = |ran: Ran, governance: Option<ReceiptGovernance>| -> Outcome {
+            self.finish(
+                receipt_id.clone(),
+                &ran.capability,
+                ran.plan,
+                options,
+                ran.run,
+                governance,
+            )
+            .into()
+        };
+        let ran = intercepted.executed;
+        match intercepted.result {
             Ok(done) => {
-                let Some((target, target_plan, mut run)) = ran else {
-                    return Err(CapabilityError::new(
+                let Some(mut ran) = ran else {
+                    return Outcome::Failed(CapabilityError::new(
                         ErrorCode::ExecutionFailed,
                         "the governed execution did not run",
                     ));
                 };
-                let mut governance = json!({
-                    "agentId": done.action.agent_id,
-                    "tenant": done.action.tenant_id,
-                    "actionId": done.action.action_id,
-                    "after": summary(&done.after),
-                    "auditEvents": done.events,
-                });
-                if let Some(before) = &done.before {
-                    governance["before"] = summary(before);
-                }
-                if !done.routed_from.is_empty() {
-                    governance["routedFrom"] = json!(done.routed_from);
-                }
-                if let Some(a) = &done.approval {
-                    governance["approval"] =
-                        json!({"approvalId": a.approval_id, "approver": a.approver});
-                }
-                let redacted = &done.after.obligations.redact;
-                if !redacted.is_empty() {
-                    governance["redacted"] = json!(redacted);
-                }
-                if let Ok((executed, _)) = &mut run.outcome {
+                let governance = ReceiptGovernance {
+                    agent_id: Some(done.action.agent_id.clone()),
+                    tenant: done.action.tenant_id.clone(),
+                    action_id: Some(done.action.action_id.clone()),
+                    before: done.before.as_ref().map(verdict_summary),
+                    after: Some(verdict_summary(&done.after)),
+                    audit_events: done.events,
+                    routed_from: done.routed_from,
+                    approval: done.approval.map(|a| ApprovalUse {
+                        approval_id: a.approval_id,
+                        approver: a.approver,
+                    }),
+                    redacted: done.after.obligations.redact.clone(),
+                    ..Default::default()
+                };
+                if let Ok((executed, _)) = &mut ran.run.outcome {
                     // The delivered output: transformed and redacted by policy.
                     executed.output = done.output;
                 }
-                self.finish(
-                    receipt_id,
-                    &target,
-                    target_plan,
-                    options,
-                    run,
-                    Some(governance),
-                )
+                finish(ran, Some(governance))
             }
             Err(InterceptError::Denied(denial)) => {
                 let reason = denial
@@ -658,103 +714,146 @@ impl CapabilityRuntime {
                     "code": denial.decision.code,
                 });
                 match ran {
-                    Some((target, target_plan, mut run))
-                        if denial.stage == Stage::AfterCapability =>
-                    {
+                    Some(mut ran) if denial.stage == Stage::AfterCapability => {
                         // The side effect happened; the output is withheld.
                         let e = CapabilityError::new(
                             ErrorCode::PermissionDenied,
                             format!("Output denied by policy: {reason}"),
                         )
                         .with_details(details.clone());
-                        run.outcome = Err((
+                        ran.run.outcome = Err((
                             HookError::Capability(e),
-                            run.outcome.ok().map(|(x, _)| x.isolation),
+                            ran.run.outcome.ok().map(|(x, _)| x.isolation),
                         ));
-                        let governance = json!({"after": {"decision": "deny", "reason": reason, "details": details}});
-                        self.finish(
-                            receipt_id,
-                            &target,
-                            target_plan,
-                            options,
-                            run,
-                            Some(governance),
-                        )
+                        let governance = ReceiptGovernance {
+                            after: Some(VerdictSummary {
+                                decision: "deny".into(),
+                                reason: Some(reason),
+                                details: Some(details),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        };
+                        finish(ran, Some(governance))
                     }
-                    _ => Err(CapabilityError::new(ErrorCode::PermissionDenied, reason)
-                        .with_details(details)),
+                    _ => Outcome::Failed(
+                        CapabilityError::new(ErrorCode::PermissionDenied, reason)
+                            .with_details(details),
+                    ),
                 }
             }
             Err(InterceptError::ApprovalRequired {
                 approval, decision, ..
             }) => {
-                self.store.put_plan(&plan).map_err(store_error)?;
-                let reason = decision
-                    .reason
-                    .clone()
-                    .unwrap_or_else(|| "approval required".into());
-                let mut details = json!({"reason": reason, "planFingerprint": plan.fingerprint});
-                if let Some(a) = approval {
-                    details["approval"] = a.to_json();
+                if let Err(e) = self.store.put_plan(&plan) {
+                    return Outcome::Failed(store_error(e));
                 }
-                Err(CapabilityError::new(ErrorCode::ApprovalRequired, reason).with_details(details))
+                Outcome::NeedsApproval(Box::new(PendingApproval {
+                    reason: decision
+                        .reason
+                        .clone()
+                        .unwrap_or_else(|| "approval required".into()),
+                    plan,
+                    approval: approval.map(|a| *a),
+                }))
             }
-            Err(InterceptError::Approval(e)) => Err(CapabilityError::new(
+            Err(InterceptError::Approval(e)) => Outcome::Failed(CapabilityError::new(
                 ErrorCode::PermissionDenied,
                 format!("approval refused: {e}"),
             )),
-            Err(InterceptError::Execution {
-                error: GovernedFailure::Refused(e),
-                ..
-            }) => Err(e),
-            Err(InterceptError::Execution {
-                error: GovernedFailure::Failed(_),
-                ..
-            }) => match ran {
-                Some((target, target_plan, run)) => self.finish(
-                    receipt_id,
-                    &target,
-                    target_plan,
-                    options,
-                    run,
-                    Some(json!({"outcome": "execution_failed"})),
+            Err(InterceptError::Execution { error, .. }) => match error {
+                GovernedFailure::Refused(e) => Outcome::Failed(e),
+                GovernedFailure::Failed { ran, .. } => finish(
+                    *ran,
+                    Some(ReceiptGovernance {
+                        outcome: Some("execution_failed".into()),
+                        ..Default::default()
+                    }),
                 ),
-                None => Err(CapabilityError::new(
-                    ErrorCode::ExecutionFailed,
-                    "the governed execution did not run",
-                )),
             },
             Err(InterceptError::NotFound(e)) => {
-                Err(CapabilityError::new(ErrorCode::NotFound, e.to_string()))
+                Outcome::Failed(CapabilityError::new(ErrorCode::NotFound, e.to_string()))
             }
             Err(InterceptError::Transform(e)) => match ran {
-                Some((target, target_plan, mut run)) => {
+                Some(mut ran) => {
                     let err = CapabilityError::new(
                         ErrorCode::PermissionDenied,
                         format!("Output withheld: transform by policy failed: {e}"),
                     );
-                    run.outcome = Err((
+                    ran.run.outcome = Err((
                         HookError::Capability(err),
-                        run.outcome.ok().map(|(x, _)| x.isolation),
+                        ran.run.outcome.ok().map(|(x, _)| x.isolation),
                     ));
-                    self.finish(receipt_id, &target, target_plan, options, run, None)
+                    finish(ran, None)
                 }
-                None => Err(CapabilityError::new(
+                None => Outcome::Failed(CapabilityError::new(
                     ErrorCode::PermissionDenied,
                     format!("transform by policy failed: {e}"),
                 )),
             },
             Err(e @ (InterceptError::Engine(_) | InterceptError::Audit(_))) => {
                 // Keep the evidence of anything that ran, then report the failure.
-                if let Some((target, target_plan, run)) = ran {
-                    let _ = self.finish(receipt_id, &target, target_plan, options, run, None);
+                if let Some(ran) = ran {
+                    let _ = finish(ran, None);
                 }
-                Err(CapabilityError::new(
+                Outcome::Failed(CapabilityError::new(
                     ErrorCode::ExecutionFailed,
                     format!("governance failed: {e}"),
                 ))
             }
         }
+    }
+
+    /// The execution inside the governed lifecycle: the target (the routed capability after a
+    /// `route`), re-planned and re-authorized when its input or capability changed, run
+    /// under the isolation a `sandbox` decision requires.
+    fn run_governed(
+        &self,
+        governor: &Governor,
+        capability: &Arc<Capability>,
+        plan: &Plan,
+        options: &ExecuteOptions,
+        exec: &capability_policy::Execution<'_>,
+    ) -> Result<Ran, GovernedFailure> {
+        let target = if exec.capability.name == capability.id() {
+            Arc::clone(capability)
+        } else {
+            let routed = self.registry.require(&exec.capability.name)?;
+            self.ensure_governed(governor, &routed)?;
+            routed
+        };
+        let target_plan = if Arc::ptr_eq(&target, capability) && *exec.input == plan.input {
+            plan.clone()
+        } else {
+            // A transformed input or a routed capability is planned (validated,
+            // fingerprinted) and authorized again.
+            let replanned = self.plan_for(&target, exec.input.clone())?;
+            let decision = authorize_effects(&replanned.effects, &self.policy, options.approved);
+            if let Some(e) = decision.to_error() {
+                return Err(e.into());
+            }
+            replanned
+        };
+        if let Some(floor) = exec.sandbox.and_then(|s| s.min_tier)
+            && floor > IsolationTier::InProcess
+            && target.is_native()
+        {
+            return Err(CapabilityError::new(
+                ErrorCode::PermissionDenied,
+                format!(
+                    "policy requires isolation tier {} but {} runs in process",
+                    floor.as_str(),
+                    target.id()
+                ),
+            )
+            .into());
+        }
+        let run = self.run_timed(&target, &target_plan, options, exec.sandbox)?;
+        Ok(Ran {
+            capability: target,
+            plan: target_plan,
+            run,
+        })
     }
 
     /// Registers the governance view of a capability with the governor when it is missing.
@@ -779,7 +878,7 @@ impl CapabilityRuntime {
 
     /// Runs execute, output validation and verification; failures carry the isolation record
     /// when the boundary was crossed.
-    fn run(&self, executor: &dyn Executor, request: &ExecutionRequest<'_>) -> Outcome {
+    fn run(&self, executor: &dyn Executor, request: &ExecutionRequest<'_>) -> RunResult {
         let mut executed = executor
             .execute(request)
             .map_err(|f| (f.error, f.isolation))?;
@@ -910,6 +1009,16 @@ impl CapabilityRuntime {
         query: &ReceiptQuery,
     ) -> Result<Vec<Arc<Receipt>>, CapabilityError> {
         self.store.list(query).map_err(store_error)
+    }
+}
+
+fn verdict_summary(v: &capability_policy::Verdict) -> VerdictSummary {
+    VerdictSummary {
+        decision: v.kind.as_str().into(),
+        decision_id: Some(v.decision.decision_id.clone()),
+        policy_ids: v.policy_ids(),
+        reason: v.decision.reason.clone(),
+        details: None,
     }
 }
 

@@ -7,13 +7,14 @@ use std::sync::Arc;
 use capability_core::ErrorCode;
 use capability_core::authorization::EffectPolicy;
 use capability_core::receipt::ReceiptStatus;
+use capability_policy::Actor;
 use capability_policy::approvals::ApprovalStore;
 use capability_policy::pointer::Mutation;
 use capability_policy::{
     ApprovalManager, AuditOutcome, AuditStore, Decision, Governor, HostKey, IsolationTier,
     MemoryStore, Policy, SandboxRequirement, Stage,
 };
-use capability_runtime::{Capability, CapabilityRuntime, ExecuteOptions, Principal};
+use capability_runtime::{Caller, Capability, CapabilityRuntime, ExecuteOptions};
 use serde_json::{Value, json};
 
 struct World {
@@ -99,8 +100,8 @@ fn allow_executes_and_audits_every_step() {
         .unwrap();
     assert_eq!(r.status, ReceiptStatus::Succeeded);
     let gov = r.governance.as_ref().unwrap();
-    assert_eq!(gov["before"]["decision"], "allow");
-    assert_eq!(gov["agentId"], "support-agent");
+    assert_eq!(gov.before.as_ref().unwrap().decision, "allow");
+    assert_eq!(gov.agent_id.as_deref(), Some("support-agent"));
     assert_eq!(
         outcomes(&w.store),
         [AuditOutcome::Allowed, AuditOutcome::Executed]
@@ -169,13 +170,9 @@ fn approval_is_bound_to_the_exact_plan_and_used_once() {
             Decision::approval_required("Refunds need a human")
         }
     })]);
-    let principal = Principal {
-        agent_id: Some("agent-7".into()),
-        tenant: Some("acme".into()),
-        ..Default::default()
-    };
+    let caller = Caller::from(Actor::agent("agent-7").tenant("acme"));
     let options = ExecuteOptions {
-        principal: Some(principal.clone()),
+        caller: Some(caller),
         ..Default::default()
     };
     let plan = w
@@ -216,7 +213,13 @@ fn approval_is_bound_to_the_exact_plan_and_used_once() {
     // The approved plan runs once.
     let r = w.runtime.execute(&plan, &with_token).unwrap();
     assert_eq!(
-        r.governance.as_ref().unwrap()["approval"]["approver"],
+        r.governance
+            .as_ref()
+            .unwrap()
+            .approval
+            .as_ref()
+            .unwrap()
+            .approver,
         "manager@acme"
     );
     let replay = w.runtime.execute(&plan, &with_token).unwrap_err();
@@ -261,7 +264,7 @@ fn redact_and_transform_output_shape_what_is_delivered_and_kept() {
         r.output_hash.as_deref(),
         Some(capability_core::json::canonical_hash(out).as_str())
     );
-    assert_eq!(r.governance.as_ref().unwrap()["redacted"], json!(["/card"]));
+    assert_eq!(r.governance.as_ref().unwrap().redacted, ["/card"]);
     assert!(
         !serde_json::to_string(&*r)
             .unwrap()
@@ -334,8 +337,8 @@ fn route_runs_the_target_capability_authorized_again() {
     assert_eq!(r.capability.id, "billing/small-refund");
     assert_eq!(r.output, Some(json!({"small": true, "amount": 3})));
     assert_eq!(
-        r.governance.as_ref().unwrap()["routedFrom"],
-        json!(["billing/refund"])
+        r.governance.as_ref().unwrap().routed_from,
+        ["billing/refund"]
     );
 }
 

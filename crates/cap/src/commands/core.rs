@@ -167,51 +167,11 @@ pub struct PackageArgs {
     pub package: PathBuf,
 }
 
-/// A package.json with a capability declaration, read without importing anything.
-pub struct PackageFile {
-    pub path: PathBuf,
-    pub doc: Value,
-    pub name: String,
-    pub version: String,
-    pub exports: Map<String, Value>,
-}
+pub use capability_host::PackageFile;
 
-/// Reads a package.json and asserts its capability declaration.
+/// Reads a package.json and checks its capability declaration (nothing is imported).
 pub fn read_package(path: &Path) -> Result<PackageFile, String> {
-    let doc = read_json(path)?;
-    let name = doc
-        .get("name")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let version = doc
-        .get("version")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let Some(declaration) = doc.get("capability") else {
-        return Err(format!("{} has no capability declaration", path.display()));
-    };
-    let issues = validate::validate_package_declaration(declaration);
-    if !issues.is_empty() {
-        return Err(format!(
-            "INVALID_PACKAGE_DECLARATION: {}: {}",
-            path.display(),
-            issues.join("; ")
-        ));
-    }
-    let exports = declaration
-        .get("exports")
-        .and_then(Value::as_object)
-        .cloned()
-        .unwrap_or_default();
-    Ok(PackageFile {
-        path: path.to_path_buf(),
-        doc,
-        name,
-        version,
-        exports,
-    })
+    PackageFile::read(path).map_err(|e| e.message)
 }
 
 pub fn package(args: PackageArgs) -> Result<i32, String> {

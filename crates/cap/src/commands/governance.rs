@@ -2,160 +2,31 @@
 //! audit log, and policy tooling (schema, validate, test).
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 
-use capability_policy::approvals::{ApprovalFilter, ApprovalStore};
+use capability_host::policy_files as expand_policy_files;
+use capability_policy::approvals::ApprovalFilter;
 use capability_policy::cedar::{self, SchemaOptions};
 use capability_policy::{
-    ApprovalManager, ApprovalStatus, AuditSink, AuditStore, CapabilityRegistry, CedarPolicies,
-    Governance, GovernedCapability, Governor, HostKey, PolicyEngine, SqliteStore, audit,
+    ApprovalStatus, CapabilityRegistry, Governance, GovernedCapability, audit,
 };
-use capability_runtime::Principal;
-use capability_runtime::home::capability_home;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
+use crate::commands::host::{HomeArg, open_home};
 use crate::output::{absolute, print_json, read_json};
 
-/// Policy and principal options of `exec` and `run`.
-#[derive(Args, Debug, Clone, Default)]
-pub struct GovernanceArgs {
-    /// A Cedar policy file, or a directory of `*.cedar` files (repeatable). With policy files,
-    /// Cedar's default deny applies; without, the governance layer allows.
-    #[arg(long = "policy")]
-    pub policies: Vec<PathBuf>,
-    /// The agent (`Agent::"<id>"`).
-    #[arg(long)]
-    pub agent: Option<String>,
-    /// The tenant the agent acts in.
-    #[arg(long)]
-    pub tenant: Option<String>,
-    /// A scope granted to the agent (repeatable).
-    #[arg(long = "scope")]
-    pub scopes: Vec<String>,
-    /// dev, staging or prod.
-    #[arg(long)]
-    pub environment: Option<String>,
-    /// The token of an approved approval: runs the exact plan that was approved.
-    #[arg(long)]
-    pub approval: Option<String>,
-    /// Record what policies would enforce without enforcing it.
-    #[arg(long)]
-    pub shadow: bool,
-}
-
-impl GovernanceArgs {
-    pub fn principal(&self) -> Principal {
-        Principal {
-            agent_id: self.agent.clone(),
-            tenant: self.tenant.clone(),
-            scopes: self.scopes.clone(),
-            environment: self.environment.clone(),
-            ..Default::default()
-        }
-    }
-}
-
-/// The agent id the CLI acts as when none is given.
-pub const DEFAULT_AGENT: &str = "cap-cli";
-
-/// The policy store (audit log and approvals) in the capability home's database.
-pub fn policy_store(home: &Path) -> Result<Arc<SqliteStore>, String> {
-    std::fs::create_dir_all(home).map_err(|e| format!("cannot create {}: {e}", home.display()))?;
-    SqliteStore::open(&home.join("capability.db"))
-        .map(Arc::new)
-        .map_err(|e| format!("cannot open the audit store in {}: {e}", home.display()))
-}
-
-/// The approval manager with the host's ed25519 key (`host.key` in the home, created once).
-pub fn approvals(home: &Path, store: &Arc<SqliteStore>) -> Result<Arc<ApprovalManager>, String> {
-    let key =
-        HostKey::load_or_generate(&home.join("host.key")).map_err(|e| format!("host key: {e}"))?;
-    Ok(Arc::new(ApprovalManager::new(
-        Arc::clone(store) as Arc<dyn ApprovalStore>,
-        key,
-    )))
-}
-
-/// `*.cedar` files from files and directories.
+/// `*.cedar` files from files and directories (the host's expansion rule).
 pub fn policy_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
-    let mut out = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
-                .map_err(|e| format!("cannot read {}: {e}", p.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|e| e.extension().is_some_and(|x| x == "cedar"))
-                .collect();
-            entries.sort();
-            if entries.is_empty() {
-                return Err(format!("{} holds no .cedar file", p.display()));
-            }
-            out.extend(entries);
-        } else {
-            out.push(p.clone());
-        }
-    }
-    Ok(out)
-}
-
-/// The governance layer for one CLI invocation.
-pub fn governor(home: Option<&Path>, args: &GovernanceArgs) -> Result<Arc<Governor>, String> {
-    let home = capability_home(home);
-    let store = policy_store(&home)?;
-    let engine = PolicyEngine::new();
-    let files = policy_files(&args.policies)?;
-    if !files.is_empty() {
-        let cedar = CedarPolicies::from_paths(&files).map_err(|e| e.to_string())?;
-        engine.add_source(Arc::new(cedar));
-    }
-    engine.set_shadow_mode(args.shadow);
-    let governor = Governor::new(args.agent.clone().unwrap_or_else(|| DEFAULT_AGENT.into()))
-        .engine(Arc::new(engine))
-        .audit(Arc::clone(&store) as Arc<dyn AuditSink>)
-        .approvals(approvals(&home, &store)?);
-    Ok(Arc::new(governor))
-}
-
-/// Prints `{"approval": {...}}` for an `APPROVAL_REQUIRED` refusal; exit status 3.
-pub fn approval_needed(details: Option<&Value>) -> Result<i32, String> {
-    let record = details
-        .and_then(|d| d.get("approval"))
-        .cloned()
-        .unwrap_or(Value::Null);
-    let mut approval = json!({
-        "id": record.get("approvalId"),
-        "reason": details.and_then(|d| d.get("reason")),
-        "expiresAt": record.get("expiresAtIso"),
-        "planFingerprint": details.and_then(|d| d.get("planFingerprint")),
-    });
-    if let (Value::Object(a), Value::Object(r)) = (&mut approval, &record) {
-        for key in [
-            "capability",
-            "agentId",
-            "tenant",
-            "requester",
-            "input",
-            "policyIds",
-            "status",
-        ] {
-            if let Some(v) = r.get(key) {
-                a.insert(key.into(), v.clone());
-            }
-        }
-    }
-    print_json(&json!({"approval": approval}))?;
-    Ok(3)
+    expand_policy_files(paths).map_err(|e| e.to_string())
 }
 
 #[derive(Args, Debug)]
 pub struct ApprovalsArgs {
     #[command(subcommand)]
     pub command: ApprovalsCommand,
-    /// Capability home; default $CAP_HOME or the user data dir.
-    #[arg(long, global = true)]
-    pub home: Option<PathBuf>,
+    #[command(flatten)]
+    pub home: HomeArg,
 }
 
 #[derive(Subcommand, Debug)]
@@ -198,9 +69,8 @@ fn approver(given: Option<String>) -> String {
 }
 
 pub fn approvals_cmd(args: ApprovalsArgs) -> Result<i32, String> {
-    let home = capability_home(args.home.as_deref());
-    let store = policy_store(&home)?;
-    let manager = approvals(&home, &store)?;
+    let host = open_home(&args.home)?;
+    let manager = host.approvals();
     match args.command {
         ApprovalsCommand::List {
             status,
@@ -260,9 +130,8 @@ pub enum AuditFormat {
 pub struct AuditArgs {
     #[command(subcommand)]
     pub command: AuditCommand,
-    /// Capability home; default $CAP_HOME or the user data dir.
-    #[arg(long, global = true)]
-    pub home: Option<PathBuf>,
+    #[command(flatten)]
+    pub home: HomeArg,
 }
 
 #[derive(Subcommand, Debug)]
@@ -289,8 +158,8 @@ pub enum AuditCommand {
 }
 
 pub fn audit_cmd(args: AuditArgs) -> Result<i32, String> {
-    let home = capability_home(args.home.as_deref());
-    let store = policy_store(&home)?;
+    let host = open_home(&args.home)?;
+    let store = host.audit();
     match args.command {
         AuditCommand::Tail { tenant, limit } => {
             let records = store
@@ -307,7 +176,7 @@ pub fn audit_cmd(args: AuditArgs) -> Result<i32, String> {
             None => Err(format!("audit event not found: {event_id}")),
         },
         AuditCommand::Verify => {
-            let report = audit::verify_store(store.as_ref()).map_err(|e| e.to_string())?;
+            let report = host.verify_audit().map_err(|e| e.to_string())?;
             let mut out =
                 json!({"ok": report.ok, "records": report.records, "headSeq": report.head_seq});
             if let Some(bad) = &report.first_bad {
@@ -520,50 +389,4 @@ pub fn policy_cmd(args: PolicyArgs) -> Result<i32, String> {
             Ok(if report.ok() { 0 } else { 1 })
         }
     }
-}
-
-/// Runs `id` on `input` through the governed runtime. With `--approval`, the exact plan the
-/// approval was granted for is executed, after checking that it is the same capability and
-/// input (a changed input is refused).
-pub fn governed_invoke(
-    runtime: &capability_runtime::CapabilityRuntime,
-    id: &str,
-    input: Value,
-    mut options: capability_runtime::ExecuteOptions,
-    args: &GovernanceArgs,
-) -> Result<Arc<capability_core::receipt::Receipt>, capability_core::CapabilityError> {
-    use capability_core::{CapabilityError, ErrorCode};
-    options.principal = Some(args.principal());
-    let Some(token) = &args.approval else {
-        return runtime.invoke(id, input, &options);
-    };
-    let refused = |m: String| CapabilityError::new(ErrorCode::PermissionDenied, m);
-    let manager = runtime
-        .governor()
-        .and_then(|g| g.approval_manager())
-        .ok_or_else(|| refused("no approval manager".into()))?;
-    let claims = manager
-        .decode(token)
-        .map_err(|e| refused(format!("approval refused: {e}")))?;
-    let fingerprint = claims
-        .plan_fingerprint
-        .ok_or_else(|| refused("approval refused: the token is not bound to a plan".into()))?;
-    let plan = runtime
-        .pending_plan(&fingerprint)?
-        .ok_or_else(|| refused(format!("approval refused: no pending plan {fingerprint}")))?;
-    if plan.capability.id != id {
-        return Err(refused(format!(
-            "approval refused: it was granted for {}, not {id}",
-            plan.capability.id
-        )));
-    }
-    if capability_core::json::canonical_hash(&plan.input)
-        != capability_core::json::canonical_hash(&input)
-    {
-        return Err(refused(
-            "approval refused: the input differs from the approved plan".into(),
-        ));
-    }
-    options.approval_token = Some(token.clone());
-    runtime.execute(&plan, &options)
 }

@@ -1,4 +1,5 @@
 pub mod core;
 pub mod governance;
+pub mod host;
 pub mod packages;
 pub mod runtime;

@@ -1,32 +1,18 @@
 //! Package commands: run and plan a package's capability behind an isolation boundary, and
 //! doctor (which boundaries work here).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
-use capability_core::authorization::EffectPolicy;
 use capability_core::{CapabilityError, ErrorCode};
-use capability_runtime::capability::{Capability, ModuleSource};
-use capability_runtime::home::capability_home;
-use capability_runtime::store::{ReceiptStore, SqliteReceiptStore};
-use capability_runtime::{CapabilityRuntime, ExecuteOptions};
-use capability_sandbox::{Choice, HostGrants, Limits, ModuleExecutor};
-use clap::{Args, ValueEnum};
+use capability_host::{CapabilitySource, Host, LocalPackage, PackageFile, Request};
+use capability_runtime::capability::Capability;
+use clap::Args;
 use serde_json::{Value, json};
 
-use crate::commands::core::read_package;
+use crate::commands::host::RunOptions;
+use crate::commands::runtime::{fail, invoke, print_outcome};
 use crate::output::{parse_json_arg, print_json};
-
-/// Where package code runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum ExecutorArg {
-    Auto,
-    Process,
-    Wasm,
-    Oci,
-    InProcess,
-}
 
 #[derive(Args, Debug)]
 pub struct PackageRunArgs {
@@ -36,173 +22,32 @@ pub struct PackageRunArgs {
     pub id: String,
     /// The input, as JSON text (default `{}`).
     pub input: Option<String>,
-    /// Approve effects that require approval.
-    #[arg(long)]
-    pub approve: bool,
-    /// The isolation boundary.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub executor: ExecutorArg,
-    /// Wall-clock limit in milliseconds (default 30000).
-    #[arg(long)]
-    pub timeout_ms: Option<u64>,
-    /// Memory limit in MiB (default 1024).
-    #[arg(long)]
-    pub memory_mb: Option<u64>,
-    /// A host path opened read-only when filesystem.read is granted (repeatable).
-    #[arg(long = "allow-read")]
-    pub allow_read: Vec<PathBuf>,
-    /// A host path opened read-write when filesystem.write is granted (repeatable).
-    #[arg(long = "allow-write")]
-    pub allow_write: Vec<PathBuf>,
-    /// A host environment variable passed when environment.read is granted (repeatable).
-    #[arg(long = "allow-env")]
-    pub allow_env: Vec<String>,
-    /// Capability home (receipts); default $CAP_HOME or the user data dir.
-    #[arg(long)]
-    pub home: Option<PathBuf>,
     #[command(flatten)]
-    pub governance: crate::commands::governance::GovernanceArgs,
-}
-
-fn fail(e: &CapabilityError) -> Result<i32, String> {
-    let mut err = json!({"code": e.code.as_str(), "message": e.message});
-    if let Some(id) = &e.receipt_id {
-        err["receiptId"] = json!(id);
-    }
-    if let Some(details) = &e.details {
-        err["details"] = details.clone();
-    }
-    print_json(&json!({"error": err}))?;
-    Ok(1)
+    pub options: RunOptions,
 }
 
 /// The package's export as a module-backed capability.
-fn module_capability(package: &Path, id: &str) -> Result<Capability, CapabilityError> {
-    let pkg = read_package(package)
-        .map_err(|e| CapabilityError::new(ErrorCode::InvalidPackageDeclaration, e))?;
-    let export = pkg.exports.get(id).ok_or_else(|| {
-        CapabilityError::new(
-            ErrorCode::NotFound,
-            format!("Package does not export capability: {id}"),
-        )
-    })?;
-    let Value::Object(descriptor) = export else {
-        return Err(CapabilityError::new(
-            ErrorCode::InvalidPackageDeclaration,
-            format!(
-                "Export {id} is a legacy module path: it has no inert manifest and cannot be acquired safely"
-            ),
-        ));
-    };
-    let root = std::path::absolute(package)
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("."));
-    let source = ModuleSource {
-        package_root: root.clone(),
-        module: descriptor
-            .get("module")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
-        integrity: descriptor
-            .get("integrity")
-            .and_then(Value::as_str)
-            .map(String::from),
-    };
-    let manifest = descriptor.get("manifest").cloned().unwrap_or(Value::Null);
-    let mut provenance = json!({
-        "source": format!("file://{}", root.join(source.module.trim_start_matches("./")).display()),
-        "packageRoot": root.display().to_string(),
-        "packageName": pkg.name,
-        "packageVersion": pkg.version,
-    });
-    if let Some(repo) = pkg.doc.get("repository") {
-        let repo = repo.get("url").unwrap_or(repo);
-        if repo.is_string() {
-            provenance["repository"] = repo.clone();
-        }
-    }
-    if let Some(i) = &source.integrity {
-        provenance["integrity"] = json!(i);
-    }
-    Ok(Capability::module(&manifest, source)?.with_provenance(provenance))
+fn module_capability(package: &std::path::Path, id: &str) -> Result<Capability, CapabilityError> {
+    PackageFile::read(package)?.capability(id)
 }
 
-fn build(
-    args: &PackageRunArgs,
-) -> Result<(CapabilityRuntime, Option<Arc<SqliteReceiptStore>>), CapabilityError> {
-    let choice = match args.executor {
-        ExecutorArg::Auto => Choice::Auto,
-        ExecutorArg::Process => Choice::Process,
-        ExecutorArg::Wasm => Choice::Wasm,
-        ExecutorArg::Oci => Choice::Oci,
-        ExecutorArg::InProcess => {
-            return Err(CapabilityError::new(
-                ErrorCode::PermissionDenied,
-                "in-process execution is reserved for trusted host code; package modules run only behind an isolation boundary (auto, process, wasm or oci)",
-            ));
-        }
-    };
-    let mut limits = Limits::default();
-    if let Some(ms) = args.timeout_ms {
-        limits.wall_timeout = Duration::from_millis(ms);
-    }
-    if let Some(mb) = args.memory_mb {
-        limits.memory_bytes = mb.saturating_mul(1 << 20);
-    }
-    let host = HostGrants {
-        read_paths: args
-            .allow_read
-            .iter()
-            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
-            .collect(),
-        write_paths: args
-            .allow_write
-            .iter()
-            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
-            .collect(),
-        env: args
-            .allow_env
-            .iter()
-            .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
-            .collect(),
-        secrets: Default::default(),
-    };
-    let mut wasm_limits = capability_sandbox::WasmLimits::default();
-    if let Some(ms) = args.timeout_ms {
-        wasm_limits.timeout = Duration::from_millis(ms);
-    }
-    if let Some(mb) = args.memory_mb {
-        wasm_limits.memory_bytes = mb.saturating_mul(1 << 20);
-    }
-    let mut executor = ModuleExecutor::new(choice)
-        .with_host_grants(host.clone())
-        .with_limits(limits);
-    // The WASM executor is available wherever wasmtime runs; without it .wasm modules are
-    // refused (they never run elsewhere).
-    if let Ok(wasm) = capability_sandbox::WasmExecutor::new() {
-        executor = executor.with_wasm(Arc::new(
-            wasm.with_host_grants(host).with_limits(wasm_limits),
+/// A host with the package's export `id` as its one capability. Package modules run only
+/// behind an isolation boundary: `--executor in-process` is refused.
+fn open(
+    package: &std::path::Path,
+    id: &str,
+    options: &RunOptions,
+) -> Result<Host, CapabilityError> {
+    if options.executor == crate::commands::host::ExecutorArg::InProcess {
+        return Err(CapabilityError::new(
+            ErrorCode::PermissionDenied,
+            "in-process execution is reserved for trusted host code; package modules run only behind an isolation boundary (auto, process, wasm or oci)",
         ));
     }
-    let home = capability_home(args.home.as_deref());
-    let store = SqliteReceiptStore::open(&home).map(Arc::new).map_err(|e| {
-        CapabilityError::new(
-            ErrorCode::ExecutionFailed,
-            format!("cannot open the receipt store in {}: {e}", home.display()),
-        )
-    })?;
-    let governor = crate::commands::governance::governor(args.home.as_deref(), &args.governance)
-        .map_err(|e| CapabilityError::new(ErrorCode::ExecutionFailed, e))?;
-    let runtime = CapabilityRuntime::builder()
-        .policy(EffectPolicy::permissive())
-        .store(Arc::clone(&store) as Arc<dyn ReceiptStore>)
-        .executor(Arc::new(executor))
-        .governor(governor)
-        .build();
-    runtime.register(module_capability(&args.package, &args.id)?)?;
-    Ok((runtime, Some(store)))
+    let source: Arc<dyn CapabilitySource> = Arc::new(LocalPackage::export(package, id)?);
+    options
+        .open(vec![source])
+        .map_err(|e| CapabilityError::new(ErrorCode::ExecutionFailed, e))
 }
 
 fn input_of(args: &PackageRunArgs) -> Result<Value, String> {
@@ -215,31 +60,24 @@ fn input_of(args: &PackageRunArgs) -> Result<Value, String> {
 /// `cap run`: plan and execute behind the chosen boundary; prints the receipt.
 pub fn run(args: PackageRunArgs) -> Result<i32, String> {
     let input = input_of(&args)?;
-    let (runtime, _store) = match build(&args) {
-        Ok(r) => r,
+    let host = match open(&args.package, &args.id, &args.options) {
+        Ok(h) => h,
         Err(e) => return fail(&e),
     };
-    let options = ExecuteOptions {
-        approved: args.approve,
-        ..Default::default()
-    };
-    match runtime.invoke(&args.id, input, &options) {
-        Ok(receipt) => {
-            print_json(&receipt.to_value())?;
-            Ok(0)
-        }
-        Err(e) => fail(&e),
-    }
+    let mut request = Request::new(args.id.clone(), input);
+    request.caller = args.options.caller();
+    request.approve_effects = args.options.approve;
+    print_outcome(invoke(&host, &request, &args.options), |receipt| receipt)
 }
 
 /// `cap plan`: the plan, with the module's plan hook run behind the chosen boundary.
 pub fn plan(args: PackageRunArgs) -> Result<i32, String> {
     let input = input_of(&args)?;
-    let (runtime, _store) = match build(&args) {
-        Ok(r) => r,
+    let host = match open(&args.package, &args.id, &args.options) {
+        Ok(h) => h,
         Err(e) => return fail(&e),
     };
-    match runtime.plan(&args.id, input) {
+    match host.plan(&args.id, input) {
         Ok(plan) => {
             print_json(&plan.to_value())?;
             Ok(0)
@@ -317,7 +155,7 @@ pub fn find_local(args: FindLocalArgs) -> Result<i32, String> {
     let registry = capability_runtime::CapabilityRegistry::new();
     let mut locators = std::collections::HashMap::new();
     for path in &args.packages {
-        let pkg = read_package(path)?;
+        let pkg = PackageFile::read(path).map_err(|e| e.message)?;
         for (id, export) in &pkg.exports {
             let Some(manifest) = export.get("manifest") else {
                 continue;
@@ -357,15 +195,8 @@ pub struct EvalArgs {
     /// The eval cases: a JSON array of {name, input, approved?, expectedOutput?,
     /// expectedOutputHash?}.
     pub cases: PathBuf,
-    /// Approve effects that require approval.
-    #[arg(long)]
-    pub approve: bool,
-    /// The isolation boundary.
-    #[arg(long, value_enum, default_value = "auto")]
-    pub executor: ExecutorArg,
-    /// Capability home (receipts); default $CAP_HOME or the user data dir.
-    #[arg(long)]
-    pub home: Option<PathBuf>,
+    #[command(flatten)]
+    pub options: RunOptions,
 }
 
 /// `cap eval`: runs eval cases through the governed runtime; exits 1 when any case fails.
@@ -373,30 +204,17 @@ pub fn eval(args: EvalArgs) -> Result<i32, String> {
     let cases: Vec<capability_runtime::evals::EvalCase> =
         serde_json::from_value(crate::output::read_json(&args.cases)?)
             .map_err(|e| format!("{}: {e}", args.cases.display()))?;
-    let run = PackageRunArgs {
-        package: args.package,
-        id: args.id,
-        input: None,
-        approve: args.approve,
-        executor: args.executor,
-        timeout_ms: None,
-        memory_mb: None,
-        allow_read: Vec::new(),
-        allow_write: Vec::new(),
-        allow_env: Vec::new(),
-        home: args.home,
-        governance: Default::default(),
-    };
-    let (runtime, _store) = match build(&run) {
-        Ok(r) => r,
+    let host = match open(&args.package, &args.id, &args.options) {
+        Ok(h) => h,
         Err(e) => return fail(&e),
     };
-    let options = ExecuteOptions {
-        approved: run.approve,
+    let options = capability_runtime::ExecuteOptions {
+        approved: args.options.approve,
+        caller: Some(args.options.caller()),
         ..Default::default()
     };
     let report =
-        capability_runtime::evals::run_capability_evals(&runtime, &run.id, &cases, &options);
+        capability_runtime::evals::run_capability_evals(host.runtime(), &args.id, &cases, &options);
     print_json(&serde_json::to_value(&report).map_err(|e| e.to_string())?)?;
     Ok(if report.failed == 0 { 0 } else { 1 })
 }
@@ -441,7 +259,7 @@ pub struct McpToolsArgs {
 pub fn mcp_tools(args: McpToolsArgs) -> Result<i32, String> {
     let mut tools = Vec::new();
     for path in &args.packages {
-        let pkg = read_package(path)?;
+        let pkg = PackageFile::read(path).map_err(|e| e.message)?;
         for (id, export) in &pkg.exports {
             let Some(manifest) = export.get("manifest") else {
                 continue;

@@ -1,91 +1,50 @@
 //! Runtime commands: exec, find, info, receipts, rollback.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::path::PathBuf;
 
-use capability_core::authorization::Preset;
+use capability_core::CapabilityError;
 use capability_core::discovery::DiscoveryQuery;
-use capability_core::index::{IndexEntry, discover_index, index_entries, resolve};
 use capability_core::receipt::ReceiptStatus;
-use capability_core::{CapabilityError, ErrorCode};
-use capability_runtime::defaults::{builtin_capabilities, default_index};
-use capability_runtime::home::capability_home;
-use capability_runtime::store::{ReceiptQuery, ReceiptStore, SqliteReceiptStore, export_jsonl};
-use capability_runtime::{CapabilityRuntime, ExecuteOptions};
-use clap::{Args, Subcommand, ValueEnum};
+use capability_host::{Outcome, Request, approval_document, error_document};
+use capability_runtime::store::{ReceiptQuery, export_jsonl};
+use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
+use crate::commands::host::{HomeArg, RunOptions, open_home};
 use crate::output::{parse_json_arg, print_json};
 
-/// Effect-policy presets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum PresetArg {
-    DenyAll,
-    ReadOnly,
-    Permissive,
-}
-
-impl PresetArg {
-    fn preset(self) -> Preset {
-        match self {
-            PresetArg::DenyAll => Preset::DenyAll,
-            PresetArg::ReadOnly => Preset::ReadOnly,
-            PresetArg::Permissive => Preset::Permissive,
-        }
-    }
-}
-
-fn open_store(home: Option<&Path>) -> Result<Arc<SqliteReceiptStore>, String> {
-    let home = capability_home(home);
-    SqliteReceiptStore::open(&home)
-        .map(Arc::new)
-        .map_err(|e| format!("cannot open the receipt store in {}: {e}", home.display()))
-}
-
-/// A runtime with the built-ins registered, receipts in the durable store and, when given,
-/// the governance layer.
-fn runtime(
-    home: Option<&Path>,
-    preset: Preset,
-    governor: Option<Arc<capability_policy::Governor>>,
-) -> Result<(CapabilityRuntime, Arc<SqliteReceiptStore>), String> {
-    let store = open_store(home)?;
-    let mut builder = CapabilityRuntime::builder()
-        .policy(preset.policy())
-        .store(Arc::clone(&store) as Arc<dyn ReceiptStore>);
-    if let Some(g) = governor {
-        builder = builder.governor(g);
-    }
-    let runtime = builder.build();
-    for cap in builtin_capabilities().map_err(|e| e.to_string())? {
-        runtime.register(cap).map_err(|e| e.to_string())?;
-    }
-    Ok((runtime, store))
-}
-
-fn error_value(e: &CapabilityError) -> Value {
-    let mut err = json!({"code": e.code.as_str(), "message": e.message});
-    if let Some(id) = &e.receipt_id {
-        err["receiptId"] = json!(id);
-    }
-    if let Some(details) = &e.details {
-        err["details"] = details.clone();
-    }
-    json!({"error": err})
-}
-
 /// Prints `{"error": {...}}` on stdout and returns exit status 1.
-fn fail(e: &CapabilityError) -> Result<i32, String> {
-    print_json(&error_value(e))?;
+pub fn fail(e: &CapabilityError) -> Result<i32, String> {
+    print_json(&error_document(e))?;
     Ok(1)
 }
 
-fn index() -> (Value, Vec<IndexEntry>) {
-    let doc = default_index();
-    let entries = index_entries(&doc);
-    (doc, entries)
+/// Prints an invocation's outcome: the completed result (0), the pending approval (3) or
+/// the error (1).
+pub fn print_outcome(
+    outcome: Outcome,
+    completed: impl FnOnce(Value) -> Value,
+) -> Result<i32, String> {
+    match outcome {
+        Outcome::Completed(receipt) => {
+            print_json(&completed(receipt.to_value()))?;
+            Ok(0)
+        }
+        Outcome::NeedsApproval(pending) => {
+            print_json(&approval_document(&pending))?;
+            Ok(3)
+        }
+        Outcome::Failed(e) => fail(&e),
+    }
+}
+
+/// Runs a request, or resumes it with `--approval`.
+pub fn invoke(host: &capability_host::Host, request: &Request, options: &RunOptions) -> Outcome {
+    match &options.approval {
+        Some(token) => host.resume(request, token),
+        None => host.invoke(request),
+    }
 }
 
 #[derive(Args, Debug)]
@@ -94,74 +53,30 @@ pub struct ExecArgs {
     pub id: String,
     /// The input, as JSON text.
     pub input: String,
-    /// Approve effects that require approval.
-    #[arg(long)]
-    pub approve: bool,
-    /// The effect policy.
-    #[arg(long, value_enum, default_value = "permissive")]
-    pub preset: PresetArg,
-    /// Capability home (receipts); default $CAP_HOME or the user data dir.
-    #[arg(long)]
-    pub home: Option<PathBuf>,
-    /// Wall-clock limit in milliseconds.
-    #[arg(long)]
-    pub timeout_ms: Option<u64>,
     #[command(flatten)]
-    pub governance: crate::commands::governance::GovernanceArgs,
+    pub options: RunOptions,
 }
 
 pub fn exec(args: ExecArgs) -> Result<i32, String> {
     let input = parse_json_arg(&args.input, "input")?;
-    let (_, entries) = index();
+    let host = args
+        .options
+        .open(vec![std::sync::Arc::new(capability_host::Builtins)])?;
     // An id-shaped argument must match exactly: never run a different capability because
     // its words happen to be similar. Other arguments are queries, resolved as the reference.
-    let resolved = if capability_core::validate::is_capability_id(&args.id) {
-        match entries.iter().any(|e| e.manifest.id == args.id) {
-            true => args.id.clone(),
-            false => {
-                let e = CapabilityError::new(
-                    ErrorCode::NotFound,
-                    format!("Capability not found: {}", args.id),
-                );
-                return fail(&e);
-            }
-        }
-    } else {
-        match resolve(&entries, &args.id) {
-            Ok(r) => r.entry.manifest.id.clone(),
-            Err(e) => return fail(&CapabilityError::new(ErrorCode::NotFound, e.to_string())),
-        }
+    let id = match host.resolve(&args.id) {
+        Ok(id) => id,
+        Err(e) => return fail(&e),
     };
-    let governor = crate::commands::governance::governor(args.home.as_deref(), &args.governance)?;
-    let (runtime, _store) = runtime(args.home.as_deref(), args.preset.preset(), Some(governor))?;
-    let options = ExecuteOptions {
-        approved: args.approve,
-        timeout: args.timeout_ms.map(Duration::from_millis),
-        ..Default::default()
-    };
-    let result = crate::commands::governance::governed_invoke(
-        &runtime,
-        &resolved,
-        input,
-        options,
-        &args.governance,
-    );
-    let inspection = runtime.inspect(&resolved).unwrap_or(Value::Null);
-    match result {
-        Ok(receipt) => {
-            print_json(&json!({"capability": inspection, "receipt": receipt.to_value()}))?;
-            Ok(0)
-        }
-        Err(e)
-            if e.code == ErrorCode::ApprovalRequired
-                && e.details
-                    .as_ref()
-                    .is_some_and(|d| d.get("approval").is_some()) =>
-        {
-            crate::commands::governance::approval_needed(e.details.as_ref())
-        }
-        Err(e) => fail(&e),
-    }
+    let mut request = Request::new(id.clone(), input);
+    request.caller = args.options.caller();
+    request.approve_effects = args.options.approve;
+    let outcome = invoke(&host, &request, &args.options);
+    let inspection = host.inspect(&id).unwrap_or(Value::Null);
+    print_outcome(
+        outcome,
+        |receipt| json!({"capability": inspection, "receipt": receipt}),
+    )
 }
 
 #[derive(Args, Debug)]
@@ -171,16 +86,19 @@ pub struct FindArgs {
     /// The most results to show.
     #[arg(long, default_value_t = 10)]
     pub limit: usize,
+    #[command(flatten)]
+    pub home: HomeArg,
 }
 
 pub fn find(args: FindArgs) -> Result<i32, String> {
-    let (_, entries) = index();
+    let host = open_home(&args.home)?;
     let query = DiscoveryQuery {
         text: args.query,
         limit: Some(args.limit),
         ..Default::default()
     };
-    let hits: Vec<Value> = discover_index(&entries, &query)
+    let hits: Vec<Value> = host
+        .find(&query)
         .into_iter()
         .map(|h| {
             let m = &h.item.manifest;
@@ -199,11 +117,13 @@ pub fn find(args: FindArgs) -> Result<i32, String> {
 pub struct InfoArgs {
     /// Capability id, or a query.
     pub id_or_query: String,
+    #[command(flatten)]
+    pub home: HomeArg,
 }
 
 pub fn info(args: InfoArgs) -> Result<i32, String> {
-    let (_, entries) = index();
-    let r = resolve(&entries, &args.id_or_query).map_err(|e| e.to_string())?;
+    let host = open_home(&args.home)?;
+    let r = host.info(&args.id_or_query).map_err(|e| e.message)?;
     let e = r.entry;
     let mut capability = json!({"manifest": e.manifest.to_value(), "module": e.module});
     if let Some(i) = &e.integrity {
@@ -222,9 +142,8 @@ pub fn info(args: InfoArgs) -> Result<i32, String> {
 pub struct ReceiptsArgs {
     #[command(subcommand)]
     pub command: ReceiptsCommand,
-    /// Capability home; default $CAP_HOME or the user data dir.
-    #[arg(long, global = true)]
-    pub home: Option<PathBuf>,
+    #[command(flatten)]
+    pub home: HomeArg,
 }
 
 #[derive(Subcommand, Debug)]
@@ -289,7 +208,8 @@ impl ReceiptFilter {
 }
 
 pub fn receipts(args: ReceiptsArgs) -> Result<i32, String> {
-    let store = open_store(args.home.as_deref())?;
+    let host = open_home(&args.home)?;
+    let store = host.receipts();
     match args.command {
         ReceiptsCommand::List(filter) => {
             let receipts = store.list(&filter.query()?).map_err(|e| e.to_string())?;
@@ -332,24 +252,15 @@ pub fn receipts(args: ReceiptsArgs) -> Result<i32, String> {
 pub struct RollbackArgs {
     /// The receipt of the execution to undo.
     pub receipt_id: String,
-    /// Approve effects that require approval.
-    #[arg(long)]
-    pub approve: bool,
-    /// The effect policy.
-    #[arg(long, value_enum, default_value = "permissive")]
-    pub preset: PresetArg,
-    /// Capability home; default $CAP_HOME or the user data dir.
-    #[arg(long)]
-    pub home: Option<PathBuf>,
+    #[command(flatten)]
+    pub options: RunOptions,
 }
 
 pub fn rollback(args: RollbackArgs) -> Result<i32, String> {
-    let (runtime, _store) = runtime(args.home.as_deref(), args.preset.preset(), None)?;
-    let options = ExecuteOptions {
-        approved: args.approve,
-        ..Default::default()
-    };
-    match runtime.rollback(&args.receipt_id, &options) {
+    let host = args
+        .options
+        .open(vec![std::sync::Arc::new(capability_host::Builtins)])?;
+    match host.rollback(&args.receipt_id, args.options.approve) {
         Ok(receipt) => {
             print_json(&json!({"receipt": receipt.to_value()}))?;
             Ok(0)

@@ -68,7 +68,8 @@ fn gone(_: WriterGone) -> StoreError {
     StoreError::Database("the database writer stopped".into())
 }
 
-const INSERT: &str = "INSERT OR REPLACE INTO receipts (id, capability_id, status, started_at, ended_at, body)
+const INSERT: &str =
+    "INSERT OR REPLACE INTO receipts (id, capability_id, status, started_at, ended_at, body)
      VALUES (?1, ?2, ?3, ?4, ?5, ?6)";
 
 fn insert(conn: &Connection, r: &Receipt) -> rusqlite::Result<()> {

@@ -1,0 +1,240 @@
+//! The options every command that runs or plans a capability shares, and how they become a
+//! [`HostConfig`] and a caller.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use capability_core::authorization::Preset;
+use capability_host::{
+    Actor, Caller, CapabilitySource, ExecutorChoice, Host, HostConfig, HostGrants, OciImages,
+};
+use capability_policy::Environment;
+use clap::{Args, ValueEnum};
+
+/// Effect-policy presets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PresetArg {
+    DenyAll,
+    ReadOnly,
+    Permissive,
+}
+
+impl PresetArg {
+    pub fn preset(self) -> Preset {
+        match self {
+            PresetArg::DenyAll => Preset::DenyAll,
+            PresetArg::ReadOnly => Preset::ReadOnly,
+            PresetArg::Permissive => Preset::Permissive,
+        }
+    }
+}
+
+/// Where package code runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExecutorArg {
+    Auto,
+    Process,
+    Wasm,
+    Oci,
+    InProcess,
+}
+
+impl ExecutorArg {
+    fn choice(self) -> ExecutorChoice {
+        match self {
+            ExecutorArg::Auto => ExecutorChoice::Auto,
+            ExecutorArg::Process => ExecutorChoice::Process,
+            ExecutorArg::Wasm => ExecutorChoice::Wasm,
+            ExecutorArg::Oci => ExecutorChoice::Oci,
+            ExecutorArg::InProcess => ExecutorChoice::InProcess,
+        }
+    }
+}
+
+/// The capability home option of every command that keeps or reads state.
+#[derive(Args, Debug, Clone, Default)]
+pub struct HomeArg {
+    /// Capability home; default $CAP_HOME, $XDG_DATA_HOME/capability or
+    /// ~/.local/share/capability.
+    #[arg(long, global = true)]
+    pub home: Option<PathBuf>,
+}
+
+/// Governance, executor and limit options of every command that runs or plans a capability.
+#[derive(Args, Debug, Clone)]
+pub struct RunOptions {
+    /// Approve effects that the effect policy puts behind approval.
+    #[arg(long)]
+    pub approve: bool,
+    /// The effect policy.
+    #[arg(long, value_enum, default_value = "permissive")]
+    pub preset: PresetArg,
+    /// A Cedar policy file, or a directory of `*.cedar` files (repeatable). With policy files,
+    /// Cedar's default deny applies; without, the governance layer allows.
+    #[arg(long = "policy")]
+    pub policies: Vec<PathBuf>,
+    /// The agent (`Agent::"<id>"`).
+    #[arg(long)]
+    pub agent: Option<String>,
+    /// The tenant the agent acts in.
+    #[arg(long)]
+    pub tenant: Option<String>,
+    /// A scope granted to the agent (repeatable).
+    #[arg(long = "scope")]
+    pub scopes: Vec<String>,
+    /// dev, staging or prod.
+    #[arg(long, value_parser = parse_environment)]
+    pub environment: Option<Environment>,
+    /// The token of an approved approval: runs the exact plan that was approved.
+    #[arg(long)]
+    pub approval: Option<String>,
+    /// Record what policies would enforce without enforcing it.
+    #[arg(long)]
+    pub shadow: bool,
+    /// A trust policy (JSON: minScore, requirePackage, requireIntegrity, ...) that package
+    /// capabilities must satisfy before they run.
+    #[arg(long = "trust-policy")]
+    pub trust_policy: Option<PathBuf>,
+    /// The isolation boundary for package code.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub executor: ExecutorArg,
+    /// An OCI image pinned by digest, per runner: `native=<ref@sha256:...>`, `node=...`,
+    /// `python=...` (repeatable).
+    #[arg(long = "oci-image", value_parser = parse_oci_image)]
+    pub oci_images: Vec<(String, String)>,
+    /// Wall-clock limit in milliseconds (default 30000 in the sandbox).
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// Memory limit in MiB (default 1024 in the sandbox).
+    #[arg(long)]
+    pub memory_mb: Option<u64>,
+    /// A host path opened read-only when filesystem.read is granted (repeatable).
+    #[arg(long = "allow-read")]
+    pub allow_read: Vec<PathBuf>,
+    /// A host path opened read-write when filesystem.write is granted (repeatable).
+    #[arg(long = "allow-write")]
+    pub allow_write: Vec<PathBuf>,
+    /// A host environment variable passed when environment.read is granted (repeatable).
+    #[arg(long = "allow-env")]
+    pub allow_env: Vec<String>,
+    #[command(flatten)]
+    pub home: HomeArg,
+}
+
+fn parse_environment(s: &str) -> Result<Environment, String> {
+    Environment::parse(s).map_err(|e| e.to_string())
+}
+
+fn parse_oci_image(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((kind @ ("native" | "node" | "python"), image)) if !image.is_empty() => {
+            Ok((kind.to_string(), image.to_string()))
+        }
+        _ => Err(format!(
+            "expected native=<image>, node=<image> or python=<image>, got {s:?}"
+        )),
+    }
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            approve: false,
+            preset: PresetArg::Permissive,
+            policies: Vec::new(),
+            agent: None,
+            tenant: None,
+            scopes: Vec::new(),
+            environment: None,
+            approval: None,
+            shadow: false,
+            trust_policy: None,
+            executor: ExecutorArg::Auto,
+            oci_images: Vec::new(),
+            timeout_ms: None,
+            memory_mb: None,
+            allow_read: Vec::new(),
+            allow_write: Vec::new(),
+            allow_env: Vec::new(),
+            home: HomeArg::default(),
+        }
+    }
+}
+
+fn absolute(paths: &[PathBuf]) -> Vec<PathBuf> {
+    paths
+        .iter()
+        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
+        .collect()
+}
+
+impl RunOptions {
+    /// Who acts.
+    pub fn caller(&self) -> Caller {
+        Caller::from(Actor {
+            agent_id: self.agent.clone(),
+            tenant: self.tenant.clone(),
+            scopes: self.scopes.iter().cloned().collect(),
+            environment: self.environment,
+            principal_id: None,
+        })
+    }
+
+    /// The host configuration these options describe, with these sources.
+    pub fn config(&self, sources: Vec<Arc<dyn CapabilitySource>>) -> Result<HostConfig, String> {
+        let trust = match &self.trust_policy {
+            Some(p) => Some(
+                serde_json::from_value(crate::output::read_json(p)?)
+                    .map_err(|e| format!("{}: {e}", p.display()))?,
+            ),
+            None => None,
+        };
+        let mut images = OciImages::default();
+        for (kind, image) in &self.oci_images {
+            let slot = match kind.as_str() {
+                "node" => &mut images.node,
+                "python" => &mut images.python,
+                _ => &mut images.native,
+            };
+            *slot = Some(image.clone());
+        }
+        Ok(HostConfig {
+            home: self.home.home.clone(),
+            preset: self.preset.preset(),
+            policies: self.policies.clone(),
+            shadow: self.shadow,
+            trust,
+            executor: self.executor.choice(),
+            timeout: self.timeout_ms.map(Duration::from_millis),
+            memory_mb: self.memory_mb,
+            grants: HostGrants {
+                read_paths: absolute(&self.allow_read),
+                write_paths: absolute(&self.allow_write),
+                env: self
+                    .allow_env
+                    .iter()
+                    .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
+                    .collect(),
+                secrets: Default::default(),
+            },
+            oci_images: images,
+            sources,
+            ..HostConfig::default()
+        })
+    }
+
+    /// Opens the host these options describe.
+    pub fn open(&self, sources: Vec<Arc<dyn CapabilitySource>>) -> Result<Host, String> {
+        Host::open(self.config(sources)?).map_err(|e| e.to_string())
+    }
+}
+
+/// Opens a host on `home` with the built-ins, for commands that only query or decide.
+pub fn open_home(home: &HomeArg) -> Result<Host, String> {
+    Host::open(HostConfig {
+        home: home.home.clone(),
+        ..HostConfig::default()
+    })
+    .map_err(|e| e.to_string())
+}

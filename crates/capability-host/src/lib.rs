@@ -1,0 +1,658 @@
+//! # capability-host
+//!
+//! The one embedding API of the runtime. A [`Host`] owns the capability [`Home`] (its layout
+//! and permissions), one database with one writer for receipts, kept plans, audit events and
+//! approvals, the policies (Cedar files and directories, the effect preset, the trust
+//! policy, shadow mode), the executor that package code runs behind, and the capability
+//! sources. The CLI, the MCP server, the MCP gateway and the HTTP server are thin surfaces
+//! over it: they parse their protocol, call the host and render what it returns.
+//!
+//! The whole governed lifecycle — policy files, durable stores, an approval and its
+//! resumption:
+//!
+//! ```
+//! use capability_host::{Host, HostConfig, Outcome, Request};
+//! # let dir = tempfile::tempdir()?;
+//! # let policies = dir.path().join("policies.cedar");
+//! std::fs::write(&policies, r#"permit(principal, action, resource);
+//!   @decision("approval_required") @reason("secrets need a human")
+//!   forbid(principal, action, resource) when { context.input.text like "*secret*" };"#)?;
+//! let host = Host::open(HostConfig { home: Some(dir.path().join("home")),
+//!     policies: vec![policies], ..HostConfig::default() })?;
+//! let request = Request::new("text/slugify", serde_json::json!({"text": "a secret plan"}));
+//! let Outcome::NeedsApproval(pending) = host.invoke(&request) else { panic!("no approval") };
+//! let approval = pending.approval.as_ref().map(|a| a.approval_id.clone()).unwrap_or_default();
+//! let token = host.approvals().approve(&approval, "alice", None)?;
+//! let Outcome::Completed(receipt) = host.resume(&request, &token.0) else { panic!("not run") };
+//! assert_eq!(receipt.output, Some(serde_json::json!({"slug": "a-secret-plan"})));
+//! assert!(host.verify_audit()?.ok);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## API
+//!
+//! * [`Host::open`] with a [`HostConfig`]: creates the home on first use, opens the
+//!   database, loads and checks the policies, selects the executor and registers every
+//!   capability of the configured [`CapabilitySource`]s ([`Builtins`] by default,
+//!   [`LocalPackage`]s).
+//! * [`Host::invoke`] runs a [`Request`] through plan → effect authorization → policies →
+//!   execution behind the executor → verification → receipt → audit, and returns an
+//!   [`Outcome`]: `Completed` (the receipt), `NeedsApproval` (the pending approval; the plan
+//!   is kept) or `Failed` (a typed [`CapabilityError`] whose `receipt_id` names the failed
+//!   receipt when one was kept). [`Host::resume`] runs the exact plan an approval token was
+//!   granted for, after checking that the request names the same capability and input.
+//! * [`Host::plan`], [`Host::inspect`], [`Host::resolve`] and [`Host::find`] plan and
+//!   discover without executing; [`Host::rollback`] undoes a reversible execution.
+//! * Queries: [`Host::receipts`], [`Host::audit`], [`Host::verify_audit`],
+//!   [`Host::approvals`].
+//!
+//! ## Executors
+//!
+//! [`ExecutorChoice`]: `auto` (WASM for `.wasm` modules, the process sandbox for node,
+//! python and native modules, an OCI engine when the sandbox cannot run and images are
+//! configured), `process`, `wasm`, `oci` (docker or podman, images pinned by digest from
+//! [`HostConfig::oci_images`]) and `in-process` (trusted host code only: package modules
+//! are refused). The built-ins always run in process.
+
+pub mod home;
+pub mod sources;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use capability_core::authorization::Preset;
+use capability_core::discovery::DiscoveryQuery;
+use capability_core::discovery::Hit;
+use capability_core::index::{IndexEntry, Resolution, discover_index, resolve};
+use capability_core::plan::Plan;
+use capability_core::receipt::Receipt;
+use capability_core::{CapabilityError, ErrorCode};
+use capability_journal::Database;
+use capability_policy::approvals::ApprovalStore;
+use capability_policy::audit::VerifyReport;
+use capability_policy::{
+    ApprovalManager, AuditSink, AuditStore, CedarPolicies, Governor, HostKey, MemoryStore,
+    PolicyEngine, SqliteStore,
+};
+use capability_runtime::store::{Durability, MemoryReceiptStore, ReceiptStore};
+use capability_runtime::trust::{TrustPolicy, assess_trust_of};
+use capability_runtime::{CapabilityRuntime, ExecuteOptions, SqliteReceiptStore};
+use capability_sandbox::{Choice, ModuleExecutor};
+use serde_json::{Value, json};
+
+pub use capability_policy::Actor;
+pub use capability_runtime::{Caller, Outcome, PendingApproval};
+pub use capability_sandbox::{HostGrants, OciImages};
+pub use home::Home;
+pub use sources::{Builtins, CapabilitySource, LocalPackage, PackageFile};
+
+/// The agent the host acts as when a request names none.
+pub const DEFAULT_AGENT: &str = "cap-cli";
+
+/// Why the host could not be opened or a query could not be answered.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("capability home `{path}`: {message}")]
+    Home { path: PathBuf, message: String },
+    #[error("cannot open the database in `{path}`: {message}")]
+    Database { path: PathBuf, message: String },
+    #[error("policy: {0}")]
+    Policy(String),
+    #[error("{0}")]
+    Source(CapabilityError),
+    #[error("store: {0}")]
+    Store(String),
+    #[error("host key: {0}")]
+    Key(String),
+}
+
+/// Where package code runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ExecutorChoice {
+    /// The strongest boundary available here for the module kind.
+    #[default]
+    Auto,
+    /// The Linux process sandbox (node, python, native).
+    Process,
+    /// The WASM executor (`.wasm` modules).
+    Wasm,
+    /// An OCI engine (docker or podman).
+    Oci,
+    /// In the host process: trusted host code only; package modules are refused.
+    InProcess,
+}
+
+impl ExecutorChoice {
+    /// Parses `auto`, `process`, `wasm`, `oci` or `in-process`.
+    pub fn parse(s: &str) -> Option<ExecutorChoice> {
+        Some(match s {
+            "auto" => ExecutorChoice::Auto,
+            "process" => ExecutorChoice::Process,
+            "wasm" => ExecutorChoice::Wasm,
+            "oci" => ExecutorChoice::Oci,
+            "in-process" => ExecutorChoice::InProcess,
+            _ => return None,
+        })
+    }
+}
+
+/// Where receipts, audit events and approvals are kept.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Storage {
+    /// In the home's database (the default), safe from process crashes.
+    #[default]
+    Durable,
+    /// In the home's database, flushed to disk on every receipt (safe from power loss).
+    DurableSync,
+    /// In memory only (the home is still created for the host key).
+    Memory,
+}
+
+/// Everything a host is opened with.
+#[derive(Clone)]
+pub struct HostConfig {
+    /// The capability home (default: resolved from the environment, see [`home`]).
+    pub home: Option<PathBuf>,
+    pub storage: Storage,
+    /// The effect policy (default `permissive`, as the reference's CLI).
+    pub preset: Preset,
+    /// Cedar policy files, or directories of `*.cedar` files (sorted by name). With policy
+    /// files, Cedar's default deny applies; without, the governance layer allows and audits.
+    pub policies: Vec<PathBuf>,
+    /// Record what policies would enforce without enforcing it.
+    pub shadow: bool,
+    /// A trust policy module capabilities must satisfy before they run.
+    pub trust: Option<TrustPolicy>,
+    pub executor: ExecutorChoice,
+    /// Wall-clock limit of one execution.
+    pub timeout: Option<Duration>,
+    /// Memory limit of one sandboxed execution, in MiB.
+    pub memory_mb: Option<u64>,
+    /// What the host opens to package code when the matching effect is granted.
+    pub grants: HostGrants,
+    /// Images for the OCI executor, pinned by digest.
+    pub oci_images: OciImages,
+    /// Where capabilities come from (default: the built-ins).
+    pub sources: Vec<Arc<dyn CapabilitySource>>,
+    /// The agent when a request names none.
+    pub default_agent: String,
+}
+
+impl Default for HostConfig {
+    fn default() -> Self {
+        HostConfig {
+            home: None,
+            storage: Storage::Durable,
+            preset: Preset::Permissive,
+            policies: Vec::new(),
+            shadow: false,
+            trust: None,
+            executor: ExecutorChoice::Auto,
+            timeout: None,
+            memory_mb: None,
+            grants: HostGrants::default(),
+            oci_images: OciImages::default(),
+            sources: vec![Arc::new(Builtins)],
+            default_agent: DEFAULT_AGENT.into(),
+        }
+    }
+}
+
+impl std::fmt::Debug for HostConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostConfig")
+            .field("home", &self.home)
+            .field("storage", &self.storage)
+            .field("preset", &self.preset)
+            .field("policies", &self.policies)
+            .field("shadow", &self.shadow)
+            .field("executor", &self.executor)
+            .field(
+                "sources",
+                &self.sources.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// One call of a capability.
+#[derive(Clone, Debug)]
+pub struct Request {
+    /// The capability id.
+    pub capability: String,
+    pub input: Value,
+    /// Who acts and the call's context.
+    pub caller: Caller,
+    /// The caller approves effects that the effect policy puts behind approval (the
+    /// reference's `--approve`; policy approvals always need a human).
+    pub approve_effects: bool,
+    /// Wall-clock limit for this call (the tighter of this and the host's applies).
+    pub timeout: Option<Duration>,
+    /// Caller metadata, copied into the receipt.
+    pub metadata: Option<Value>,
+}
+
+impl Request {
+    pub fn new(capability: impl Into<String>, input: Value) -> Self {
+        Request {
+            capability: capability.into(),
+            input,
+            caller: Caller::default(),
+            approve_effects: false,
+            timeout: None,
+            metadata: None,
+        }
+    }
+
+    /// The same request made by `actor`.
+    pub fn by(mut self, actor: Actor) -> Self {
+        self.caller.actor = actor;
+        self
+    }
+}
+
+/// `*.cedar` files from files and directories: a directory contributes its `*.cedar` files
+/// (not recursively), sorted by name, and must hold at least one; a file is taken as given.
+pub fn policy_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, HostError> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
+                .map_err(|e| HostError::Policy(format!("cannot read {}: {e}", p.display())))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|e| e.extension().is_some_and(|x| x == "cedar"))
+                .collect();
+            entries.sort();
+            if entries.is_empty() {
+                return Err(HostError::Policy(format!(
+                    "{} holds no .cedar file",
+                    p.display()
+                )));
+            }
+            out.extend(entries);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// The host: see the crate docs.
+pub struct Host {
+    home: Home,
+    runtime: CapabilityRuntime,
+    receipts: Arc<dyn ReceiptStore>,
+    audit: Arc<dyn AuditStore>,
+    approvals: Arc<ApprovalManager>,
+    database: Option<Arc<Database>>,
+    entries: Vec<IndexEntry>,
+    trust: Option<TrustPolicy>,
+    timeout: Option<Duration>,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("home", &self.home)
+            .finish_non_exhaustive()
+    }
+}
+
+fn store_err(e: impl std::fmt::Display) -> HostError {
+    HostError::Store(e.to_string())
+}
+
+fn module_executor(config: &HostConfig) -> Result<Option<ModuleExecutor>, CapabilityError> {
+    let choice = match config.executor {
+        ExecutorChoice::Auto => Choice::Auto,
+        ExecutorChoice::Process => Choice::Process,
+        ExecutorChoice::Wasm => Choice::Wasm,
+        ExecutorChoice::Oci => Choice::Oci,
+        ExecutorChoice::InProcess => return Ok(None),
+    };
+    let mut limits = capability_sandbox::Limits::default();
+    let mut wasm_limits = capability_sandbox::WasmLimits::default();
+    if let Some(t) = config.timeout {
+        limits.wall_timeout = t;
+        wasm_limits.timeout = t;
+    }
+    if let Some(mb) = config.memory_mb {
+        limits.memory_bytes = mb.saturating_mul(1 << 20);
+        wasm_limits.memory_bytes = mb.saturating_mul(1 << 20);
+    }
+    let mut executor = ModuleExecutor::new(choice)
+        .with_host_grants(config.grants.clone())
+        .with_limits(limits);
+    // The WASM executor is available wherever wasmtime runs; without it .wasm modules are
+    // refused (they never run elsewhere).
+    if let Ok(wasm) = capability_sandbox::WasmExecutor::new() {
+        executor = executor.with_wasm(Arc::new(
+            wasm.with_host_grants(config.grants.clone())
+                .with_limits(wasm_limits),
+        ));
+    }
+    let images = &config.oci_images;
+    let has_images = images.node.is_some() || images.python.is_some() || images.native.is_some();
+    if choice == Choice::Oci || (choice == Choice::Auto && has_images) {
+        executor = executor.with_oci(images.clone());
+    }
+    Ok(Some(executor))
+}
+
+impl Host {
+    /// Opens the host (see the crate docs).
+    pub fn open(config: HostConfig) -> Result<Host, HostError> {
+        let home = Home::open_default(config.home.as_deref())?;
+        let key = HostKey::load_or_generate(&home.host_key())
+            .map_err(|e| HostError::Key(e.to_string()))?;
+        let (receipts, audit, approval_store, sink, database): (
+            Arc<dyn ReceiptStore>,
+            Arc<dyn AuditStore>,
+            Arc<dyn ApprovalStore>,
+            Arc<dyn AuditSink>,
+            Option<Arc<Database>>,
+        ) = match config.storage {
+            Storage::Memory => {
+                let store = Arc::new(MemoryStore::new());
+                (
+                    Arc::new(MemoryReceiptStore::new()),
+                    Arc::clone(&store) as Arc<dyn AuditStore>,
+                    Arc::clone(&store) as Arc<dyn ApprovalStore>,
+                    store as Arc<dyn AuditSink>,
+                    None,
+                )
+            }
+            Storage::Durable | Storage::DurableSync => {
+                let db = Arc::new(Database::open(&home.database()).map_err(|e| {
+                    HostError::Database {
+                        path: home.root().to_path_buf(),
+                        message: e.to_string(),
+                    }
+                })?);
+                let durability = match config.storage {
+                    Storage::DurableSync => Durability::System,
+                    _ => Durability::Process,
+                };
+                let receipts =
+                    SqliteReceiptStore::on(Arc::clone(&db), &home.journals(), durability).map_err(
+                        |e| HostError::Database {
+                            path: home.root().to_path_buf(),
+                            message: e.to_string(),
+                        },
+                    )?;
+                let store = Arc::new(SqliteStore::on(Arc::clone(&db), &home.journals()).map_err(
+                    |e| HostError::Database {
+                        path: home.root().to_path_buf(),
+                        message: e.to_string(),
+                    },
+                )?);
+                (
+                    Arc::new(receipts),
+                    Arc::clone(&store) as Arc<dyn AuditStore>,
+                    Arc::clone(&store) as Arc<dyn ApprovalStore>,
+                    store as Arc<dyn AuditSink>,
+                    Some(db),
+                )
+            }
+        };
+        let approvals = Arc::new(ApprovalManager::new(approval_store, key));
+        let engine = PolicyEngine::new();
+        let files = policy_files(&config.policies)?;
+        if !files.is_empty() {
+            let cedar =
+                CedarPolicies::from_paths(&files).map_err(|e| HostError::Policy(e.to_string()))?;
+            engine.add_source(Arc::new(cedar));
+        }
+        engine.set_shadow_mode(config.shadow);
+        let governor = Governor::new(config.default_agent.clone())
+            .engine(Arc::new(engine))
+            .audit(sink)
+            .approvals(Arc::clone(&approvals));
+        let mut builder = CapabilityRuntime::builder()
+            .policy(config.preset.policy())
+            .store(Arc::clone(&receipts))
+            .governor(Arc::new(governor));
+        if let Some(executor) = module_executor(&config).map_err(HostError::Source)? {
+            builder = builder.executor(Arc::new(executor));
+        }
+        let runtime = builder.build();
+        let mut entries = Vec::new();
+        for source in &config.sources {
+            for capability in source.capabilities().map_err(HostError::Source)? {
+                runtime.register(capability).map_err(|e| {
+                    HostError::Source(CapabilityError::new(
+                        e.code,
+                        format!("{}: {}", source.name(), e.message),
+                    ))
+                })?;
+            }
+            entries.extend(source.index_entries());
+        }
+        Ok(Host {
+            home,
+            runtime,
+            receipts,
+            audit,
+            approvals,
+            database,
+            entries,
+            trust: config.trust,
+            timeout: config.timeout,
+        })
+    }
+
+    /// The capability home.
+    pub fn home(&self) -> &Home {
+        &self.home
+    }
+
+    /// The runtime underneath (registry, plans, composition).
+    pub fn runtime(&self) -> &CapabilityRuntime {
+        &self.runtime
+    }
+
+    /// The one database of the durable stores (`None` with [`Storage::Memory`]).
+    pub fn database(&self) -> Option<&Arc<Database>> {
+        self.database.as_ref()
+    }
+
+    fn options(&self, request: &Request) -> ExecuteOptions {
+        let timeout = match (request.timeout, self.timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        ExecuteOptions {
+            approved: request.approve_effects,
+            metadata: request.metadata.clone(),
+            timeout,
+            caller: Some(request.caller.clone()),
+            ..Default::default()
+        }
+    }
+
+    /// Refuses a module capability the trust policy does not accept.
+    fn check_trust(&self, id: &str) -> Result<(), CapabilityError> {
+        let Some(policy) = &self.trust else {
+            return Ok(());
+        };
+        let capability = self.runtime.registry().require(id)?;
+        if capability.is_native() {
+            return Ok(());
+        }
+        let assessment = assess_trust_of(&capability, policy);
+        if assessment.accepted {
+            return Ok(());
+        }
+        Err(CapabilityError::new(
+            ErrorCode::PermissionDenied,
+            format!("the trust policy does not accept {id}"),
+        )
+        .with_details(serde_json::to_value(&assessment).unwrap_or(Value::Null)))
+    }
+
+    /// Runs a request through the whole governed lifecycle.
+    pub fn invoke(&self, request: &Request) -> Outcome {
+        if let Err(e) = self.check_trust(&request.capability) {
+            return Outcome::Failed(e);
+        }
+        self.runtime.invoke_outcome(
+            &request.capability,
+            request.input.clone(),
+            &self.options(request),
+        )
+    }
+
+    /// Runs the exact plan the approval `token` was granted for. The request must name the
+    /// same capability and input (a changed input is refused); the token is single use.
+    pub fn resume(&self, request: &Request, token: &str) -> Outcome {
+        let refused = |m: String| {
+            Outcome::Failed(CapabilityError::new(
+                ErrorCode::PermissionDenied,
+                format!("approval refused: {m}"),
+            ))
+        };
+        let claims = match self.approvals.decode(token) {
+            Ok(c) => c,
+            Err(e) => return refused(e.to_string()),
+        };
+        let Some(fingerprint) = claims.plan_fingerprint else {
+            return refused("the token is not bound to a plan".into());
+        };
+        let plan = match self.runtime.pending_plan(&fingerprint) {
+            Ok(Some(plan)) => plan,
+            Ok(None) => return refused(format!("no pending plan {fingerprint}")),
+            Err(e) => return Outcome::Failed(e),
+        };
+        if plan.capability.id != request.capability {
+            return refused(format!(
+                "it was granted for {}, not {}",
+                plan.capability.id, request.capability
+            ));
+        }
+        if capability_core::json::canonical_hash(&plan.input)
+            != capability_core::json::canonical_hash(&request.input)
+        {
+            return refused("the input differs from the approved plan".into());
+        }
+        if let Err(e) = self.check_trust(&request.capability) {
+            return Outcome::Failed(e);
+        }
+        let mut options = self.options(request);
+        options.approval_token = Some(token.to_string());
+        self.runtime.execute_outcome(&plan, &options)
+    }
+
+    /// Plans a call (the plan hook of a module runs behind the executor with no effect).
+    pub fn plan(&self, id: &str, input: Value) -> Result<Plan, CapabilityError> {
+        self.runtime.plan(id, input)
+    }
+
+    /// The inert view of a registered capability.
+    pub fn inspect(&self, id: &str) -> Result<Value, CapabilityError> {
+        self.runtime.inspect(id)
+    }
+
+    /// The capability an argument names: an id-shaped argument must be registered exactly
+    /// (never a similar one); anything else is a query resolved against the sources'
+    /// index entries as the reference does.
+    pub fn resolve(&self, id_or_query: &str) -> Result<String, CapabilityError> {
+        let not_found = |m: String| CapabilityError::new(ErrorCode::NotFound, m);
+        if capability_core::validate::is_capability_id(id_or_query) {
+            return match self.runtime.registry().get(id_or_query) {
+                Some(_) => Ok(id_or_query.to_string()),
+                None => Err(not_found(format!("Capability not found: {id_or_query}"))),
+            };
+        }
+        resolve(&self.entries, id_or_query)
+            .map(|r| r.entry.manifest.id.clone())
+            .map_err(|e| not_found(e.to_string()))
+    }
+
+    /// Lexical discovery over the sources' index entries (the reference's scores).
+    pub fn find(&self, query: &DiscoveryQuery) -> Vec<Hit<&IndexEntry>> {
+        discover_index(&self.entries, query)
+    }
+
+    /// The index entry an id or query resolves to, with its score and reasons.
+    pub fn info(&self, id_or_query: &str) -> Result<Resolution<'_>, CapabilityError> {
+        resolve(&self.entries, id_or_query)
+            .map_err(|e| CapabilityError::new(ErrorCode::NotFound, e.to_string()))
+    }
+
+    /// Rolls back a successful execution of a reversible capability.
+    pub fn rollback(
+        &self,
+        receipt_id: &str,
+        approve_effects: bool,
+    ) -> Result<Arc<Receipt>, CapabilityError> {
+        let options = ExecuteOptions {
+            approved: approve_effects,
+            ..Default::default()
+        };
+        self.runtime.rollback(receipt_id, &options)
+    }
+
+    /// The receipt store.
+    pub fn receipts(&self) -> &Arc<dyn ReceiptStore> {
+        &self.receipts
+    }
+
+    /// The audit log.
+    pub fn audit(&self) -> &Arc<dyn AuditStore> {
+        &self.audit
+    }
+
+    /// Verifies the audit chain.
+    pub fn verify_audit(&self) -> Result<VerifyReport, HostError> {
+        capability_policy::audit::verify_store(self.audit.as_ref()).map_err(store_err)
+    }
+
+    /// Approvals: list, show, approve (the token), deny.
+    pub fn approvals(&self) -> &Arc<ApprovalManager> {
+        &self.approvals
+    }
+}
+
+/// The `{"approval": {...}}` document of a pending approval, as the surfaces print it.
+pub fn approval_document(pending: &PendingApproval) -> Value {
+    let record = pending
+        .approval
+        .as_ref()
+        .map(|a| a.to_json())
+        .unwrap_or(Value::Null);
+    let mut approval = json!({
+        "id": record.get("approvalId"),
+        "reason": pending.reason,
+        "expiresAt": record.get("expiresAtIso"),
+        "planFingerprint": pending.plan.fingerprint,
+    });
+    if let (Value::Object(a), Value::Object(r)) = (&mut approval, &record) {
+        for key in [
+            "capability",
+            "agentId",
+            "tenant",
+            "requester",
+            "input",
+            "policyIds",
+            "status",
+        ] {
+            if let Some(v) = r.get(key) {
+                a.insert(key.into(), v.clone());
+            }
+        }
+    }
+    json!({ "approval": approval })
+}
+
+/// The `{"error": {"code", "message", "receiptId"?, "details"?}}` document of a failure.
+pub fn error_document(e: &CapabilityError) -> Value {
+    let mut err = json!({"code": e.code.as_str(), "message": e.message});
+    if let Some(id) = &e.receipt_id {
+        err["receiptId"] = json!(id);
+    }
+    if let Some(details) = &e.details {
+        err["details"] = details.clone();
+    }
+    json!({ "error": err })
+}
