@@ -384,3 +384,63 @@ fn policy_schema_and_validation_name_file_and_line() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("bad.cedar:"), "{stderr}");
 }
+
+#[test]
+fn cap_policy_test_runs_the_documented_fixture_shape_without_a_registry() {
+    let home = tempfile::tempdir().unwrap();
+    let policy = home.path().join("refunds.cedar");
+    std::fs::write(
+        &policy,
+        r#"permit(principal, action, resource);
+
+@id("refund-limit") @reason("Refund above $100 requires approval")
+@decision("approval_required")
+forbid(principal, action == Action::"tool_call", resource == Capability::"refund_customer")
+when { context.input has amount_usd && context.input.amount_usd > 100 };
+"#,
+    )
+    .unwrap();
+    let fixtures = home.path().join("refunds.json");
+    std::fs::write(
+        &fixtures,
+        r#"[{
+  "name": "refund under the limit is allowed",
+  "action": {
+    "capability": "refund_customer", "actionType": "tool_call", "agentId": "support-agent",
+    "tenant": "acme", "scopes": ["refunds:create"], "environment": "prod",
+    "input": {"amount_usd": 50}
+  },
+  "expect": "allow"
+}, {
+  "name": "refund over the limit needs approval",
+  "action": {
+    "capability": "refund_customer", "actionType": "tool_call", "agentId": "support-agent",
+    "tenant": "acme", "scopes": ["refunds:create"], "environment": "prod",
+    "input": {"amount_usd": 250}
+  },
+  "expect": "approval_required"
+}]"#,
+    )
+    .unwrap();
+    let out = cap(
+        home.path(),
+        &[
+            "policy",
+            "test",
+            policy.to_str().unwrap(),
+            "--fixtures",
+            fixtures.to_str().unwrap(),
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{text}{stderr}");
+    assert!(text.ends_with("2 passed, 0 failed\n"), "{text}");
+    assert!(!text.contains("not registered;"), "{text}");
+    // Each case says its capability attributes were defaulted, and why.
+    assert_eq!(
+        text.matches("  defaults: kind=tool, risk=low, effects=[], scopes=[], owner=\"\", dataNamespace=\"\", tenant=\"\", environment=\"\" (`refund_customer` is not registered)\n").count(),
+        2,
+        "{text}"
+    );
+}

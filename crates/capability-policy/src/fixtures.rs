@@ -16,8 +16,25 @@
 //!
 //! `action.output` (optional) makes the case an `after_capability` evaluation; otherwise it is
 //! `before_capability`. Optional extras: `stage`, `principal`, `labels`, `costSoFarUsd`,
-//! `estimatedCostUsd`, and `governance` (a `metadata.governance` object, for capabilities that
-//! are not in the registry). `expect` is the combined decision ([`crate::engine::Verdict::kind`]).
+//! `estimatedCostUsd`, and `governance` (a `metadata.governance` object, see [`crate::model`]).
+//! `expect` is the combined decision ([`crate::engine::Verdict::kind`]). Action defaults:
+//! `environment` `dev`, no tenant, no scopes, `input` `{}`, `costSoFarUsd` 0.
+//!
+//! # Which capability a case sees
+//!
+//! * `action.governance` given: the capability is `action.capability` with that governance
+//!   (it replaces a registered one), and [`CAPABILITY_DEFAULTS`] for the attributes it leaves
+//!   out.
+//! * otherwise a registered capability of that name: its registered governance, no defaults.
+//! * otherwise (a capability no registry knows, as in the example above): that name with
+//!   every attribute from [`CAPABILITY_DEFAULTS`].
+//!
+//! The defaults, as the Cedar resource sees them: `kind` `"tool"`, `risk` `"low"`
+//! (`riskLevel` 1), `effects` `[]`, `scopes` `[]`, and `owner`, `dataNamespace`, `tenant`,
+//! `environment` `""`; no input schema either, so integers in `input` are Cedar `Long`s
+//! (give `governance.inputSchema` with `"type": "number"` to compare them as `decimal`). A
+//! case that used any of them says so in the report ([`FixtureResult::defaults`]), on a
+//! `  defaults: ...` line under the case.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -30,7 +47,7 @@ use serde_json::Value;
 use crate::action::{ActionType, AgentAction};
 use crate::decision::DecisionType;
 use crate::engine::PolicyEngine;
-use crate::model::{Environment, Governance, GovernedCapability};
+use crate::model::{CapabilityKind, Environment, Governance, GovernedCapability};
 use crate::policy::{PolicyContext, Stage};
 use crate::registry::CapabilityRegistry;
 
@@ -141,11 +158,60 @@ pub struct FixtureResult {
     pub actual: Result<DecisionType, String>,
     pub reason: Option<String>,
     pub policy_ids: Vec<String>,
+    /// The capability attributes that came from [`CAPABILITY_DEFAULTS`] (empty for a
+    /// registered capability), in that table's order.
+    pub defaults: Vec<&'static str>,
+    /// The capability the case ran against.
+    pub capability: String,
+    /// Where its governance came from.
+    pub source: CapabilitySource,
 }
+
+/// Where a fixture's capability governance came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CapabilitySource {
+    /// The registry (no defaults).
+    Registry,
+    /// The fixture's `action.governance`, with defaults for what it leaves out.
+    Fixture,
+    /// Nothing: no registry knows the name, and the fixture gives no `governance`.
+    Defaults,
+}
+
+/// The attributes of a capability that neither the registry nor the fixture describes:
+/// (Cedar resource attribute, its default as the report prints it, the `metadata.governance`
+/// fields that set it).
+pub const CAPABILITY_DEFAULTS: [(&str, &str, &[&str]); 8] = [
+    ("kind", "tool", &["kind"]),
+    ("risk", "low", &["risk"]),
+    ("effects", "[]", &["effect", "sideEffects"]),
+    ("scopes", "[]", &["scopes"]),
+    ("owner", "\"\"", &["owner"]),
+    ("dataNamespace", "\"\"", &["dataNamespace"]),
+    ("tenant", "\"\"", &["tenant"]),
+    ("environment", "\"\"", &["environment"]),
+];
 
 impl FixtureResult {
     pub fn passed(&self) -> bool {
         self.actual.as_ref().is_ok_and(|a| *a == self.expected)
+    }
+
+    /// `  defaults: kind=tool, ... (`x` is not registered)` when defaults were used.
+    fn render_defaults(&self, out: &mut String) {
+        if self.defaults.is_empty() {
+            return;
+        }
+        let used: Vec<String> = CAPABILITY_DEFAULTS
+            .iter()
+            .filter(|(name, _, _)| self.defaults.contains(name))
+            .map(|(name, value, _)| format!("{name}={value}"))
+            .collect();
+        let _ = write!(out, "  defaults: {}", used.join(", "));
+        if self.source == CapabilitySource::Defaults {
+            let _ = write!(out, " (`{}` is not registered)", self.capability);
+        }
+        out.push('\n');
     }
 }
 
@@ -174,6 +240,7 @@ impl FixtureReport {
         for r in &self.results {
             if r.passed() {
                 let _ = writeln!(out, "ok     {} ({}): {}", r.name, r.stage, r.expected);
+                r.render_defaults(&mut out);
                 continue;
             }
             let _ = writeln!(out, "FAILED {} ({})", r.name, r.stage);
@@ -195,30 +262,39 @@ impl FixtureReport {
                 r.policy_ids.join(", ")
             };
             let _ = writeln!(out, "    policies: {policies}");
+            r.render_defaults(&mut out);
         }
         let _ = writeln!(out, "{} passed, {} failed", self.passed(), self.failed());
         out
     }
 }
 
+/// The capability a fixture runs against, where it came from, and the attributes defaulted.
 fn capability_for(
     a: &FixtureAction,
     registry: &CapabilityRegistry,
-) -> Result<Arc<GovernedCapability>, String> {
+) -> Result<(Arc<GovernedCapability>, CapabilitySource, Vec<&'static str>), String> {
     if let Some(g) = &a.governance {
         let governance =
             Governance::from_json(g, "action.governance").map_err(|e| e.to_string())?;
-        return Ok(Arc::new(GovernedCapability::with_governance(
-            a.capability.clone(),
-            governance,
-        )));
+        let given = |field: &&str| g.get(*field).is_some_and(|v| !v.is_null());
+        let defaults = CAPABILITY_DEFAULTS
+            .iter()
+            .filter(|(_, _, fields)| !fields.iter().any(given))
+            .map(|(name, _, _)| *name)
+            .collect();
+        let cap = GovernedCapability::with_governance(a.capability.clone(), governance);
+        return Ok((Arc::new(cap), CapabilitySource::Fixture, defaults));
     }
-    registry.get(&a.capability).ok_or_else(|| {
-        format!(
-            "capability `{}` is not registered; register it or give `action.governance`",
-            a.capability
-        )
-    })
+    if let Some(cap) = registry.get(&a.capability) {
+        return Ok((cap, CapabilitySource::Registry, Vec::new()));
+    }
+    let cap = GovernedCapability::new(a.capability.clone(), CapabilityKind::Tool);
+    let defaults = CAPABILITY_DEFAULTS
+        .iter()
+        .map(|(name, _, _)| *name)
+        .collect();
+    Ok((Arc::new(cap), CapabilitySource::Defaults, defaults))
 }
 
 /// Runs one case.
@@ -240,9 +316,16 @@ pub fn run_fixture(
         actual: Err(String::new()),
         reason: None,
         policy_ids: Vec::new(),
+        defaults: Vec::new(),
+        capability: a.capability.clone(),
+        source: CapabilitySource::Fixture,
     };
     let cap = match capability_for(a, registry) {
-        Ok(c) => c,
+        Ok((cap, source, defaults)) => {
+            result.source = source;
+            result.defaults = defaults;
+            cap
+        }
         Err(e) => {
             result.actual = Err(e);
             return result;

@@ -471,3 +471,149 @@ permit(principal, action, resource);
         DecisionType::Allow
     );
 }
+
+/// A refund limit for the fixture shape the `fixtures` module documents. With no input schema
+/// the integer amounts are Cedar `Long`s, hence `>`; `refund_decimal` gets a schema from its
+/// fixture so that the README's `decimal` comparison applies.
+const REFUND_LIMIT: &str = r#"
+permit(principal, action, resource);
+
+@id("refund-limit") @reason("Refund above $100 requires approval")
+@decision("approval_required")
+forbid(principal, action == Action::"tool_call", resource == Capability::"refund_customer")
+when { context.input has amount_usd && context.input.amount_usd > 100 };
+
+@id("refund-limit-decimal") @reason("Refund above $100 requires approval")
+@decision("approval_required")
+forbid(principal, action == Action::"tool_call", resource == Capability::"refund_decimal")
+when { context.input has amount_usd && context.input.amount_usd.greaterThan(decimal("100.0")) };
+
+@id("attributes") @reason("unexpected capability attributes")
+forbid(principal, action, resource == Capability::"refund_customer")
+unless {
+  resource.name == "refund_customer" && resource.kind == "tool" && resource.risk == "low" &&
+  resource.riskLevel == 1 && resource.effects == [] && resource.scopes == [] &&
+  resource.owner == "" && resource.dataNamespace == "" && resource.tenant == "" &&
+  resource.environment == ""
+};
+
+@id("given-attributes") @reason("the fixture's attributes were not used")
+forbid(principal, action, resource == Capability::"wire_transfer")
+unless {
+  resource.kind == "external_api" && resource.risk == "high" && resource.effects == ["financial"] &&
+  resource.scopes == ["payments:send"] && resource.owner == "treasury" &&
+  resource.dataNamespace == "" && resource.tenant == "" && resource.environment == ""
+};
+"#;
+
+#[test]
+fn fixtures_for_unregistered_capabilities_run_with_documented_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("refunds.cedar");
+    std::fs::write(&policy, REFUND_LIMIT).unwrap();
+    let cases = dir.path().join("refunds.json");
+    // The shape documented in `capability_policy::fixtures`, with no registry behind it.
+    std::fs::write(
+        &cases,
+        r#"[{
+          "name": "refund under the limit is allowed",
+          "action": {
+            "capability": "refund_customer", "actionType": "tool_call", "agentId": "support-agent",
+            "tenant": "acme", "scopes": ["refunds:create"], "environment": "prod",
+            "input": {"amount_usd": 50}
+          },
+          "expect": "allow"
+        }, {
+          "name": "refund over the limit needs approval",
+          "action": {
+            "capability": "refund_customer", "actionType": "tool_call", "agentId": "support-agent",
+            "tenant": "acme", "scopes": ["refunds:create"], "environment": "prod",
+            "input": {"amount_usd": 250}
+          },
+          "expect": "approval_required"
+        }, {
+          "name": "given attributes are used, defaults fill the rest",
+          "action": {
+            "capability": "wire_transfer", "actionType": "tool_call", "agentId": "support-agent",
+            "governance": {"kind": "external_api", "risk": "high", "effect": {"type": "financial"},
+                           "scopes": ["payments:send"], "owner": "treasury"}
+          },
+          "expect": "allow"
+        }, {
+          "name": "an input schema from the fixture types the input",
+          "action": {
+            "capability": "refund_decimal", "actionType": "tool_call", "agentId": "support-agent",
+            "governance": {"inputSchema": {"type": "object", "properties": {"amount_usd": {"type": "number"}}}},
+            "input": {"amount_usd": 250}
+          },
+          "expect": "approval_required"
+        }]"#,
+    )
+    .unwrap();
+    let report =
+        fixtures::test_policy_files(&[&policy], &cases, &CapabilityRegistry::new()).unwrap();
+    let text = report.render();
+    assert!(report.ok(), "{text}");
+    assert!(text.ends_with("4 passed, 0 failed\n"), "{text}");
+    assert!(
+        text.contains(
+            "ok     refund under the limit is allowed (before_capability): allow\n  \
+             defaults: kind=tool, risk=low, effects=[], scopes=[], owner=\"\", \
+             dataNamespace=\"\", tenant=\"\", environment=\"\" (`refund_customer` is not registered)\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "ok     given attributes are used, defaults fill the rest (before_capability): allow\n  \
+             defaults: dataNamespace=\"\", tenant=\"\", environment=\"\"\n"
+        ),
+        "{text}"
+    );
+    assert_eq!(
+        report.results[0].defaults,
+        [
+            "kind",
+            "risk",
+            "effects",
+            "scopes",
+            "owner",
+            "dataNamespace",
+            "tenant",
+            "environment"
+        ]
+    );
+    assert_eq!(
+        report.results[2].defaults,
+        ["dataNamespace", "tenant", "environment"]
+    );
+    assert_eq!(
+        (report.results[2].source, report.results[0].source),
+        (
+            fixtures::CapabilitySource::Fixture,
+            fixtures::CapabilitySource::Defaults
+        )
+    );
+    assert_eq!(report.results[3].defaults.len(), 8);
+
+    // A registered capability keeps its registered governance and uses no defaults.
+    let registry = CapabilityRegistry::new();
+    registry.register(
+        GovernedCapability::new("refund_customer", CapabilityKind::Tool).risk(RiskLevel::High),
+    );
+    let report = fixtures::test_policy_files(&[&policy], &cases, &registry).unwrap();
+    let r = &report.results[0];
+    assert_eq!(
+        (r.actual.clone(), r.policy_ids.clone()),
+        (Ok(DecisionType::Deny), vec!["attributes".to_string()])
+    );
+    assert!(r.defaults.is_empty(), "{:?}", r.defaults);
+    assert_eq!(r.source, fixtures::CapabilitySource::Registry);
+    assert!(
+        !report
+            .render()
+            .contains("`refund_customer` is not registered"),
+        "{}",
+        report.render()
+    );
+}

@@ -249,8 +249,13 @@ fn a_failing_fixture_is_reported_with_a_readable_diff() {
         "{text}"
     );
     assert!(text.contains("FAILED prod was expected to pass (before_capability)\n  - expected: allow\n  + actual:   deny\n    reason:   not in prod\n    policies: no-prod\n"), "{text}");
+    // An unregistered capability runs with the default attributes, and the report says so.
     assert!(
-        text.contains("+ error:    capability `ghost` is not registered"),
+        text.contains("FAILED unknown capability (before_capability)\n  - expected: deny\n  + actual:   allow\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("environment=\"\" (`ghost` is not registered)\n1 passed"),
         "{text}"
     );
     assert!(text.ends_with("1 passed, 2 failed\n"), "{text}");

@@ -308,7 +308,8 @@ pub enum PolicyCommand {
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// A JSON array of {name, action: {capability, actionType, agentId, tenant, scopes,
-        /// environment, input, output?}, expect}.
+        /// environment, input, output?, governance?}, expect}. Unregistered capabilities run
+        /// with default attributes (kind tool, risk low, ...), marked in the report.
         #[arg(long)]
         fixtures: PathBuf,
         #[command(flatten)]
