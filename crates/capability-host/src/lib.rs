@@ -340,63 +340,60 @@ fn module_executor(config: &HostConfig) -> Result<Option<ModuleExecutor>, Capabi
     Ok(Some(executor))
 }
 
+/// The stores of a host: receipts and plans, the audit log, approvals.
+struct Stores {
+    receipts: Arc<dyn ReceiptStore>,
+    audit: Arc<dyn AuditStore>,
+    approvals: Arc<dyn ApprovalStore>,
+    sink: Arc<dyn AuditSink>,
+    database: Option<Arc<Database>>,
+}
+
+impl Stores {
+    fn open(home: &Home, storage: Storage) -> Result<Stores, HostError> {
+        let durability = match storage {
+            Storage::Memory => {
+                let store = Arc::new(MemoryStore::new());
+                return Ok(Stores {
+                    receipts: Arc::new(MemoryReceiptStore::new()),
+                    audit: Arc::clone(&store) as Arc<dyn AuditStore>,
+                    approvals: Arc::clone(&store) as Arc<dyn ApprovalStore>,
+                    sink: store,
+                    database: None,
+                });
+            }
+            Storage::DurableSync => Durability::System,
+            Storage::Durable => Durability::Process,
+        };
+        let failed = |message: String| HostError::Database {
+            path: home.root().to_path_buf(),
+            message,
+        };
+        let db = Arc::new(Database::open(&home.database()).map_err(|e| failed(e.to_string()))?);
+        let receipts = SqliteReceiptStore::on(Arc::clone(&db), &home.journals(), durability)
+            .map_err(|e| failed(e.to_string()))?;
+        let store = Arc::new(
+            SqliteStore::on(Arc::clone(&db), &home.journals())
+                .map_err(|e| failed(e.to_string()))?,
+        );
+        Ok(Stores {
+            receipts: Arc::new(receipts),
+            audit: Arc::clone(&store) as Arc<dyn AuditStore>,
+            approvals: Arc::clone(&store) as Arc<dyn ApprovalStore>,
+            sink: store,
+            database: Some(db),
+        })
+    }
+}
+
 impl Host {
     /// Opens the host (see the crate docs).
     pub fn open(config: HostConfig) -> Result<Host, HostError> {
         let home = Home::open_default(config.home.as_deref())?;
         let key = HostKey::load_or_generate(&home.host_key())
             .map_err(|e| HostError::Key(e.to_string()))?;
-        let (receipts, audit, approval_store, sink, database): (
-            Arc<dyn ReceiptStore>,
-            Arc<dyn AuditStore>,
-            Arc<dyn ApprovalStore>,
-            Arc<dyn AuditSink>,
-            Option<Arc<Database>>,
-        ) = match config.storage {
-            Storage::Memory => {
-                let store = Arc::new(MemoryStore::new());
-                (
-                    Arc::new(MemoryReceiptStore::new()),
-                    Arc::clone(&store) as Arc<dyn AuditStore>,
-                    Arc::clone(&store) as Arc<dyn ApprovalStore>,
-                    store as Arc<dyn AuditSink>,
-                    None,
-                )
-            }
-            Storage::Durable | Storage::DurableSync => {
-                let db = Arc::new(Database::open(&home.database()).map_err(|e| {
-                    HostError::Database {
-                        path: home.root().to_path_buf(),
-                        message: e.to_string(),
-                    }
-                })?);
-                let durability = match config.storage {
-                    Storage::DurableSync => Durability::System,
-                    _ => Durability::Process,
-                };
-                let receipts =
-                    SqliteReceiptStore::on(Arc::clone(&db), &home.journals(), durability).map_err(
-                        |e| HostError::Database {
-                            path: home.root().to_path_buf(),
-                            message: e.to_string(),
-                        },
-                    )?;
-                let store = Arc::new(SqliteStore::on(Arc::clone(&db), &home.journals()).map_err(
-                    |e| HostError::Database {
-                        path: home.root().to_path_buf(),
-                        message: e.to_string(),
-                    },
-                )?);
-                (
-                    Arc::new(receipts),
-                    Arc::clone(&store) as Arc<dyn AuditStore>,
-                    Arc::clone(&store) as Arc<dyn ApprovalStore>,
-                    store as Arc<dyn AuditSink>,
-                    Some(db),
-                )
-            }
-        };
-        let approvals = Arc::new(ApprovalManager::new(approval_store, key));
+        let stores = Stores::open(&home, config.storage)?;
+        let approvals = Arc::new(ApprovalManager::new(stores.approvals, key));
         let engine = PolicyEngine::new();
         let files = policy_files(&config.policies)?;
         if !files.is_empty() {
@@ -407,11 +404,11 @@ impl Host {
         engine.set_shadow_mode(config.shadow);
         let governor = Governor::new(config.default_agent.clone())
             .engine(Arc::new(engine))
-            .audit(sink)
+            .audit(stores.sink)
             .approvals(Arc::clone(&approvals));
         let mut builder = CapabilityRuntime::builder()
             .policy(config.preset.policy())
-            .store(Arc::clone(&receipts))
+            .store(Arc::clone(&stores.receipts))
             .governor(Arc::new(governor));
         if let Some(executor) = module_executor(&config).map_err(HostError::Source)? {
             builder = builder.executor(Arc::new(executor));
@@ -432,10 +429,10 @@ impl Host {
         Ok(Host {
             home,
             runtime,
-            receipts,
-            audit,
+            receipts: stores.receipts,
+            audit: stores.audit,
             approvals,
-            database,
+            database: stores.database,
             entries,
             trust: config.trust,
             timeout: config.timeout,
@@ -612,6 +609,12 @@ impl Host {
     pub fn approvals(&self) -> &Arc<ApprovalManager> {
         &self.approvals
     }
+}
+
+/// Which isolation boundaries work on this host, and the kernel features found (every
+/// probe is bounded in time).
+pub fn doctor() -> capability_sandbox::DoctorReport {
+    capability_sandbox::doctor(capability_sandbox::ProcessSandbox::global())
 }
 
 /// The `{"approval": {...}}` document of a pending approval, as the surfaces print it.

@@ -9,7 +9,7 @@ use capability_core::ErrorCode;
 use capability_host::{
     Actor, CapabilitySource, ExecutorChoice, Host, HostConfig, LocalPackage, Outcome, Request,
 };
-use capability_policy::{AuditStore, HostKey};
+use capability_policy::HostKey;
 use serde_json::json;
 
 fn host_with(home: &Path, policy: Option<&str>) -> Host {

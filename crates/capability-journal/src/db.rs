@@ -243,6 +243,7 @@ fn writer_loop(mut conn: Connection, rx: Receiver<Msg>) {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use std::sync::Arc;

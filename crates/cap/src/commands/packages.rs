@@ -89,7 +89,7 @@ pub fn plan(args: PackageRunArgs) -> Result<i32, String> {
 /// `cap doctor`: which boundaries work here and the kernel features found; exits 1 when no
 /// boundary can run package code.
 pub fn doctor() -> Result<i32, String> {
-    let report = capability_sandbox::doctor(capability_sandbox::ProcessSandbox::global());
+    let report = capability_host::doctor();
     let mut value = serde_json::to_value(&report).map_err(|e| e.to_string())?;
     let ok = report.process_sandbox_ok() || report.oci_ok();
     if let Value::Object(map) = &mut value {
