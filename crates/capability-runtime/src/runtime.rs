@@ -325,7 +325,7 @@ impl CapabilityRuntime {
             None => match capability.implementation() {
                 Implementation::Module(_) => self
                     .executor_for(capability)?
-                    .plan(capability, &input, &cancel)
+                    .plan(capability.as_ref(), &input, &cancel)
                     .map_err(hook_to_plan_error)?
                     .unwrap_or_default(),
                 _ => PlanDetails::default(),
@@ -443,7 +443,7 @@ impl CapabilityRuntime {
             timeout = Some(timeout.map_or(floor, |t| t.min(floor)));
         }
         let request = ExecutionRequest {
-            capability,
+            capability: capability.as_ref(),
             plan,
             approved: options.approved,
             metadata: options.metadata.as_ref(),
@@ -452,7 +452,7 @@ impl CapabilityRuntime {
             sandbox,
         };
         let started = self.clock.now_millis();
-        let outcome = self.run(executor, &request);
+        let outcome = self.run(capability, executor, &request);
         let ended = self.clock.now_millis();
         Ok(Run {
             started,
@@ -779,12 +779,16 @@ impl CapabilityRuntime {
 
     /// Runs execute, output validation and verification; failures carry the isolation record
     /// when the boundary was crossed.
-    fn run(&self, executor: &dyn Executor, request: &ExecutionRequest<'_>) -> Outcome {
+    fn run(
+        &self,
+        capability: &Capability,
+        executor: &dyn Executor,
+        request: &ExecutionRequest<'_>,
+    ) -> Outcome {
         let mut executed = executor
             .execute(request)
             .map_err(|f| (f.error, f.isolation))?;
         capability_core::json::normalize_numbers(&mut executed.output);
-        let capability = request.capability;
         let issues = capability.validate_output(&executed.output);
         if !issues.is_empty() {
             let e =
@@ -844,7 +848,7 @@ impl CapabilityRuntime {
         }
         let capability = self.registry.require(&receipt.capability.id)?;
         let executor = self.executor_for(&capability)?;
-        if !capability.manifest().is_reversible() || !executor.can_rollback(&capability) {
+        if !capability.manifest().is_reversible() || !executor.can_rollback(capability.as_ref()) {
             return Err(CapabilityError::new(
                 ErrorCode::RollbackUnavailable,
                 format!("Capability is not rollback-enabled: {}", capability.id()),
@@ -868,7 +872,7 @@ impl CapabilityRuntime {
         };
         let cancel = options.cancel.clone().unwrap_or_default();
         let request = ExecutionRequest {
-            capability: &capability,
+            capability: capability.as_ref(),
             plan: &plan,
             approved: options.approved,
             metadata: options.metadata.as_ref(),

@@ -122,10 +122,11 @@ mod report;
 mod types;
 mod wasm;
 
+pub use capability_exec::HostGrants;
 pub use capability_wasm::Limits as WasmLimits;
 pub use doctor::{Boundary, DoctorReport, Probe, doctor, select_boundary};
 pub use error::{GuestError, SandboxError};
-pub use executor::{Choice, HostGrants, ModuleExecutor, hook_error};
+pub use executor::{Choice, ModuleExecutor, hook_error};
 pub use oci::{
     OCI_WORKSPACE, OciEngine, OciExecutor, OciImages, OciRun, check_pinned_image, detect_engine,
     docker_args, probe_engine,

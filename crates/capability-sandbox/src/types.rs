@@ -11,15 +11,8 @@ use crate::error::SandboxError;
 use crate::report::BoundaryReport;
 
 /// The effect names this crate gives meaning to (the Capability 1.x built-in effects that a
-/// process boundary can open or keep closed).
-pub mod effects {
-    pub const FILESYSTEM_READ: &str = "filesystem.read";
-    pub const FILESYSTEM_WRITE: &str = "filesystem.write";
-    pub const NETWORK_CONNECT: &str = "network.connect";
-    pub const PROCESS_SPAWN: &str = "process.spawn";
-    pub const ENVIRONMENT_READ: &str = "environment.read";
-    pub const SECRETS_READ: &str = "secrets.read";
-}
+/// process boundary can open or keep closed); shared with every executor.
+pub use capability_exec::effects;
 
 /// A module-backed capability as a package declares it: the `package.json` `capability` export
 /// descriptor `{module, manifest, integrity?}` resolved against the package root.
