@@ -129,6 +129,10 @@ pub fn hook_error(capability: &str, e: SandboxError) -> HookError {
                 .with_details(serde_json::json!({"reason": e.to_string()})),
             )
         }
+        e @ SandboxError::ModuleTooLarge { .. } => HookError::Capability(CapabilityError::new(
+            ErrorCode::InvalidPackageDeclaration,
+            format!("Module of {capability} refused: {e}"),
+        )),
         e @ SandboxError::PathEscape { .. } => HookError::Capability(CapabilityError::new(
             ErrorCode::InvalidPackageDeclaration,
             format!("Export {capability} escapes package root: {e}"),

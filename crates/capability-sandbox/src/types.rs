@@ -222,6 +222,10 @@ pub struct Limits {
     pub tmp_size: u64,
     /// Largest protocol response accepted on stdout. Default 16 MiB.
     pub max_output_bytes: usize,
+    /// Largest module file accepted, checked on the host from the file's size before it is
+    /// read (and while it is hashed). Default 256 MiB
+    /// ([`capability_exec::DEFAULT_MAX_MODULE_BYTES`]).
+    pub max_module_bytes: u64,
 }
 
 impl Default for Limits {
@@ -235,6 +239,7 @@ impl Default for Limits {
             max_file_size: 64 << 20,
             tmp_size: 64 << 20,
             max_output_bytes: 16 << 20,
+            max_module_bytes: capability_exec::DEFAULT_MAX_MODULE_BYTES,
         }
     }
 }

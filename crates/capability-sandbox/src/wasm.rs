@@ -25,7 +25,7 @@ use capability_wasm::{
 };
 use serde_json::Value;
 
-use crate::package::resolve_module;
+use crate::package::resolve_module_limited;
 use crate::types::ModuleSpec;
 
 /// Runs `.wasm` modules on a shared wasmtime engine.
@@ -132,8 +132,9 @@ impl WasmExecutor {
             manifest: capability.manifest().to_value(),
         };
         // Path escapes and integrity are refused before anything is compiled.
-        let resolved =
-            resolve_module(&spec).map_err(|e| crate::executor::hook_error(capability.id(), e))?;
+        let limit = self.engine.config().max_module_bytes as u64;
+        let resolved = resolve_module_limited(&spec, limit)
+            .map_err(|e| crate::executor::hook_error(capability.id(), e))?;
         let mut wasm = WasmModuleSpec::from_path(resolved.host_path.clone())
             .with_manifest(capability.manifest().to_value());
         if let Some(i) = &m.integrity {
