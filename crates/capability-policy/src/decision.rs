@@ -21,77 +21,9 @@ string_enum! {
     }
 }
 
-string_enum! {
-    /// Isolation tiers, from least to most strict (the guest reaches less of the host as
-    /// the tier grows). A `sandbox` decision sets a floor; the strictest floor wins.
-    pub enum IsolationTier ("isolation tier") {
-        /// In the host process; only for code the host marks trusted.
-        InProcess => "in_process",
-        /// A Linux process sandbox (namespaces, landlock, seccomp, limits).
-        Process => "process",
-        /// An OCI container through docker or podman.
-        Oci => "oci",
-        /// A WebAssembly guest: no ambient authority at all.
-        Wasm => "wasm",
-    }
-}
-
-/// What a `sandbox` decision requires of the execution boundary.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SandboxRequirement {
-    /// The least strict tier that is acceptable.
-    pub min_tier: Option<IsolationTier>,
-    /// Run without network access, whatever effects were granted.
-    pub deny_network: bool,
-    /// Wall-clock limit.
-    pub timeout_ms: Option<u64>,
-    /// Memory limit.
-    pub memory_mb: Option<u64>,
-}
-
-impl SandboxRequirement {
-    /// A requirement of at least this tier.
-    pub fn tier(tier: IsolationTier) -> Self {
-        SandboxRequirement {
-            min_tier: Some(tier),
-            ..Self::default()
-        }
-    }
-
-    /// The strictest combination of two requirements: the higher tier, network denied if
-    /// either denies it, the smaller limits.
-    pub fn merge(&self, other: &SandboxRequirement) -> SandboxRequirement {
-        fn min_opt(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-            match (a, b) {
-                (Some(x), Some(y)) => Some(x.min(y)),
-                (x, None) => x,
-                (None, y) => y,
-            }
-        }
-        SandboxRequirement {
-            min_tier: self.min_tier.max(other.min_tier),
-            deny_network: self.deny_network || other.deny_network,
-            timeout_ms: min_opt(self.timeout_ms, other.timeout_ms),
-            memory_mb: min_opt(self.memory_mb, other.memory_mb),
-        }
-    }
-
-    /// The JSON form (`{"minTier": "wasm", "denyNetwork": true, ...}`).
-    pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        if let Some(t) = self.min_tier {
-            m.insert("minTier".into(), t.as_str().into());
-        }
-        m.insert("denyNetwork".into(), self.deny_network.into());
-        if let Some(t) = self.timeout_ms {
-            m.insert("timeoutMs".into(), t.into());
-        }
-        if let Some(mb) = self.memory_mb {
-            m.insert("memoryMb".into(), mb.into());
-        }
-        Value::Object(m)
-    }
-}
+// The isolation vocabulary lives with the executors that honour it; it is re-exported here
+// so that `capability_policy::decision::{IsolationTier, SandboxRequirement}` keep their paths.
+pub use capability_exec::{IsolationTier, SandboxRequirement};
 
 /// The result of one policy. Parameters that only some types use (`redact`, `mutations`,
 /// `route_to`, `sandbox`) are empty for the others.

@@ -13,7 +13,7 @@
 //! | [`model`] | [`GovernedCapability`], [`Governance`] (`metadata.governance` JSON), kinds, risk, effects, side effects, scopes |
 //! | [`registry`] | [`CapabilityRegistry`]: capabilities by name, insertion-ordered |
 //! | [`action`] | [`AgentAction`] (every Brane field, plus granted scopes and plan fingerprint), [`ActionType`] |
-//! | [`decision`] | [`Decision`], [`DecisionType`] (the nine), [`SandboxRequirement`], [`IsolationTier`] |
+//! | [`decision`] | [`Decision`], [`DecisionType`] (the nine), [`SandboxRequirement`] and [`IsolationTier`] (defined in `capability-exec`) |
 //! | [`policy`] | closure [`Policy`], [`Target`] (exact, `*`, glob), [`Stage`], [`PolicyContext`] |
 //! | [`engine`] | [`PolicyEngine`]: evaluate, combine into a [`Verdict`], shadow mode |
 //! | [`cedar`] | [`CedarPolicies`] (load, evaluate), validation with file:line, schema generation |

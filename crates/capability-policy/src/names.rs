@@ -1,17 +1,9 @@
 //! String-named enumerations: one macro so that every closed vocabulary (kinds, risks,
 //! stages, decisions, ...) parses, prints and serializes the same way.
 
-/// A value outside a closed vocabulary.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("unknown {what} `{value}`; expected one of: {expected}")]
-pub struct UnknownName {
-    /// What was being parsed, e.g. `risk level`.
-    pub what: &'static str,
-    /// The text that was given.
-    pub value: String,
-    /// The accepted names, comma separated.
-    pub expected: String,
-}
+/// A value outside a closed vocabulary (defined beside `IsolationTier` in `capability-exec`,
+/// whose `parse` returns it too).
+pub use capability_exec::UnknownName;
 
 macro_rules! string_enum {
     (

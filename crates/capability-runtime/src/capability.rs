@@ -3,13 +3,12 @@
 //! module that must run behind an isolation boundary, or nothing (inspect only).
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use capability_core::binder::CancelToken;
 use capability_core::manifest::{Manifest, manifest_from_legacy};
-use capability_core::plan::{Plan, PlanDetails};
+use capability_core::plan::PlanDetails;
 use capability_core::receipt::{Receipt, Verification};
 use capability_core::schema::{CompiledSchema, SchemaIssue};
 use capability_core::{CapabilityError, ErrorCode};
@@ -17,55 +16,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-/// What capability code throws: a [`CapabilityError`] (kept as is), or any other error (the
-/// runtime wraps it as `EXECUTION_FAILED` and records `{name, message}` in the receipt).
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum HookError {
-    #[error(transparent)]
-    Capability(#[from] CapabilityError),
-    #[error("{message}")]
-    Other { name: String, message: String },
-}
+use capability_exec::CapabilityView;
 
-impl HookError {
-    /// A plain `Error` with a message.
-    pub fn msg(message: impl Into<String>) -> Self {
-        HookError::Other {
-            name: "Error".into(),
-            message: message.into(),
-        }
-    }
-
-    /// A named error (e.g. `TypeError`).
-    pub fn named(name: impl Into<String>, message: impl Into<String>) -> Self {
-        HookError::Other {
-            name: name.into(),
-            message: message.into(),
-        }
-    }
-
-    pub fn message(&self) -> &str {
-        match self {
-            HookError::Capability(e) => &e.message,
-            HookError::Other { message, .. } => message,
-        }
-    }
-}
-
-/// The result of a hook.
-pub type HookResult<T> = Result<T, HookError>;
-
-/// What hooks see of the execution they take part in.
-#[derive(Clone, Copy, Debug)]
-pub struct ExecutionContext<'a> {
-    pub manifest: &'a Manifest,
-    /// The plan being executed (absent while planning).
-    pub plan: Option<&'a Plan>,
-    pub approved: bool,
-    /// The caller's metadata.
-    pub metadata: Option<&'a Value>,
-    pub cancel: &'a CancelToken,
-}
+// The hook vocabulary is shared with every executor; it lives in `capability-exec` and keeps
+// its paths here (`capability_runtime::capability::{HookError, HookResult, ...}`).
+pub use capability_exec::{ExecutionContext, HookError, HookResult, ModuleSource};
 
 /// The owned context an async `execute` receives.
 #[derive(Clone, Debug)]
@@ -103,17 +58,6 @@ pub struct Hooks {
     pub rollback: Option<Arc<RollbackHook>>,
 }
 
-/// A package module behind an isolation boundary (never loaded into the host).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ModuleSource {
-    /// The package root directory.
-    pub package_root: PathBuf,
-    /// The package-relative module path (`./dist/add.js`).
-    pub module: String,
-    /// The expected integrity of the module bytes.
-    pub integrity: Option<String>,
-}
-
 /// How a capability is implemented.
 #[derive(Clone)]
 pub enum Implementation {
@@ -127,7 +71,9 @@ pub enum Implementation {
 
 /// A registered capability: manifest, compiled schemas, provenance and implementation.
 pub struct Capability {
-    manifest: Manifest,
+    /// Shared so that a hook run on a helper thread (an execution with a timeout) can keep
+    /// it without copying.
+    manifest: Arc<Manifest>,
     input_schema: Option<CompiledSchema>,
     output_schema: Option<CompiledSchema>,
     implementation: Implementation,
@@ -162,7 +108,7 @@ impl Capability {
         let input_schema = compile(manifest.input.as_ref(), "input")?;
         let output_schema = compile(manifest.output.as_ref(), "output")?;
         Ok(Capability {
-            manifest,
+            manifest: Arc::new(manifest),
             input_schema,
             output_schema,
             implementation,
@@ -247,6 +193,38 @@ impl Capability {
             Implementation::Native(h) => Some(h),
             _ => None,
         }
+    }
+
+    /// The manifest, shared.
+    pub(crate) fn shared_manifest(&self) -> Arc<Manifest> {
+        Arc::clone(&self.manifest)
+    }
+}
+
+/// What executors see of a capability. The Rust hooks are not part of the view: the
+/// runtime's in-process executor reaches them through [`CapabilityView::as_any`].
+impl CapabilityView for Capability {
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn id(&self) -> &str {
+        &self.manifest.id
+    }
+
+    fn module_source(&self) -> Option<&ModuleSource> {
+        match &self.implementation {
+            Implementation::Module(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    fn provenance(&self) -> Option<&Value> {
+        self.provenance.as_ref()
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 

@@ -2,6 +2,12 @@
 //! process (they are trusted by construction) and hands package modules to an isolating
 //! [`Executor`] (the process sandbox, WASM or OCI executors of `capability-sandbox`).
 //! [`InProcessExecutor`] is the in-process path; it refuses package code.
+//!
+//! The trait and its vocabulary ([`ExecutionRequest`], [`Executed`], [`ExecutionFailure`],
+//! [`CapabilityView`], ...) live in `capability-exec` so that executors need not depend on
+//! the runtime; they are re-exported here at their old paths. The in-process executor reaches
+//! the Rust hooks of the runtime's own [`Capability`] by downcasting the request's view
+//! ([`CapabilityView::as_any`]); any other view is refused.
 
 use std::future::Future;
 use std::pin::pin;
@@ -12,97 +18,18 @@ use std::thread::{self, Thread};
 use std::time::{Duration, Instant};
 
 use capability_core::binder::CancelToken;
-use capability_core::plan::{Plan, PlanDetails};
+use capability_core::plan::PlanDetails;
 use capability_core::receipt::{Receipt, Verification};
 use capability_core::{CapabilityError, ErrorCode};
 use serde_json::{Value, json};
 
-use crate::capability::{
-    AsyncContext, Capability, ExecuteHook, ExecutionContext, HookError, HookResult, SyncExecute,
+pub use capability_exec::{
+    CapabilityView, Executed, ExecutionContext, ExecutionFailure, ExecutionRequest, Executor,
 };
 
-/// One execution as an executor sees it.
-#[derive(Clone, Copy, Debug)]
-pub struct ExecutionRequest<'a> {
-    pub capability: &'a Arc<Capability>,
-    pub plan: &'a Plan,
-    pub approved: bool,
-    pub metadata: Option<&'a Value>,
-    pub cancel: &'a CancelToken,
-    /// Wall-clock limit for this call.
-    pub timeout: Option<Duration>,
-    /// Isolation a governance `sandbox` decision requires (tier floor, no network, limits).
-    pub sandbox: Option<&'a capability_policy::SandboxRequirement>,
-}
-
-impl<'a> ExecutionRequest<'a> {
-    /// The context hooks receive.
-    pub fn context(&self) -> ExecutionContext<'a> {
-        ExecutionContext {
-            manifest: self.capability.manifest(),
-            plan: Some(self.plan),
-            approved: self.approved,
-            metadata: self.metadata,
-            cancel: self.cancel,
-        }
-    }
-}
-
-/// What an execution produced, and the boundary it crossed.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Executed {
-    pub output: Value,
-    /// The isolation boundary used and the limits applied (recorded in the receipt).
-    pub isolation: Value,
-}
-
-/// A failed execution: the error, and the isolation record when the boundary was crossed
-/// (the failed receipt names the boundary and the limit that stopped the run).
-#[derive(Clone, Debug, PartialEq)]
-pub struct ExecutionFailure {
-    pub error: HookError,
-    pub isolation: Option<Value>,
-}
-
-impl From<HookError> for ExecutionFailure {
-    fn from(error: HookError) -> Self {
-        ExecutionFailure {
-            error,
-            isolation: None,
-        }
-    }
-}
-
-/// Runs capability code behind some boundary.
-pub trait Executor: Send + Sync {
-    /// A short name (`in-process`, `process-sandbox`, `wasm`, `oci`, …).
-    fn name(&self) -> &str;
-
-    /// The executor's plan hook, used when the capability has none; `Ok(None)` for the
-    /// default plan.
-    fn plan(
-        &self,
-        capability: &Arc<Capability>,
-        input: &Value,
-        cancel: &CancelToken,
-    ) -> HookResult<Option<PlanDetails>>;
-
-    /// Runs `execute`.
-    fn execute(&self, request: &ExecutionRequest<'_>) -> Result<Executed, ExecutionFailure>;
-
-    /// The executor's verification hook; `Ok(None)` when there is none.
-    fn verify(
-        &self,
-        request: &ExecutionRequest<'_>,
-        output: &Value,
-    ) -> HookResult<Option<Verification>>;
-
-    /// Whether a rollback implementation exists for the capability.
-    fn can_rollback(&self, capability: &Arc<Capability>) -> bool;
-
-    /// Runs the rollback hook for a successful receipt.
-    fn rollback(&self, request: &ExecutionRequest<'_>, receipt: &Receipt) -> HookResult<Value>;
-}
+use crate::capability::{
+    AsyncContext, Capability, ExecuteHook, HookError, HookResult, SyncExecute,
+};
 
 fn timeout_error(timeout: Duration) -> HookError {
     HookError::named(
@@ -167,7 +94,7 @@ pub fn block_on<F: Future>(
 pub struct InProcessExecutor;
 
 impl InProcessExecutor {
-    fn refuse(capability: &Capability) -> HookError {
+    fn refuse(capability: &dyn CapabilityView) -> HookError {
         HookError::Capability(CapabilityError::new(
             ErrorCode::ExecutionFailed,
             format!(
@@ -199,7 +126,7 @@ impl Executor for InProcessExecutor {
 
     fn plan(
         &self,
-        _capability: &Arc<Capability>,
+        _capability: &dyn CapabilityView,
         _input: &Value,
         _cancel: &CancelToken,
     ) -> HookResult<Option<PlanDetails>> {
@@ -207,7 +134,10 @@ impl Executor for InProcessExecutor {
     }
 
     fn execute(&self, request: &ExecutionRequest<'_>) -> Result<Executed, ExecutionFailure> {
-        let Some(hooks) = request.capability.hooks() else {
+        let Some(capability) = native(request.capability) else {
+            return Err(InProcessExecutor::refuse(request.capability).into());
+        };
+        let Some(hooks) = capability.hooks() else {
             return Err(InProcessExecutor::refuse(request.capability).into());
         };
         let isolation = || Some(InProcessExecutor::isolation(request.timeout));
@@ -219,7 +149,7 @@ impl Executor for InProcessExecutor {
         let output = match (&hooks.execute, request.timeout) {
             (ExecuteHook::Sync(f), None) => f(input, &request.context()).map_err(failed)?,
             (ExecuteHook::Sync(f), Some(timeout)) => {
-                run_with_timeout(Arc::clone(f), request, timeout).map_err(failed)?
+                run_with_timeout(Arc::clone(f), capability, request, timeout).map_err(failed)?
             }
             (ExecuteHook::Async(f), timeout) => {
                 let ctx = AsyncContext {
@@ -248,12 +178,17 @@ impl Executor for InProcessExecutor {
         Ok(None)
     }
 
-    fn can_rollback(&self, capability: &Arc<Capability>) -> bool {
-        capability.hooks().is_some_and(|h| h.rollback.is_some())
+    fn can_rollback(&self, capability: &dyn CapabilityView) -> bool {
+        native(capability)
+            .and_then(Capability::hooks)
+            .is_some_and(|h| h.rollback.is_some())
     }
 
     fn rollback(&self, request: &ExecutionRequest<'_>, receipt: &Receipt) -> HookResult<Value> {
-        match request.capability.hooks().and_then(|h| h.rollback.as_ref()) {
+        let rollback = native(request.capability)
+            .and_then(Capability::hooks)
+            .and_then(|h| h.rollback.as_ref());
+        match rollback {
             Some(f) => f(receipt, &request.context()),
             None => Err(HookError::msg(format!(
                 "Capability does not provide rollback(): {}",
@@ -263,15 +198,21 @@ impl Executor for InProcessExecutor {
     }
 }
 
+/// The runtime's own capability behind a view: only it has Rust hooks.
+fn native(view: &dyn CapabilityView) -> Option<&Capability> {
+    view.as_any().downcast_ref::<Capability>()
+}
+
 /// Runs a synchronous hook on a helper thread and stops waiting at the timeout (the token is
 /// cancelled so cooperative code can stop; the thread is left to finish on its own).
 fn run_with_timeout(
     f: Arc<SyncExecute>,
+    capability: &Capability,
     request: &ExecutionRequest<'_>,
     timeout: Duration,
 ) -> HookResult<Value> {
     let (tx, rx) = mpsc::channel();
-    let capability = Arc::clone(request.capability);
+    let manifest = capability.shared_manifest();
     let plan = request.plan.clone();
     let metadata = request.metadata.cloned();
     let cancel = request.cancel.clone();
@@ -280,7 +221,7 @@ fn run_with_timeout(
         .name("capability-exec".into())
         .spawn(move || {
             let ctx = ExecutionContext {
-                manifest: capability.manifest(),
+                manifest: &manifest,
                 plan: Some(&plan),
                 approved,
                 metadata: metadata.as_ref(),
@@ -299,5 +240,91 @@ fn run_with_timeout(
             request.cancel.cancel();
             Err(timeout_error(timeout))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+    use super::*;
+    use capability_core::manifest::Manifest;
+    use capability_core::plan::{CapabilityRef, Plan};
+    use capability_exec::ModuleSource;
+
+    fn manifest() -> Value {
+        json!({
+            "specVersion": "0.1", "id": "demo/echo", "version": "1.0.0", "name": "Echo",
+            "description": "Echoes.", "effects": []
+        })
+    }
+
+    fn plan() -> Plan {
+        Plan::build(
+            "plan_1".into(),
+            CapabilityRef {
+                id: "demo/echo".into(),
+                version: "1.0.0".into(),
+            },
+            json!({"x": 1}),
+            vec![],
+            "Execute Echo".into(),
+            "2024-01-01T00:00:00.000Z".into(),
+            None,
+        )
+    }
+
+    /// A view that is not the runtime's `Capability`: it has no Rust hooks to run.
+    struct Foreign(Manifest);
+
+    impl CapabilityView for Foreign {
+        fn manifest(&self) -> &Manifest {
+            &self.0
+        }
+        fn module_source(&self) -> Option<&ModuleSource> {
+            None
+        }
+        fn provenance(&self) -> Option<&Value> {
+            None
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    #[test]
+    fn the_in_process_executor_runs_only_the_runtimes_own_hooks() {
+        let native = Capability::builder(manifest())
+            .execute_json(|input, _| Ok(input.clone()))
+            .rollback(|_, _| Ok(json!(true)))
+            .build()
+            .unwrap();
+        let foreign = Foreign(Manifest::from_value(&manifest()).unwrap());
+        let plan = plan();
+        let cancel = CancelToken::new();
+        let request = |capability: &'_ dyn CapabilityView, timeout| {
+            let out = InProcessExecutor.execute(&ExecutionRequest {
+                capability,
+                plan: &plan,
+                approved: false,
+                metadata: None,
+                cancel: &cancel,
+                timeout,
+                sandbox: None,
+            });
+            out.map(|e| e.output)
+                .map_err(|f| f.error.message().to_string())
+        };
+        assert_eq!(request(&native, None), Ok(json!({"x": 1})));
+        assert_eq!(
+            request(&native, Some(Duration::from_secs(5))),
+            Ok(json!({"x": 1})),
+            "through the helper thread"
+        );
+        assert_eq!(
+            request(&foreign, None),
+            Err("Module-backed capability demo/echo requires an isolated executor".into())
+        );
+        assert!(InProcessExecutor.can_rollback(&native));
+        assert!(!InProcessExecutor.can_rollback(&foreign));
     }
 }

@@ -44,6 +44,15 @@
 //!   modules run only through an isolating [`Executor`].
 //! * **rollback**: only from a successful receipt of a reversible capability with a rollback
 //!   implementation, after authorization.
+//!
+//! ## Executors
+//!
+//! The [`Executor`] trait and its vocabulary ([`ExecutionRequest`], [`Executed`],
+//! [`ExecutionFailure`], [`HookError`], [`ModuleSource`], [`CapabilityView`], ...) are defined
+//! in `capability-exec`, so that isolating executors do not depend on this crate; they are
+//! re-exported here (and from [`executor`] and [`capability`]) at their old paths.
+//! [`Capability`] implements [`CapabilityView`]; [`InProcessExecutor`] reaches its Rust hooks
+//! by downcasting the view and refuses anything else.
 
 pub mod builtins;
 pub mod capability;
@@ -63,7 +72,9 @@ pub use capability::{
     AsyncContext, Capability, CapabilityBuilder, ExecutionContext, HookError, HookResult,
     Implementation, ModuleSource,
 };
-pub use executor::{Executed, ExecutionFailure, ExecutionRequest, Executor, InProcessExecutor};
+pub use executor::{
+    CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor, InProcessExecutor,
+};
 pub use governance::Caller;
 pub use registry::{CapabilityRegistry, Discovered, Embedder, EmbeddingRanker, Ranker};
 pub use runtime::{

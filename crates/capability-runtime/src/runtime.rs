@@ -397,7 +397,7 @@ impl CapabilityRuntime {
             None => match capability.implementation() {
                 Implementation::Module(_) => self
                     .executor_for(capability)?
-                    .plan(capability, &input, &cancel)
+                    .plan(capability.as_ref(), &input, &cancel)
                     .map_err(hook_to_plan_error)?
                     .unwrap_or_default(),
                 _ => PlanDetails::default(),
@@ -536,7 +536,7 @@ impl CapabilityRuntime {
             timeout = Some(timeout.map_or(floor, |t| t.min(floor)));
         }
         let request = ExecutionRequest {
-            capability,
+            capability: capability.as_ref(),
             plan,
             approved: options.approved,
             metadata: options.metadata.as_ref(),
@@ -545,7 +545,7 @@ impl CapabilityRuntime {
             sandbox,
         };
         let started = self.clock.now_millis();
-        let outcome = self.run(executor, &request);
+        let outcome = self.run(capability, executor, &request);
         let ended = self.clock.now_millis();
         Ok(Run {
             started,
@@ -878,12 +878,16 @@ impl CapabilityRuntime {
 
     /// Runs execute, output validation and verification; failures carry the isolation record
     /// when the boundary was crossed.
-    fn run(&self, executor: &dyn Executor, request: &ExecutionRequest<'_>) -> RunResult {
+    fn run(
+        &self,
+        capability: &Capability,
+        executor: &dyn Executor,
+        request: &ExecutionRequest<'_>,
+    ) -> RunResult {
         let mut executed = executor
             .execute(request)
             .map_err(|f| (f.error, f.isolation))?;
         capability_core::json::normalize_numbers(&mut executed.output);
-        let capability = request.capability;
         let issues = capability.validate_output(&executed.output);
         if !issues.is_empty() {
             let e =
@@ -943,7 +947,7 @@ impl CapabilityRuntime {
         }
         let capability = self.registry.require(&receipt.capability.id)?;
         let executor = self.executor_for(&capability)?;
-        if !capability.manifest().is_reversible() || !executor.can_rollback(&capability) {
+        if !capability.manifest().is_reversible() || !executor.can_rollback(capability.as_ref()) {
             return Err(CapabilityError::new(
                 ErrorCode::RollbackUnavailable,
                 format!("Capability is not rollback-enabled: {}", capability.id()),
@@ -967,7 +971,7 @@ impl CapabilityRuntime {
         };
         let cancel = options.cancel.clone().unwrap_or_default();
         let request = ExecutionRequest {
-            capability: &capability,
+            capability: capability.as_ref(),
             plan: &plan,
             approved: options.approved,
             metadata: options.metadata.as_ref(),

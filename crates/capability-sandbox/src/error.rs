@@ -71,6 +71,12 @@ pub enum SandboxError {
         "unsupported integrity value {integrity:?}: expected sha256 (hex or base64, optional `sha256-` prefix) or `sha512-<base64>`"
     )]
     UnsupportedIntegrity { integrity: String },
+    #[error("module {module:?} is {size} bytes, above the {limit} byte limit for module files")]
+    ModuleTooLarge {
+        module: String,
+        size: u64,
+        limit: u64,
+    },
     #[error("module path {module:?} escapes the package root: {reason}")]
     PathEscape { module: String, reason: String },
     #[error("module {path:?} not found or not a regular file")]
@@ -138,6 +144,7 @@ impl SandboxError {
             SandboxError::Crashed { .. } => "crashed",
             SandboxError::IntegrityMismatch { .. } => "integrity_mismatch",
             SandboxError::UnsupportedIntegrity { .. } => "unsupported_integrity",
+            SandboxError::ModuleTooLarge { .. } => "module_too_large",
             SandboxError::PathEscape { .. } => "path_escape",
             SandboxError::ModuleNotFound { .. } => "module_not_found",
             SandboxError::ManifestMismatch { .. } => "manifest_mismatch",

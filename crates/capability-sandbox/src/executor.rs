@@ -1,5 +1,6 @@
-//! The runtime's [`Executor`] for package modules: every hook of a module-backed capability
-//! crosses an isolation boundary chosen per module kind and per host configuration.
+//! The [`Executor`] (from `capability-exec`) for package modules: every hook of a
+//! module-backed capability crosses an isolation boundary chosen per module kind and per host
+//! configuration.
 //!
 //! * **Grants** come from the effects the runtime authorized: `execute`, `verify` and
 //!   `rollback` get the plan's (or receipt's) effects; `plan` hooks run before
@@ -12,22 +13,22 @@
 //! * **Receipts**: every run that crossed the boundary records it (kind, runner, namespaces,
 //!   landlock, seccomp, network, limits) in the receipt's `isolation`, failures included.
 
-use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use capability_core::binder::CancelToken;
 use capability_core::plan::PlanDetails;
 use capability_core::receipt::{Receipt, Verification};
 use capability_core::{CapabilityError, ErrorCode};
-use capability_runtime::capability::{Capability, HookError, HookResult, Implementation};
-use capability_runtime::executor::{Executed, ExecutionFailure, ExecutionRequest, Executor};
+use capability_exec::{
+    BoundaryReport as _, CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor,
+    HookError, HookResult, HostGrants, IsolationTier,
+};
 use serde_json::Value;
 
 use crate::error::SandboxError;
 use crate::oci::{OciExecutor, OciImages};
 use crate::process::ProcessSandbox;
-use crate::types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, Op, RunOutcome, effects};
+use crate::types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, Op, RunOutcome};
 
 /// Which boundary runs package modules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,49 +56,27 @@ impl Choice {
     }
 }
 
-/// What the host is willing to open to a capability, each item only when the matching
-/// effect was granted.
-#[derive(Clone, Debug, Default)]
-pub struct HostGrants {
-    /// Opened read-only with `filesystem.read`.
-    pub read_paths: Vec<PathBuf>,
-    /// Opened read-write with `filesystem.write`.
-    pub write_paths: Vec<PathBuf>,
-    /// Passed with `environment.read`.
-    pub env: BTreeMap<String, String>,
-    /// Injected with `secrets.read`.
-    pub secrets: BTreeMap<String, String>,
-}
-
-impl HostGrants {
-    /// The sandbox grants for a set of authorized effects.
-    pub fn for_effects(&self, granted: &[String]) -> Grants {
-        let mut g = Grants::none();
-        for e in granted {
-            g = g.effect(e);
-        }
-        if g.has(effects::FILESYSTEM_READ) {
-            for p in &self.read_paths {
-                g = g.read(p.clone());
-            }
-        }
-        if g.has(effects::FILESYSTEM_WRITE) {
-            for p in &self.write_paths {
-                g = g.write(p.clone());
-            }
-        }
-        if g.has(effects::ENVIRONMENT_READ) {
-            for (k, v) in &self.env {
-                g = g.env_var(k, v);
-            }
-        }
-        if g.has(effects::SECRETS_READ) {
-            for (k, v) in &self.secrets {
-                g = g.secret(k, v);
-            }
-        }
-        g
+/// The sandbox grants for a set of authorized effects: the effects, and of the host's
+/// resources only those their effect opens ([`HostGrants::open`]).
+pub(crate) fn grants_for(host: &HostGrants, granted: &[String]) -> Grants {
+    let opened = host.open(granted);
+    let mut g = Grants::none();
+    for e in opened.effects {
+        g = g.effect(e);
     }
+    for p in opened.read_paths {
+        g = g.read(p.clone());
+    }
+    for p in opened.write_paths {
+        g = g.write(p.clone());
+    }
+    for (k, v) in opened.env.into_iter().flatten() {
+        g = g.env_var(k, v);
+    }
+    for (k, v) in opened.secrets.into_iter().flatten() {
+        g = g.secret(k, v);
+    }
+    g
 }
 
 /// The executor for module-backed capabilities.
@@ -150,6 +129,10 @@ pub fn hook_error(capability: &str, e: SandboxError) -> HookError {
                 .with_details(serde_json::json!({"reason": e.to_string()})),
             )
         }
+        e @ SandboxError::ModuleTooLarge { .. } => HookError::Capability(CapabilityError::new(
+            ErrorCode::InvalidPackageDeclaration,
+            format!("Module of {capability} refused: {e}"),
+        )),
         e @ SandboxError::PathEscape { .. } => HookError::Capability(CapabilityError::new(
             ErrorCode::InvalidPackageDeclaration,
             format!("Export {capability} escapes package root: {e}"),
@@ -212,23 +195,23 @@ impl ModuleExecutor {
         self
     }
 
-    fn spec(capability: &Capability) -> Result<ModuleSpec, HookError> {
-        match capability.implementation() {
-            Implementation::Module(m) => Ok(ModuleSpec {
+    fn spec(capability: &dyn CapabilityView) -> Result<ModuleSpec, HookError> {
+        match capability.module_source() {
+            Some(m) => Ok(ModuleSpec {
                 package_root: m.package_root.clone(),
                 install_root: None,
                 module: m.module.clone(),
                 integrity: m.integrity.clone(),
                 manifest: capability.manifest().to_value(),
             }),
-            _ => Err(refused(format!(
+            None => Err(refused(format!(
                 "{} is not a package module",
                 capability.id()
             ))),
         }
     }
 
-    fn wasm_for(&self, capability: &Capability) -> Result<&dyn Executor, HookError> {
+    fn wasm_for(&self, capability: &dyn CapabilityView) -> Result<&dyn Executor, HookError> {
         self.wasm.as_deref().ok_or_else(|| {
             refused(format!(
                 "{}: the WASM executor is not available here",
@@ -238,7 +221,11 @@ impl ModuleExecutor {
     }
 
     /// Which boundary runs this module, or why none can.
-    fn route(&self, capability: &Capability, spec: &ModuleSpec) -> Result<Route<'_>, HookError> {
+    fn route(
+        &self,
+        capability: &dyn CapabilityView,
+        spec: &ModuleSpec,
+    ) -> Result<Route<'_>, HookError> {
         let kind = ModuleKind::of(&spec.module);
         let wasm = kind == ModuleKind::Wasm;
         match (self.choice, wasm) {
@@ -276,7 +263,7 @@ impl ModuleExecutor {
 
     fn run(
         &self,
-        capability: &Capability,
+        capability: &dyn CapabilityView,
         spec: &ModuleSpec,
         route: &Route<'_>,
         invocation: &Invocation,
@@ -287,14 +274,14 @@ impl ModuleExecutor {
 
     fn run_with(
         &self,
-        capability: &Capability,
+        capability: &dyn CapabilityView,
         spec: &ModuleSpec,
         route: &Route<'_>,
         invocation: &Invocation,
         granted: &[String],
         limits: &Limits,
     ) -> Result<RunOutcome, SandboxError> {
-        let grants = self.host.for_effects(granted);
+        let grants = grants_for(&self.host, granted);
         match route {
             Route::Process => self.process.run(spec, invocation, &grants, limits),
             Route::Oci(oci) => oci.run(spec, invocation, &grants, limits),
@@ -312,7 +299,7 @@ enum Route<'a> {
 }
 
 fn boundary(outcome: &RunOutcome) -> Value {
-    serde_json::to_value(&outcome.boundary).unwrap_or(Value::Null)
+    outcome.boundary.to_isolation()
 }
 
 /// What a guest's `plan` reply means: `{effects?, summary?, data?}`.
@@ -355,40 +342,22 @@ impl ModuleExecutor {
     fn constrained(
         &self,
         request: &ExecutionRequest<'_>,
-        tier: capability_policy::IsolationTier,
+        tier: IsolationTier,
     ) -> Result<(Vec<String>, Limits), HookError> {
+        request.require_tier(tier)?;
         let mut limits = self.limits.clone();
         if let Some(t) = request.timeout {
             limits.wall_timeout = limits.wall_timeout.min(t);
         }
-        let mut granted = request.plan.effects.clone();
-        if let Some(req) = request.sandbox {
-            if let Some(floor) = req.min_tier
-                && floor > tier
-            {
-                return Err(HookError::Capability(CapabilityError::new(
-                    ErrorCode::PermissionDenied,
-                    format!(
-                        "policy requires isolation tier {} but {} runs at tier {}",
-                        floor.as_str(),
-                        request.capability.id(),
-                        tier.as_str()
-                    ),
-                )));
-            }
-            if req.deny_network {
-                granted.retain(|e| e != effects::NETWORK_CONNECT);
-            }
-            if let Some(ms) = req.timeout_ms {
-                limits.wall_timeout = limits
-                    .wall_timeout
-                    .min(std::time::Duration::from_millis(ms));
-            }
-            if let Some(mb) = req.memory_mb {
-                limits.memory_bytes = limits.memory_bytes.min(mb.saturating_mul(1 << 20));
-            }
+        if let Some(ms) = request.sandbox.and_then(|s| s.timeout_ms) {
+            limits.wall_timeout = limits
+                .wall_timeout
+                .min(std::time::Duration::from_millis(ms));
         }
-        Ok((granted, limits))
+        if let Some(bytes) = request.memory_limit() {
+            limits.memory_bytes = limits.memory_bytes.min(bytes);
+        }
+        Ok((request.granted_effects(), limits))
     }
 }
 
@@ -399,7 +368,7 @@ impl Executor for ModuleExecutor {
 
     fn plan(
         &self,
-        capability: &Arc<Capability>,
+        capability: &dyn CapabilityView,
         input: &Value,
         cancel: &CancelToken,
     ) -> HookResult<Option<PlanDetails>> {
@@ -440,8 +409,8 @@ impl Executor for ModuleExecutor {
             receipt: None,
         };
         let tier = match route {
-            Route::Oci(_) => capability_policy::IsolationTier::Oci,
-            _ => capability_policy::IsolationTier::Process,
+            Route::Oci(_) => IsolationTier::Oci,
+            _ => IsolationTier::Process,
         };
         let (granted, limits) = self.constrained(request, tier)?;
         let outcome = self
@@ -491,10 +460,10 @@ impl Executor for ModuleExecutor {
         Ok(Some(verification(&v)))
     }
 
-    fn can_rollback(&self, capability: &Arc<Capability>) -> bool {
+    fn can_rollback(&self, capability: &dyn CapabilityView) -> bool {
         // Whether the module has a rollback hook is only known by running it; the runtime
         // already required a reversible manifest.
-        matches!(capability.implementation(), Implementation::Module(_))
+        capability.module_source().is_some()
     }
 
     fn rollback(&self, request: &ExecutionRequest<'_>, receipt: &Receipt) -> HookResult<Value> {

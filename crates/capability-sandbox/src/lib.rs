@@ -30,7 +30,11 @@
 //! Before anything runs, on the host: the module path must start with `./`, contain no `..`,
 //! not be absolute, and resolve (symlinks included) inside the package root
 //! ([`SandboxError::PathEscape`]); its exact bytes are checked against `integrity` when present
-//! (sha256 as hex or base64 with an optional `sha256-` prefix, or `sha512-<base64>` SRI).
+//! (sha256 as hex or base64 with an optional `sha256-` prefix, or `sha512-<base64>` SRI) by
+//! `capability-exec`'s integrity checker — the one the WASM engine uses too — streaming the
+//! file rather than reading it whole. A module file above [`Limits::max_module_bytes`]
+//! (256 MiB by default) is refused from its size before it is read
+//! ([`SandboxError::ModuleTooLarge`]).
 //!
 //! # Protocols
 //!
@@ -108,7 +112,15 @@
 //!
 //! [`SandboxError`] is the one error type; [`SandboxError::kind`] gives a stable tag for
 //! receipts (`timeout`, `memory_limit`, `cpu_limit`, `pid_limit`, `guest_error`,
-//! `manifest_mismatch`, `path_escape`, `integrity_mismatch`, `protocol_violation`, ...).
+//! `manifest_mismatch`, `path_escape`, `integrity_mismatch`, `module_too_large`,
+//! `protocol_violation`, ...).
+//!
+//! # Dependencies
+//!
+//! The executors here implement `capability-exec`'s [`Executor`](capability_exec::Executor)
+//! trait and depend only on `capability-exec`, `capability-core` and `capability-wasm`; the
+//! runtime and the policy crate are not dependencies (the runtime is used by the integration
+//! tests only). [`HostGrants`] and [`effects`] are `capability-exec`'s, re-exported.
 
 mod doctor;
 mod error;
@@ -122,15 +134,16 @@ mod report;
 mod types;
 mod wasm;
 
+pub use capability_exec::HostGrants;
 pub use capability_wasm::Limits as WasmLimits;
 pub use doctor::{Boundary, DoctorReport, Probe, doctor, select_boundary};
 pub use error::{GuestError, SandboxError};
-pub use executor::{Choice, HostGrants, ModuleExecutor, hook_error};
+pub use executor::{Choice, ModuleExecutor, hook_error};
 pub use oci::{
     OCI_WORKSPACE, OciEngine, OciExecutor, OciImages, OciRun, check_pinned_image, detect_engine,
     docker_args, probe_engine,
 };
-pub use package::{ResolvedModule, resolve_module, verify_integrity};
+pub use package::{ResolvedModule, resolve_module, resolve_module_limited, verify_integrity};
 pub use process::{PACKAGE_MOUNT, ProcessSandbox, SANDBOX_UID, SandboxConfig};
 pub use protocol::{Response, envelope, parse_response};
 pub use report::{AppliedLimit, BoundaryReport};

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::SandboxError;
 use crate::linux::host;
-use crate::package::resolve_module;
+use crate::package::resolve_module_limited;
 use crate::protocol::{self, Response};
 use crate::report::{AppliedLimit, BoundaryReport};
 use crate::types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, RunOutcome, effects};
@@ -133,7 +133,7 @@ pub fn docker_args(
             module: spec.module.clone(),
         });
     }
-    let module = resolve_module(spec)?;
+    let module = resolve_module_limited(spec, limits.max_module_bytes)?;
     let inside = format!(
         "{OCI_WORKSPACE}/{}",
         module.relative.to_string_lossy().trim_start_matches('/')
@@ -457,6 +457,7 @@ impl OciExecutor {
                 AppliedLimit::new("maxOpenFiles", limits.max_open_files, "docker"),
                 AppliedLimit::new("maxFileSize", limits.max_file_size, "docker"),
                 AppliedLimit::new("tmpSize", limits.tmp_size, "docker"),
+                AppliedLimit::new("maxModuleBytes", limits.max_module_bytes, "host"),
             ],
             notes: vec![
                 "the engine's default seccomp profile applies; the container runs as 65534:65534 with no capabilities".into(),

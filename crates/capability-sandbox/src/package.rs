@@ -1,14 +1,17 @@
 //! Safe acquisition checks on the host side: the module path stays inside the package root,
-//! and its exact bytes match the declared integrity before anything runs.
+//! and its exact bytes match the declared integrity before anything runs. The bytes are
+//! checked by `capability-exec`'s one integrity checker (the WASM executor uses the same),
+//! streamed from the file under a size limit rather than read whole.
 
 use std::path::{Component, Path, PathBuf};
 
-use base64::Engine as _;
-use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
-use sha2::{Digest, Sha256, Sha512};
+use capability_exec::{DEFAULT_MAX_MODULE_BYTES, IntegrityError, digest_file};
 
 use crate::error::SandboxError;
 use crate::types::ModuleSpec;
+
+/// Bytes of the module kept for shebang / ELF inspection.
+const HEAD_BYTES: usize = 4096;
 
 /// A module whose location and bytes were checked.
 #[derive(Clone, Debug)]
@@ -27,11 +30,21 @@ pub struct ResolvedModule {
     pub executable: bool,
 }
 
-/// Resolves `spec.module` inside the package root and verifies its integrity.
+/// Resolves `spec.module` inside the package root and verifies its integrity, accepting a
+/// module file of at most [`DEFAULT_MAX_MODULE_BYTES`] (256 MiB).
 ///
 /// Refuses: a module not starting with `./`, absolute paths, any `..` component, a path whose
-/// symlinks lead outside the package root, a non-regular file, and an integrity mismatch.
+/// symlinks lead outside the package root, a non-regular file, a file above the size limit
+/// (from its size, before reading it), and an integrity mismatch.
 pub fn resolve_module(spec: &ModuleSpec) -> Result<ResolvedModule, SandboxError> {
+    resolve_module_limited(spec, DEFAULT_MAX_MODULE_BYTES)
+}
+
+/// [`resolve_module`] with a module size limit of `max_module_bytes`.
+pub fn resolve_module_limited(
+    spec: &ModuleSpec,
+    max_module_bytes: u64,
+) -> Result<ResolvedModule, SandboxError> {
     let module = spec.module.as_str();
     let escape = |reason: &str| SandboxError::PathEscape {
         module: module.to_string(),
@@ -99,18 +112,21 @@ pub fn resolve_module(spec: &ModuleSpec) -> Result<ResolvedModule, SandboxError>
     if !meta.is_file() {
         return Err(SandboxError::ModuleNotFound { path: real });
     }
-    let bytes = std::fs::read(&real).map_err(|e| SandboxError::io(format!("{real:?}"), e))?;
-    if let Some(integrity) = &spec.integrity {
-        verify_integrity(module, &bytes, integrity)?;
-    }
+    let digest = digest_file(
+        &real,
+        spec.integrity.as_deref(),
+        max_module_bytes,
+        HEAD_BYTES,
+    )
+    .map_err(|e| integrity_error(module, e))?;
     let relative = real
         .strip_prefix(&mount_root)
         .map(Path::to_path_buf)
         .map_err(|_| escape("it is outside the mounted root"))?;
     use std::os::unix::fs::PermissionsExt as _;
     Ok(ResolvedModule {
-        sha256: hex(&Sha256::digest(&bytes)),
-        head: bytes[..bytes.len().min(4096)].to_vec(),
+        sha256: digest.sha256_hex(),
+        head: digest.head,
         executable: meta.permissions().mode() & 0o111 != 0,
         host_path: real,
         mount_root,
@@ -118,87 +134,46 @@ pub fn resolve_module(spec: &ModuleSpec) -> Result<ResolvedModule, SandboxError>
     })
 }
 
-/// Checks `bytes` against an integrity string.
-///
-/// Accepted forms: `sha256-<hex|base64>`, bare 64-digit hex (case-insensitive), bare sha256
-/// base64, and `sha512-<base64>` (SRI). Several whitespace-separated SRI tokens may be given;
-/// the strongest algorithm present decides, and any of its tokens may match.
+/// Checks `bytes` against an integrity string, with the rules every module kind shares
+/// (`capability_exec::integrity`): `sha256-<hex|base64>`, bare 64-digit hex
+/// (case-insensitive), bare sha256 base64, and `sha512-<base64>` (SRI). Several
+/// whitespace-separated SRI tokens may be given; the strongest algorithm present decides, and
+/// any of its tokens may match.
 pub fn verify_integrity(module: &str, bytes: &[u8], integrity: &str) -> Result<(), SandboxError> {
-    let unsupported = || SandboxError::UnsupportedIntegrity {
-        integrity: integrity.to_string(),
-    };
-    let mut sha256_tokens = Vec::new();
-    let mut sha512_tokens = Vec::new();
-    for token in integrity.split_whitespace() {
-        // SRI options (`?...`) are ignored, as the SRI spec says.
-        let token = token.split('?').next().unwrap_or(token);
-        if let Some(v) = token.strip_prefix("sha512-") {
-            sha512_tokens.push(decode_digest(v, 64).ok_or_else(unsupported)?);
-        } else if let Some(v) = token.strip_prefix("sha256-") {
-            sha256_tokens.push(decode_digest(v, 32).ok_or_else(unsupported)?);
-        } else if token.contains('-') && !token.starts_with(|c: char| c.is_ascii_hexdigit()) {
-            return Err(unsupported());
-        } else {
-            sha256_tokens.push(decode_digest(token, 32).ok_or_else(unsupported)?);
+    capability_exec::verify_integrity(bytes, integrity).map_err(|e| integrity_error(module, e))
+}
+
+/// The sandbox's error for a refused module file.
+fn integrity_error(module: &str, e: IntegrityError) -> SandboxError {
+    match e {
+        IntegrityError::Unsupported { integrity } => {
+            SandboxError::UnsupportedIntegrity { integrity }
         }
+        IntegrityError::Mismatch { expected, actual } => SandboxError::IntegrityMismatch {
+            module: module.to_string(),
+            expected,
+            actual,
+        },
+        IntegrityError::TooLarge { size, limit, .. } => SandboxError::ModuleTooLarge {
+            module: module.to_string(),
+            size,
+            limit,
+        },
+        IntegrityError::Io { path, source } => SandboxError::io(format!("{path:?}"), source),
+        other => SandboxError::Invalid {
+            detail: other.to_string(),
+        },
     }
-    let (expected, actual): (Vec<Vec<u8>>, Vec<u8>) = if !sha512_tokens.is_empty() {
-        (sha512_tokens, Sha512::digest(bytes).to_vec())
-    } else if !sha256_tokens.is_empty() {
-        (sha256_tokens, Sha256::digest(bytes).to_vec())
-    } else {
-        return Err(unsupported());
-    };
-    if expected.iter().any(|e| constant_time_eq(e, &actual)) {
-        return Ok(());
-    }
-    let algo = if actual.len() == 64 {
-        "sha512"
-    } else {
-        "sha256"
-    };
-    Err(SandboxError::IntegrityMismatch {
-        module: module.to_string(),
-        expected: integrity.to_string(),
-        actual: format!("{algo}-{}", STANDARD.encode(&actual)),
-    })
-}
-
-/// Decodes a digest written as hex (sha256 only: 64 digits) or base64 (padded or not).
-fn decode_digest(text: &str, len: usize) -> Option<Vec<u8>> {
-    if text.len() == len * 2 && text.bytes().all(|b| b.is_ascii_hexdigit()) {
-        let mut out = Vec::with_capacity(len);
-        for pair in text.as_bytes().chunks(2) {
-            let s = std::str::from_utf8(pair).ok()?;
-            out.push(u8::from_str_radix(s, 16).ok()?);
-        }
-        return Some(out);
-    }
-    let decoded = STANDARD
-        .decode(text)
-        .or_else(|_| STANDARD_NO_PAD.decode(text))
-        .ok()?;
-    (decoded.len() == len).then_some(decoded)
-}
-
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(DIGITS[(b >> 4) as usize] as char);
-        s.push(DIGITS[(b & 15) as usize] as char);
-    }
-    s
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
     use super::*;
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    use capability_exec::integrity::hex;
+    use sha2::{Digest, Sha256, Sha512};
 
     const DATA: &[u8] = b"export default 1;\n";
 

@@ -16,7 +16,7 @@ use crate::linux::landlock::{self, LandlockPlan};
 use crate::linux::seccomp;
 use crate::linux::spawn::{self, ChildPlan, End, Exchange, MountOp};
 use crate::linux::sys;
-use crate::package::{ResolvedModule, resolve_module};
+use crate::package::{ResolvedModule, resolve_module_limited};
 use crate::protocol::{self, Response};
 use crate::report::{AppliedLimit, BoundaryReport};
 use crate::types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, RunOutcome, effects};
@@ -154,7 +154,7 @@ impl ProcessSandbox {
             });
         }
         check_limits(limits)?;
-        let module = resolve_module(spec)?;
+        let module = resolve_module_limited(spec, limits.max_module_bytes)?;
         let inside_module = Path::new(PACKAGE_MOUNT).join(&module.relative);
         let target = self.target(kind, spec, &module, &inside_module, limits)?;
         let envelope = protocol::envelope(invocation, &spec.manifest, grants);
@@ -545,6 +545,11 @@ impl ProcessSandbox {
             limits.max_output_bytes as u64,
             "host",
         ));
+        applied.push(AppliedLimit::new(
+            "maxModuleBytes",
+            limits.max_module_bytes,
+            "host",
+        ));
         if let Some(w) = pids_watchdog {
             notes.push(format!("pid watchdog active (limit {w})"));
         }
@@ -745,6 +750,9 @@ fn check_limits(limits: &Limits) -> Result<(), SandboxError> {
     }
     if limits.tmp_size == 0 {
         return bad("tmp_size");
+    }
+    if limits.max_module_bytes == 0 {
+        return bad("max_module_bytes");
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! What a run's boundary was, for receipts.
 
+use capability_exec::IsolationTier;
 use serde::Serialize;
 
 /// The isolation boundary of one run and the limits that were actually applied. Serializable
@@ -43,6 +44,24 @@ impl BoundaryReport {
     /// The applied limit named `name`.
     pub fn limit(&self, name: &str) -> Option<&AppliedLimit> {
         self.limits.iter().find(|l| l.name == name)
+    }
+}
+
+impl capability_exec::BoundaryReport for BoundaryReport {
+    fn boundary(&self) -> &str {
+        self.kind
+    }
+
+    fn tier(&self) -> IsolationTier {
+        if self.kind == "oci" {
+            IsolationTier::Oci
+        } else {
+            IsolationTier::Process
+        }
+    }
+
+    fn to_isolation(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
     }
 }
 

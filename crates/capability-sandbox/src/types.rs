@@ -11,15 +11,8 @@ use crate::error::SandboxError;
 use crate::report::BoundaryReport;
 
 /// The effect names this crate gives meaning to (the Capability 1.x built-in effects that a
-/// process boundary can open or keep closed).
-pub mod effects {
-    pub const FILESYSTEM_READ: &str = "filesystem.read";
-    pub const FILESYSTEM_WRITE: &str = "filesystem.write";
-    pub const NETWORK_CONNECT: &str = "network.connect";
-    pub const PROCESS_SPAWN: &str = "process.spawn";
-    pub const ENVIRONMENT_READ: &str = "environment.read";
-    pub const SECRETS_READ: &str = "secrets.read";
-}
+/// process boundary can open or keep closed); shared with every executor.
+pub use capability_exec::effects;
 
 /// A module-backed capability as a package declares it: the `package.json` `capability` export
 /// descriptor `{module, manifest, integrity?}` resolved against the package root.
@@ -229,6 +222,10 @@ pub struct Limits {
     pub tmp_size: u64,
     /// Largest protocol response accepted on stdout. Default 16 MiB.
     pub max_output_bytes: usize,
+    /// Largest module file accepted, checked on the host from the file's size before it is
+    /// read (and while it is hashed). Default 256 MiB
+    /// ([`capability_exec::DEFAULT_MAX_MODULE_BYTES`]).
+    pub max_module_bytes: u64,
 }
 
 impl Default for Limits {
@@ -242,6 +239,7 @@ impl Default for Limits {
             max_file_size: 64 << 20,
             tmp_size: 64 << 20,
             max_output_bytes: 16 << 20,
+            max_module_bytes: capability_exec::DEFAULT_MAX_MODULE_BYTES,
         }
     }
 }

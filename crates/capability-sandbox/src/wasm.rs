@@ -1,4 +1,5 @@
-//! The runtime's [`Executor`] for `.wasm` package modules, on the `capability-wasm` engine.
+//! The [`Executor`] (from `capability-exec`) for `.wasm` package modules, on the
+//! `capability-wasm` engine.
 //!
 //! The module path is resolved inside the package root (escapes refused) and its integrity
 //! checked before compiling; compiled modules are cached by digest. Grants follow the same
@@ -8,23 +9,24 @@
 //! (see `capability_wasm`): a `plan` reply of `null` or `{}` means the default plan, a
 //! `verify` reply of `null` means no verification.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use capability_core::binder::CancelToken;
 use capability_core::plan::PlanDetails;
 use capability_core::receipt::{Receipt, Verification};
 use capability_core::{CapabilityError, ErrorCode};
-use capability_runtime::capability::{Capability, HookError, HookResult, Implementation};
-use capability_runtime::executor::{Executed, ExecutionFailure, ExecutionRequest, Executor};
+use capability_exec::{
+    BoundaryReport as _, CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor,
+    HookError, HookResult, HostGrants, IsolationTier,
+};
 use capability_wasm::{
     EngineConfig, Grants, Invocation, Limits, Op, WasmEngine, WasmError, WasmErrorKind, WasmModule,
     WasmModuleSpec,
 };
 use serde_json::Value;
 
-use crate::executor::HostGrants;
-use crate::package::resolve_module;
-use crate::types::{ModuleSpec, effects};
+use crate::package::resolve_module_limited;
+use crate::types::ModuleSpec;
 
 /// Runs `.wasm` modules on a shared wasmtime engine.
 pub struct WasmExecutor {
@@ -95,31 +97,28 @@ impl WasmExecutor {
         self
     }
 
+    /// The authorized effects, and the host paths and environment they open (preopened at
+    /// their host path). Secrets have no channel into a WASI guest.
     fn grants(&self, granted: &[String]) -> Grants {
+        let opened = self.host.open(granted);
         let mut g = Grants::none();
-        for e in granted {
+        for e in opened.effects {
             g = g.with_effect(e.clone());
         }
-        if g.has(effects::FILESYSTEM_READ) {
-            for p in &self.host.read_paths {
-                g = g.read_dir(p.clone(), p.display().to_string());
-            }
+        for p in opened.read_paths {
+            g = g.read_dir(p.clone(), p.display().to_string());
         }
-        if g.has(effects::FILESYSTEM_WRITE) {
-            for p in &self.host.write_paths {
-                g = g.write_dir(p.clone(), p.display().to_string());
-            }
+        for p in opened.write_paths {
+            g = g.write_dir(p.clone(), p.display().to_string());
         }
-        if g.has(effects::ENVIRONMENT_READ) {
-            for (k, v) in &self.host.env {
-                g = g.env_var(k.clone(), v.clone());
-            }
+        for (k, v) in opened.env.into_iter().flatten() {
+            g = g.env_var(k.clone(), v.clone());
         }
         g
     }
 
-    fn module(&self, capability: &Capability) -> Result<WasmModule, HookError> {
-        let Implementation::Module(m) = capability.implementation() else {
+    fn module(&self, capability: &dyn CapabilityView) -> Result<WasmModule, HookError> {
+        let Some(m) = capability.module_source() else {
             return Err(HookError::msg(format!(
                 "{} is not a package module",
                 capability.id()
@@ -133,8 +132,9 @@ impl WasmExecutor {
             manifest: capability.manifest().to_value(),
         };
         // Path escapes and integrity are refused before anything is compiled.
-        let resolved =
-            resolve_module(&spec).map_err(|e| crate::executor::hook_error(capability.id(), e))?;
+        let limit = self.engine.config().max_module_bytes as u64;
+        let resolved = resolve_module_limited(&spec, limit)
+            .map_err(|e| crate::executor::hook_error(capability.id(), e))?;
         let mut wasm = WasmModuleSpec::from_path(resolved.host_path.clone())
             .with_manifest(capability.manifest().to_value());
         if let Some(i) = &m.integrity {
@@ -148,15 +148,15 @@ impl WasmExecutor {
         if let Some(t) = request.and_then(|r| r.timeout) {
             limits.timeout = limits.timeout.min(t);
         }
-        if let Some(mb) = request.and_then(|r| r.sandbox).and_then(|s| s.memory_mb) {
-            limits.memory_bytes = limits.memory_bytes.min(mb.saturating_mul(1 << 20));
+        if let Some(bytes) = request.and_then(ExecutionRequest::memory_limit) {
+            limits.memory_bytes = limits.memory_bytes.min(bytes);
         }
         limits
     }
 
     fn call(
         &self,
-        capability: &Capability,
+        capability: &dyn CapabilityView,
         invocation: &Invocation,
         granted: &[String],
         request: Option<&ExecutionRequest<'_>>,
@@ -171,7 +171,7 @@ impl WasmExecutor {
                 &self.limits_for(request),
             )
             .map_err(to_hook)?;
-        let boundary = serde_json::to_value(&outcome.boundary).unwrap_or(Value::Null);
+        let boundary = outcome.boundary.to_isolation();
         Ok((outcome.result.map_err(to_hook), boundary))
     }
 }
@@ -183,7 +183,7 @@ impl Executor for WasmExecutor {
 
     fn plan(
         &self,
-        capability: &Arc<Capability>,
+        capability: &dyn CapabilityView,
         input: &Value,
         _cancel: &CancelToken,
     ) -> HookResult<Option<PlanDetails>> {
@@ -198,16 +198,9 @@ impl Executor for WasmExecutor {
     fn execute(&self, request: &ExecutionRequest<'_>) -> Result<Executed, ExecutionFailure> {
         let invocation =
             Invocation::execute(request.plan.input.clone(), Some(request.plan.to_value()));
-        let granted = match request.sandbox {
-            Some(s) if s.deny_network => request
-                .plan
-                .effects
-                .iter()
-                .filter(|e| e.as_str() != effects::NETWORK_CONNECT)
-                .cloned()
-                .collect(),
-            _ => request.plan.effects.clone(),
-        };
+        // WASM is the strictest tier, so any floor is met; checked all the same.
+        request.require_tier(IsolationTier::Wasm)?;
+        let granted = request.granted_effects();
         let (result, isolation) =
             self.call(request.capability, &invocation, &granted, Some(request))?;
         match result {
@@ -243,8 +236,8 @@ impl Executor for WasmExecutor {
         })
     }
 
-    fn can_rollback(&self, capability: &Arc<Capability>) -> bool {
-        matches!(capability.implementation(), Implementation::Module(_))
+    fn can_rollback(&self, capability: &dyn CapabilityView) -> bool {
+        capability.module_source().is_some()
     }
 
     fn rollback(&self, request: &ExecutionRequest<'_>, receipt: &Receipt) -> HookResult<Value> {

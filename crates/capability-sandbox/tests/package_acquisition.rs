@@ -206,3 +206,183 @@ fn descriptors_are_parsed_like_the_reference() {
     let bad = json!({"module": "./a.mjs", "manifest": {"id": "a/b"}, "integrity": 5});
     assert!(ModuleSpec::from_export("/pkg", "a/b", &bad).is_err());
 }
+
+/// How one integrity string is judged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Verdict {
+    Accepted,
+    Mismatch,
+    Unsupported,
+}
+
+/// Integrity strings for `bytes`, with the verdict each must get, whatever the module kind.
+fn integrity_cases(bytes: &[u8]) -> Vec<(String, Verdict)> {
+    use Verdict::*;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let hex = format!("{:x}", Sha256::digest(bytes));
+    let s256 = b64.encode(Sha256::digest(bytes));
+    let s512 = b64.encode(Sha512::digest(bytes));
+    let other512 = b64.encode(Sha512::digest(b"other"));
+    vec![
+        (hex.clone(), Accepted),
+        (hex.to_uppercase(), Accepted),
+        (format!("sha256-{hex}"), Accepted),
+        (s256.clone(), Accepted),
+        (format!("sha256-{s256}"), Accepted),
+        (format!("sha256-{}", s256.trim_end_matches('=')), Accepted),
+        (format!(" sha256-{s256}\n"), Accepted),
+        (format!("sha512-{s512}"), Accepted),
+        (format!("sha512-{}", s512.trim_end_matches('=')), Accepted),
+        (format!("sha512-{s512}?opt"), Accepted),
+        (format!("sha256-{} sha512-{s512}", "0".repeat(64)), Accepted),
+        (format!("sha256-{}", "0".repeat(64)), Mismatch),
+        (format!("sha512-{other512}"), Mismatch),
+        (format!("sha256-{s256} sha512-{other512}"), Mismatch),
+        (String::new(), Unsupported),
+        ("sha256-".into(), Unsupported),
+        ("sha512-AAAA".into(), Unsupported),
+        ("md5-1B2M2Y8AsgTpgAmY7PhCfg==".into(), Unsupported),
+        ("sha1-qUqP5cyxm6YcTAhz05Hph5gvu9M=".into(), Unsupported),
+        (format!("sha256-AAAA sha512-{s512}"), Unsupported),
+    ]
+}
+
+fn wasm_fixture() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../capability-wasm/tests/fixtures/guest-add.wasm")
+}
+
+/// `.wasm` modules (checked by the WASM engine) and `.js` modules (checked by the sandbox's
+/// acquisition) accept and refuse exactly the same integrity strings: one checker.
+#[test]
+fn one_integrity_checker_for_every_module_kind() {
+    use capability_wasm::{EngineConfig, WasmEngine, WasmErrorKind, WasmModuleSpec};
+    let dir = tempfile::tempdir().unwrap();
+    let wasm_bytes = std::fs::read(wasm_fixture()).unwrap();
+    std::fs::write(dir.path().join("add.wasm"), &wasm_bytes).unwrap();
+    let pkg = Package::new(Lang::Js);
+    let js_bytes = std::fs::read(pkg.dir.path().join("hostile.mjs")).unwrap();
+    let engine = WasmEngine::new(EngineConfig::default()).unwrap();
+
+    let js_verdict = |integrity: &str| {
+        let mut spec = pkg.spec.clone();
+        spec.integrity = Some(integrity.to_string());
+        match capability_sandbox::resolve_module(&spec) {
+            Ok(_) => Verdict::Accepted,
+            Err(SandboxError::IntegrityMismatch { .. }) => Verdict::Mismatch,
+            Err(SandboxError::UnsupportedIntegrity { .. }) => Verdict::Unsupported,
+            Err(e) => panic!("{integrity:?}: {e:?}"),
+        }
+    };
+    let wasm_verdict = |integrity: &str| {
+        let spec = WasmModuleSpec::from_path(dir.path().join("add.wasm")).with_integrity(integrity);
+        match engine.load(&spec) {
+            Ok(_) => Verdict::Accepted,
+            Err(e) if e.kind() == WasmErrorKind::Integrity => {
+                if e.message().starts_with("module integrity mismatch") {
+                    Verdict::Mismatch
+                } else if e.message().starts_with("unsupported integrity value") {
+                    Verdict::Unsupported
+                } else {
+                    panic!("{integrity:?}: {e}")
+                }
+            }
+            Err(e) => panic!("{integrity:?}: {e}"),
+        }
+    };
+    // The sandbox's WASM executor resolves `.wasm` modules through the same acquisition.
+    let wasm_acquired = |integrity: &str| {
+        let spec = ModuleSpec {
+            package_root: dir.path().into(),
+            install_root: None,
+            module: "./add.wasm".into(),
+            integrity: Some(integrity.to_string()),
+            manifest: json!({}),
+        };
+        match capability_sandbox::resolve_module(&spec) {
+            Ok(_) => Verdict::Accepted,
+            Err(SandboxError::IntegrityMismatch { .. }) => Verdict::Mismatch,
+            Err(SandboxError::UnsupportedIntegrity { .. }) => Verdict::Unsupported,
+            Err(e) => panic!("{integrity:?}: {e:?}"),
+        }
+    };
+    for (integrity, expected) in integrity_cases(&js_bytes) {
+        assert_eq!(js_verdict(&integrity), expected, ".js {integrity:?}");
+    }
+    for (integrity, expected) in integrity_cases(&wasm_bytes) {
+        assert_eq!(wasm_verdict(&integrity), expected, ".wasm {integrity:?}");
+        assert_eq!(wasm_acquired(&integrity), expected, ".wasm {integrity:?}");
+    }
+}
+
+/// A 2 GiB sparse module file is refused from its size, on every path that reads modules,
+/// without being read (hashing 2 GiB would take many seconds); the limit is configurable.
+#[test]
+fn a_sparse_2_gib_module_is_refused_without_being_read() {
+    use capability_wasm::{EngineConfig, WasmEngine, WasmErrorKind, WasmModuleSpec};
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["huge.mjs", "huge.wasm"] {
+        std::fs::File::create(dir.path().join(name))
+            .unwrap()
+            .set_len(2 << 30)
+            .unwrap();
+    }
+    let started = std::time::Instant::now();
+    let spec = ModuleSpec {
+        package_root: dir.path().into(),
+        install_root: None,
+        module: "./huge.mjs".into(),
+        integrity: Some(format!("sha256-{}", "0".repeat(64))),
+        manifest: json!({"id": "hostile/huge"}),
+    };
+    // Acquisition (`cap acquire`), then a run.
+    let e = capability_sandbox::resolve_module(&spec).unwrap_err();
+    assert!(
+        matches!(e, SandboxError::ModuleTooLarge { size, limit, .. }
+            if size == 2 << 30 && limit == capability_exec::DEFAULT_MAX_MODULE_BYTES),
+        "{e:?}"
+    );
+    assert_eq!(e.kind(), "module_too_large");
+    assert_eq!(
+        e.to_string(),
+        "module \"./huge.mjs\" is 2147483648 bytes, above the 268435456 byte limit for module files"
+    );
+    let e = refused(&spec);
+    assert!(matches!(e, SandboxError::ModuleTooLarge { .. }), "{e:?}");
+    let hook = capability_sandbox::hook_error("hostile/huge", e);
+    assert!(
+        matches!(&hook, capability_exec::HookError::Capability(c)
+            if c.code == capability_core::ErrorCode::InvalidPackageDeclaration),
+        "{hook:?}"
+    );
+    // The WASM engine, from a path.
+    let engine = WasmEngine::new(EngineConfig::default()).unwrap();
+    let e = engine
+        .load(&WasmModuleSpec::from_path(dir.path().join("huge.wasm")))
+        .unwrap_err();
+    assert_eq!(e.kind(), WasmErrorKind::InvalidModule, "{e}");
+    assert!(e.message().contains("above the 67108864 byte limit"), "{e}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(2),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    // The limit is the host's: a small one refuses an ordinary module.
+    let pkg = Package::new(Lang::Js);
+    let tight = capability_sandbox::Limits {
+        max_module_bytes: 16,
+        ..limits()
+    };
+    let e = capability_sandbox::run_module(
+        &pkg.spec,
+        &Invocation::execute(json!({"action": "ok"})),
+        &Grants::none(),
+        &tight,
+    )
+    .unwrap_err();
+    assert!(
+        matches!(e, SandboxError::ModuleTooLarge { limit: 16, .. }),
+        "{e:?}"
+    );
+}

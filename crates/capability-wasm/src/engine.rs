@@ -285,7 +285,8 @@ impl WasmEngine {
 
     /// Verifies, compiles (or finds in the cache) and links a module.
     ///
-    /// Order: read the bytes; check `integrity` (before anything parses them); look the
+    /// Order: read the bytes (a file above `max_module_bytes` is refused from its size, before
+    /// it is read); check `integrity` (before anything parses them); look the
     /// SHA-256 up in the cache, else refuse components, read the embedded manifest, compile
     /// and link (an import the host does not provide fails here, as [`WasmErrorKind::Link`]);
     /// finally compare the embedded manifest with the spec's by canonical hash.
@@ -355,12 +356,23 @@ impl WasmEngine {
         Ok(module)
     }
 
+    /// Reads a module file of at most `max_module_bytes`: a larger file is refused from its
+    /// size, before anything is read.
     fn read_module(&self, path: &Path) -> Result<Vec<u8>, WasmError> {
-        std::fs::read(path).map_err(|e| {
-            WasmError::new(
+        let limit = self.inner.config.max_module_bytes as u64;
+        capability_exec::read_module(path, limit).map_err(|e| match e {
+            capability_exec::IntegrityError::TooLarge { size, limit, .. } => WasmError::new(
+                WasmErrorKind::InvalidModule,
+                format!("module is {size} bytes, above the {limit} byte limit"),
+            ),
+            capability_exec::IntegrityError::Io { source, .. } => WasmError::new(
                 WasmErrorKind::Io,
-                format!("cannot read module {:?}: {e}", path.display().to_string()),
-            )
+                format!(
+                    "cannot read module {:?}: {source}",
+                    path.display().to_string()
+                ),
+            ),
+            other => crate::integrity::integrity_error(other),
         })
     }
 

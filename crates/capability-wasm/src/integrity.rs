@@ -1,14 +1,15 @@
 //! Module digests and `integrity` strings.
 //!
-//! Accepted forms (the reference's `verifySha256Integrity`, plus SRI sha512):
+//! The rules are `capability-exec`'s, shared by every module kind (the process sandbox checks
+//! `.js`, `.py` and native modules with the same checker):
 //! * `sha256-<64 hex>` or `<64 hex>`: compared case-insensitively;
-//! * `sha256-<base64>` or `<base64>`: the standard base64 of the SHA-256 digest, exactly;
+//! * `sha256-<base64>` or `<base64>`: the standard base64 of the SHA-256 digest, padded or
+//!   not;
 //! * `sha512-<base64>`: the standard base64 of the SHA-512 digest (the reference always
-//!   fails sha512; we verify it, as Subresource Integrity does).
+//!   fails sha512; we verify it, as Subresource Integrity does);
+//! * several whitespace-separated tokens: the strongest algorithm decides.
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use sha2::{Digest, Sha256, Sha512};
+use sha2::{Digest, Sha256};
 
 use crate::error::{WasmError, WasmErrorKind};
 
@@ -19,35 +20,14 @@ pub fn sha256(bytes: &[u8]) -> [u8; 32] {
 
 /// Checks `bytes` against an integrity string. `Ok(())` when it matches.
 pub fn verify_integrity(bytes: &[u8], integrity: &str) -> Result<(), WasmError> {
-    let fail = |m: String| Err(WasmError::new(WasmErrorKind::Integrity, m));
-    let integrity = integrity.trim();
-    if let Some(b64) = integrity.strip_prefix("sha512-") {
-        let actual = STANDARD.encode(Sha512::digest(bytes));
-        return if actual == b64 {
-            Ok(())
-        } else {
-            fail(format!(
-                "module integrity mismatch: expected sha512-{b64}, got sha512-{actual}"
-            ))
-        };
-    }
-    let rest = integrity.strip_prefix("sha256-").unwrap_or(integrity);
-    // Base64 and hex never contain '-': a remaining dash names another algorithm.
-    if rest.is_empty() || rest.contains('-') {
-        return fail(format!("unsupported integrity {integrity:?}"));
-    }
-    let digest = sha256(bytes);
-    let matches = if rest.len() == 64 && rest.bytes().all(|b| b.is_ascii_hexdigit()) {
-        hex::encode(digest).eq_ignore_ascii_case(rest)
-    } else {
-        STANDARD.encode(digest) == rest
+    capability_exec::verify_integrity(bytes, integrity).map_err(integrity_error)
+}
+
+/// The engine's error for a refused module: a mismatch or a malformed string.
+pub(crate) fn integrity_error(e: capability_exec::IntegrityError) -> WasmError {
+    let message = match e {
+        capability_exec::IntegrityError::Mismatch { .. } => format!("module {e}"),
+        other => other.to_string(),
     };
-    if matches {
-        Ok(())
-    } else {
-        fail(format!(
-            "module integrity mismatch: expected {integrity:?}, got sha256-{}",
-            hex::encode(digest)
-        ))
-    }
+    WasmError::new(WasmErrorKind::Integrity, message)
 }

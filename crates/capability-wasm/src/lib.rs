@@ -38,8 +38,10 @@
 //!   epoch ticker thread (stopped when the last clone is dropped). `WasmEngine` is
 //!   `Send + Sync + Clone`; runs on many threads at once are independent.
 //! * [`WasmEngine::load`]`(&`[`WasmModuleSpec`]`)` returns a [`WasmModule`]: the bytes (given or
-//!   read from a path) are checked against `integrity` *before* anything parses them
-//!   ([`verify_integrity`]: `sha256-`hex, hex, `sha256-`base64, base64, or `sha512-`base64),
+//!   read from a path; a file above `EngineConfig::max_module_bytes` is refused from its size
+//!   before it is read) are checked against `integrity` *before* anything parses them
+//!   ([`verify_integrity`]: `sha256-`hex, hex, `sha256-`base64, base64, or `sha512-`base64 —
+//!   `capability-exec`'s checker, the one every module kind uses),
 //!   then looked up in the cache by the SHA-256 of the exact bytes, else compiled and linked
 //!   once. A module that imports anything the host does not provide (say a socket call) fails
 //!   here with [`WasmErrorKind::Link`]. Components are refused (build for `wasm32-wasip1`).

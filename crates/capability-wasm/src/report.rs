@@ -62,6 +62,20 @@ pub struct BoundaryReport {
     pub effects: Vec<String>,
 }
 
+impl capability_exec::BoundaryReport for BoundaryReport {
+    fn boundary(&self) -> &str {
+        &self.kind
+    }
+
+    fn tier(&self) -> capability_exec::IsolationTier {
+        capability_exec::IsolationTier::Wasm
+    }
+
+    fn to_isolation(&self) -> Value {
+        serde_json::to_value(self).unwrap_or(Value::Null)
+    }
+}
+
 /// The result of one run that started.
 #[derive(Clone, Debug)]
 pub struct RunOutcome {
