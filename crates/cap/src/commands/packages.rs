@@ -179,6 +179,12 @@ fn build(
     let mut executor = ModuleExecutor::new(choice)
         .with_host_grants(host.clone())
         .with_limits(limits);
+    // OCI images come from CAPABILITY_OCI_IMAGE_{NODE,PYTHON,NATIVE} (pinned by digest); the
+    // engine (CAPABILITY_OCI_ENGINE, else docker or podman on PATH) is probed only when needed.
+    let images = capability_sandbox::OciImages::from_env();
+    if choice == Choice::Oci || (choice == Choice::Auto && !images.is_empty()) {
+        executor = executor.with_oci(images);
+    }
     // The WASM executor is available wherever wasmtime runs; without it .wasm modules are
     // refused (they never run elsewhere).
     if let Ok(wasm) = capability_sandbox::WasmExecutor::new() {
