@@ -304,7 +304,8 @@ struct Fixture {
     podman: std::path::PathBuf,
     image: String,
     digest: String,
-    guest: std::path::PathBuf,
+    /// The static guest executable.
+    guest: Vec<u8>,
 }
 
 /// Why podman cannot be used here, printed (the same words `cap doctor` uses), or a panic when
@@ -339,14 +340,14 @@ fn fixture() -> Option<&'static Fixture> {
         let engine = probe_cli("podman", None, ENGINE_PROBE_TIMEOUT)?;
         let dir = std::env::temp_dir().join(format!("capability-oci-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let guest = dir.join("guest");
         let cc = run_ok(
             Command::new("gcc")
                 .args(["-static", "-O1", "-Wall", "-o"])
-                .arg(&guest)
+                .arg(dir.join("guest"))
                 .arg(common::fixtures().join("oci/guest.c")),
         );
         cc.unwrap_or_else(|e| panic!("gcc -static is required for the OCI tests: {e}"));
+        let guest = std::fs::read(dir.join("guest")).unwrap();
         std::fs::write(dir.join("marker"), MARKER).unwrap();
         std::fs::write(
             dir.join("Containerfile"),
@@ -355,11 +356,13 @@ fn fixture() -> Option<&'static Fixture> {
         .unwrap();
         // A fixed timestamp makes the build reproducible: rebuilding reuses the same image.
         let tag = "localhost/capability-test/oci-guest:1";
-        run_ok(
+        let built = run_ok(
             Command::new(&engine.program)
                 .args(["build", "-q", "--timestamp", "0", "-t", tag])
                 .arg(&dir),
-        )?;
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        built?;
         let digest = run_ok(Command::new(&engine.program).args([
             "image",
             "inspect",
@@ -384,7 +387,9 @@ fn fixture() -> Option<&'static Fixture> {
 fn guest_package(f: &Fixture, id: &str, effects: &[&str]) -> (tempfile::TempDir, Value) {
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    std::fs::copy(&f.guest, dir.path().join("guest")).unwrap();
+    let guest = dir.path().join("guest");
+    std::fs::write(&guest, &f.guest).unwrap();
+    std::fs::set_permissions(&guest, std::fs::Permissions::from_mode(0o755)).unwrap();
     let manifest = json!({
         "specVersion": "0.1", "id": id, "version": "1.0.0", "name": "OCI guest",
         "description": "A static native capability run in a scratch image.", "effects": effects,
