@@ -2,13 +2,14 @@
 //! auto-selection of the strongest boundary for a module.
 
 use std::collections::BTreeMap;
+use std::ffi::OsStr;
 use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::json;
 
 use crate::error::SandboxError;
-use crate::linux::host::{self, CgroupInfo};
+use crate::linux::host::CgroupInfo;
 use crate::linux::sys;
 use crate::oci;
 use crate::process::ProcessSandbox;
@@ -78,9 +79,12 @@ impl DoctorReport {
     }
 }
 
-/// Probes the host. Takes a few hundred milliseconds (it starts interpreters and a sandbox)
-/// plus up to 5 s per container CLI whose engine does not answer.
+/// Probes the host. Takes a few hundred milliseconds (it starts interpreters and a sandbox),
+/// and never much more than a second: the container CLIs are probed beside the rest, in
+/// parallel, and killed after [`oci::ENGINE_PROBE_TIMEOUT`] when their engine does not answer.
 pub fn doctor(sandbox: &ProcessSandbox) -> DoctorReport {
+    // The engine probes may spend their whole timeout: they run beside the others.
+    let engines = std::thread::spawn(|| probe_engines(None));
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_string())
         .unwrap_or_else(|_| "unknown".into());
@@ -154,20 +158,11 @@ pub fn doctor(sandbox: &ProcessSandbox) -> DoctorReport {
         Ok(i) => Probe::ok(format!("{} at {}", i.version, i.path.display())),
         Err(e) => Probe::fail(e),
     };
-    let engine = |name: &str| match host::which(name) {
-        None => Probe::fail(format!("{name} not found on PATH")),
-        Some(p) => match oci::probe_engine(&p, Duration::from_secs(5)) {
-            Ok(e) => Probe::ok(format!(
-                "engine {} answers ({})",
-                e.server_version,
-                p.display()
-            )),
-            Err(e) => Probe::fail(format!("CLI at {} but no engine: {e}", p.display())),
-        },
-    };
-    let docker = engine("docker");
-    let podman = engine("podman");
     let process_sandbox = probe_full_run(sandbox);
+    let EngineProbes { docker, podman } = engines.join().unwrap_or_else(|_| EngineProbes {
+        docker: Probe::fail("the engine probe panicked"),
+        podman: Probe::fail("the engine probe panicked"),
+    });
     let mut report = DoctorReport {
         kernel,
         euid,
@@ -185,6 +180,41 @@ pub fn doctor(sandbox: &ProcessSandbox) -> DoctorReport {
     };
     report.boundaries = ranked_boundaries(&report);
     report
+}
+
+/// What `doctor` found about the container engines.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct EngineProbes {
+    pub docker: Probe,
+    pub podman: Probe,
+}
+
+/// The `docker` and `podman` probes of [`doctor`]: each CLI found on `search_path` (a
+/// `PATH`-style list; the host's `PATH` when `None`) is asked `version`, both at once, and killed
+/// with everything it started after [`oci::ENGINE_PROBE_TIMEOUT`]. A failed probe's detail is
+/// the reason, worded as [`crate::OciExecutor::detect`] words it: `... not found on PATH`,
+/// `<cli> version ... did not answer within 900 ms (killed)`, or `<cli> version ... failed (exit
+/// status: N): <the engine's message>`.
+pub fn probe_engines(search_path: Option<&OsStr>) -> EngineProbes {
+    let [docker, podman] =
+        oci::probe_both(search_path, oci::ENGINE_PROBE_TIMEOUT).map(|found| match found {
+            Ok(e) => {
+                let conf = match std::env::var_os("CONTAINERS_CONF") {
+                    Some(c) if e.name == "podman" => {
+                        format!(", CONTAINERS_CONF={}", c.to_string_lossy())
+                    }
+                    _ => String::new(),
+                };
+                Probe::ok(format!(
+                    "{} {} answers ({}{conf})",
+                    e.name,
+                    e.server_version,
+                    e.program.display()
+                ))
+            }
+            Err(reason) => Probe::fail(reason),
+        });
+    EngineProbes { docker, podman }
 }
 
 fn ranked_boundaries(r: &DoctorReport) -> Vec<&'static str> {

@@ -85,7 +85,7 @@ pub struct ModuleExecutor {
     host: HostGrants,
     limits: Limits,
     process: &'static ProcessSandbox,
-    oci: Option<OciExecutor>,
+    oci: Result<OciExecutor, String>,
     wasm: Option<Arc<dyn Executor>>,
 }
 
@@ -167,7 +167,7 @@ impl ModuleExecutor {
             host: HostGrants::default(),
             limits: Limits::default(),
             process: ProcessSandbox::global(),
-            oci: None,
+            oci: Err("no OCI engine was configured (ModuleExecutor::with_oci)".into()),
             wasm: None,
         }
     }
@@ -189,9 +189,10 @@ impl ModuleExecutor {
         self
     }
 
-    /// Uses an OCI engine (when one answers) with these pinned images.
+    /// Uses an OCI engine (when one answers) with these pinned images; when none does, OCI runs
+    /// are refused with the engines' reasons.
     pub fn with_oci(mut self, images: OciImages) -> Self {
-        self.oci = OciExecutor::detect(images).ok();
+        self.oci = OciExecutor::detect(images).map_err(|e| e.to_string());
         self
     }
 
@@ -240,16 +241,16 @@ impl ModuleExecutor {
             (Choice::Wasm | Choice::Auto, true) => self.wasm_for(capability).map(Route::Wasm),
             (Choice::Process, false) => Ok(Route::Process),
             (Choice::Oci, false) => match &self.oci {
-                Some(oci) => Ok(Route::Oci(oci)),
-                None => Err(refused(format!(
-                    "{}: no OCI engine answers here (docker or podman with a running daemon)",
+                Ok(oci) => Ok(Route::Oci(oci)),
+                Err(reason) => Err(refused(format!(
+                    "{}: no OCI engine answers here: {reason}",
                     capability.id()
                 ))),
             },
             (Choice::Auto, false) => {
                 if self.process.landlock_abi().is_ok() || self.process.node().is_ok() {
                     Ok(Route::Process)
-                } else if let Some(oci) = &self.oci {
+                } else if let Ok(oci) = &self.oci {
                     Ok(Route::Oci(oci))
                 } else {
                     Err(refused(format!(

@@ -108,6 +108,18 @@
 //!   exempt from RLIMIT_NPROC, so without any cgroup a root host falls back to a best-effort
 //!   watchdog. Every run's [`BoundaryReport::limits`] says which mechanism enforced each limit.
 //!
+//! # The OCI executor
+//!
+//! [`OciExecutor`] runs the same protocols through `docker run` or `podman run` (see
+//! [`docker_args`] for the exact hardening: no network unless `network.connect`, read-only
+//! root, no capabilities, no new privileges, user 65534, pids/memory/cpu limits, explicit
+//! ulimits, a size-limited `/tmp`). Images are pinned by digest ([`check_pinned_image`]) and
+//! chosen per runner ([`OciImages`], or `CAPABILITY_OCI_IMAGE_{NODE,PYTHON,NATIVE}`). The engine
+//! is detected with bounded probes ([`detect_engine`], [`ENGINE_PROBE_TIMEOUT`];
+//! `CAPABILITY_OCI_ENGINE` picks one) and runs with the host's environment, so podman reads
+//! `CONTAINERS_CONF` (the repository's `.ci/containers.conf` suits hosts with hybrid cgroups).
+//! A container the engine cannot start is [`SandboxError::Unavailable`] with its message.
+//!
 //! # Errors
 //!
 //! [`SandboxError`] is the one error type; [`SandboxError::kind`] gives a stable tag for
@@ -136,12 +148,14 @@ mod wasm;
 
 pub use capability_exec::HostGrants;
 pub use capability_wasm::Limits as WasmLimits;
-pub use doctor::{Boundary, DoctorReport, Probe, doctor, select_boundary};
+pub use doctor::{
+    Boundary, DoctorReport, EngineProbes, Probe, doctor, probe_engines, select_boundary,
+};
 pub use error::{GuestError, SandboxError};
 pub use executor::{Choice, ModuleExecutor, hook_error};
 pub use oci::{
-    OCI_WORKSPACE, OciEngine, OciExecutor, OciImages, OciRun, check_pinned_image, detect_engine,
-    docker_args, probe_engine,
+    ENGINE_PROBE_TIMEOUT, OCI_ENGINE_ENV, OCI_WORKSPACE, OciEngine, OciExecutor, OciImages, OciRun,
+    check_pinned_image, detect_engine, docker_args, probe_cli, probe_engine,
 };
 pub use package::{ResolvedModule, resolve_module, resolve_module_limited, verify_integrity};
 pub use process::{PACKAGE_MOUNT, ProcessSandbox, SANDBOX_UID, SandboxConfig};

@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use capability_sandbox::{
-    Boundary, DoctorReport, Grants, ModuleKind, Probe, ProcessSandbox, SandboxError, doctor,
-    select_boundary,
+    Boundary, DoctorReport, ENGINE_PROBE_TIMEOUT, EngineProbes, Grants, ModuleKind, Probe,
+    ProcessSandbox, SandboxError, doctor, probe_cli, probe_engines, select_boundary,
 };
 
 #[test]
@@ -98,4 +98,86 @@ fn selection_prefers_the_strongest_boundary_and_never_in_process() {
     let nothing = synthetic(false, false, false, true);
     let e = select_boundary(ModuleKind::Native, &g, &nothing, true).unwrap_err();
     assert!(matches!(e, SandboxError::Unavailable { .. }), "{e:?}");
+}
+
+/// A container CLI that never answers (as docker does when its daemon is unreachable): a shell
+/// script that starts `sleep 30` and waits for it, writing the sleeper's pid to `pidfile`.
+fn hanging_cli(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let pidfile = dir.join(format!("{name}.pid"));
+    let p = dir.join(name);
+    std::fs::write(
+        &p,
+        format!(
+            "#!/bin/sh\nsleep 30 &\necho $! > {}\nwait\n",
+            pidfile.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    pidfile
+}
+
+/// Whether `pid` is still a live (not zombie) process.
+fn alive(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            let state = s.rsplit_once(')').map(|(_, rest)| rest.trim_start());
+            !state.is_some_and(|r| r.starts_with('Z') || r.starts_with('X'))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn an_engine_cli_that_hangs_is_reported_unavailable_with_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let docker_pid = hanging_cli(dir.path(), "docker");
+    let podman_pid = hanging_cli(dir.path(), "podman");
+    let EngineProbes { docker, podman } = probe_engines(Some(dir.path().as_os_str()));
+    let within = format!(
+        "did not answer within {} ms",
+        ENGINE_PROBE_TIMEOUT.as_millis()
+    );
+    for (name, probe) in [("docker", &docker), ("podman", &podman)] {
+        assert!(!probe.ok, "{name}: {probe:?}");
+        assert!(
+            probe
+                .detail
+                .contains(&format!("{}/{name} version --format", dir.path().display()))
+                && probe.detail.contains(&within),
+            "{name}: {probe:?}"
+        );
+    }
+    // The probe killed the CLI's whole process group, the sleeper included.
+    for pidfile in [docker_pid, podman_pid] {
+        // (A script killed before it wrote its pidfile started no sleeper.)
+        let Ok(pid) = std::fs::read_to_string(&pidfile) else {
+            continue;
+        };
+        let pid = pid.trim();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while alive(pid) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(
+            !alive(pid),
+            "the probe left {pid} ({}) running",
+            pidfile.display()
+        );
+    }
+    // What doctor says is what the OCI executor (and the OCI tests) say.
+    let _ = hanging_cli(dir.path(), "podman");
+    let direct = probe_cli("podman", Some(dir.path().as_os_str()), ENGINE_PROBE_TIMEOUT);
+    assert_eq!(direct.unwrap_err(), podman.detail);
+    // No CLI at all.
+    let empty = tempfile::tempdir().unwrap();
+    let none = probe_engines(Some(empty.path().as_os_str()));
+    assert_eq!(
+        none.docker,
+        Probe {
+            ok: false,
+            detail: "docker not found on PATH".into()
+        }
+    );
+    assert_eq!(none.podman.detail, "podman not found on PATH");
 }

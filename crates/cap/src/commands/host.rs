@@ -100,7 +100,7 @@ pub struct RunOptions {
     #[arg(long, value_enum, default_value = "auto")]
     pub executor: ExecutorArg,
     /// An OCI image pinned by digest, per runner: `native=<ref@sha256:...>`, `node=...`,
-    /// `python=...` (repeatable).
+    /// `python=...` (repeatable; default: $CAPABILITY_OCI_IMAGE_NATIVE, _NODE, _PYTHON).
     #[arg(long = "oci-image", value_parser = parse_oci_image)]
     pub oci_images: Vec<(String, String)>,
     /// Wall-clock limit in milliseconds (default 30000 in the sandbox).
@@ -190,7 +190,8 @@ impl RunOptions {
             ),
             None => None,
         };
-        let mut images = OciImages::default();
+        // Images from CAPABILITY_OCI_IMAGE_{NODE,PYTHON,NATIVE}, then the flags.
+        let mut images = OciImages::from_env();
         for (kind, image) in &self.oci_images {
             let slot = match kind.as_str() {
                 "node" => &mut images.node,

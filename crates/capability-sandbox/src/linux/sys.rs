@@ -149,6 +149,34 @@ pub fn pidfd_send_signal(pidfd: c_int, signal: c_int) -> io::Result<()> {
     }
 }
 
+/// Sends SIGKILL to every process in the process group `pgid` (a child started with
+/// `process_group(0)` and not yet reaped, so the group id cannot have been reused).
+pub fn kill_process_group(pgid: u32) -> io::Result<()> {
+    let pgid = i32::try_from(pgid).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    if pgid <= 1 {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: kill takes integer arguments only; a negative pid names the process group, and
+    // pgid > 1 so neither our own group (0) nor every process (-1) can be meant.
+    let r = unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// This process's hard RLIMIT_NPROC (`None` for unlimited or on error).
+pub fn nproc_hard_limit() -> Option<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the valid, exclusively borrowed `lim`.
+    let r = unsafe { libc::getrlimit(libc::RLIMIT_NPROC, &mut lim) };
+    (r == 0 && lim.rlim_max != libc::RLIM_INFINITY).then_some(lim.rlim_max)
+}
+
 /// The landlock ABI version, or the errno explaining why there is none.
 pub fn landlock_abi() -> Result<u32, io::Error> {
     // SAFETY: querying the version takes a null attribute pointer and size 0.
