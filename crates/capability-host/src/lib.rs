@@ -406,25 +406,38 @@ impl Host {
             .engine(Arc::new(engine))
             .audit(stores.sink)
             .approvals(Arc::clone(&approvals));
+        // Every source's capabilities, before the runtime exists: the module executor (and
+        // its WASM engine, ~10 ms to create) is built only when package code is registered.
+        let mut loaded = Vec::new();
+        let mut entries = Vec::new();
+        for source in &config.sources {
+            let capabilities = source.capabilities().map_err(HostError::Source)?;
+            loaded.push((source.name(), capabilities));
+            entries.extend(source.index_entries());
+        }
+        let has_modules = loaded
+            .iter()
+            .flat_map(|(_, caps)| caps)
+            .any(|c| !c.is_native());
         let mut builder = CapabilityRuntime::builder()
             .policy(config.preset.policy())
             .store(Arc::clone(&stores.receipts))
             .governor(Arc::new(governor));
-        if let Some(executor) = module_executor(&config).map_err(HostError::Source)? {
+        if has_modules
+            && let Some(executor) = module_executor(&config).map_err(HostError::Source)?
+        {
             builder = builder.executor(Arc::new(executor));
         }
         let runtime = builder.build();
-        let mut entries = Vec::new();
-        for source in &config.sources {
-            for capability in source.capabilities().map_err(HostError::Source)? {
+        for (name, capabilities) in loaded {
+            for capability in capabilities {
                 runtime.register(capability).map_err(|e| {
                     HostError::Source(CapabilityError::new(
                         e.code,
-                        format!("{}: {}", source.name(), e.message),
+                        format!("{name}: {}", e.message),
                     ))
                 })?;
             }
-            entries.extend(source.index_entries());
         }
         Ok(Host {
             home,
