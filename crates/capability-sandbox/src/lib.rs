@@ -84,6 +84,16 @@
 //!   package at [`PACKAGE_MOUNT`] (read-only), and a private size-limited `/tmp` (tmpfs, noexec).
 //!   Granted paths appear at their host path: `filesystem.read` paths read-only,
 //!   `filesystem.write` paths read-write.
+//! * **Protected host paths**: the capability home (resolved like `capability-runtime`'s
+//!   `home.rs`: `$CAP_HOME`, `$XDG_DATA_HOME/capability`, `$HOME/.local/share/capability`,
+//!   `./.capability`), [`SandboxConfig::protected`] and [`protect_host_path`] are never visible:
+//!   every mounted host tree (system dirs, `/etc` entries, interpreter prefixes, the package,
+//!   grants) is checked; an existing protected path inside a read-only mount is masked by an
+//!   empty read-only mount (noted in [`BoundaryReport::notes`]); a writable mount containing
+//!   one, a mount inside one, or a read-only mount containing one that does not exist yet is
+//!   refused with [`SandboxError::Invalid`] naming the path. A package root or grant that is
+//!   (or contains) `/`, `/root`, `/home`, `/home/<user>`, `$HOME` or the user's passwd home is
+//!   refused.
 //! * **Landlock** (ABI up to 7): every access right the kernel knows is handled; rules allow
 //!   reading the system dirs, `/etc`, the package and read grants; writing only `/tmp` and
 //!   write grants; executing only the runner (and its ELF interpreter), unless `process.spawn`
@@ -117,6 +127,7 @@ mod linux;
 mod oci;
 mod package;
 mod process;
+mod protect;
 mod protocol;
 mod report;
 mod types;
@@ -132,6 +143,7 @@ pub use oci::{
 };
 pub use package::{ResolvedModule, resolve_module, verify_integrity};
 pub use process::{PACKAGE_MOUNT, ProcessSandbox, SANDBOX_UID, SandboxConfig};
+pub use protect::{default_capability_home, protect_host_path};
 pub use protocol::{Response, envelope, parse_response};
 pub use report::{AppliedLimit, BoundaryReport};
 pub use types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, Op, RunOutcome, effects};

@@ -17,6 +17,7 @@ use crate::linux::seccomp;
 use crate::linux::spawn::{self, ChildPlan, End, Exchange, MountOp};
 use crate::linux::sys;
 use crate::package::{ResolvedModule, resolve_module};
+use crate::protect::{self, Protected};
 use crate::protocol::{self, Response};
 use crate::report::{AppliedLimit, BoundaryReport};
 use crate::types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, RunOutcome, effects};
@@ -46,6 +47,12 @@ pub struct SandboxConfig {
     /// Directory for the per-run mount points (default: the system temp dir). Nothing is
     /// written there except one empty directory per run, removed afterwards.
     pub scratch_dir: Option<PathBuf>,
+    /// Host paths the guest must never see, in addition to the capability home (always
+    /// protected, resolved like `capability-runtime`'s `home.rs`: `$CAP_HOME`, else
+    /// `$XDG_DATA_HOME/capability`, else `$HOME/.local/share/capability`, else
+    /// `./.capability`) and the paths given to [`crate::protect_host_path`]. A mount that
+    /// would expose one is masked (read-only mounts of an existing path) or refused.
+    pub protected: Vec<PathBuf>,
 }
 
 /// The process sandbox executor. Cheap to share; host facts are probed once.
@@ -251,8 +258,10 @@ impl ProcessSandbox {
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let mut notes: Vec<String> = Vec::new();
 
+        protect::refuse_whole_home(&module.mount_root, "the package root")?;
+        let protected = protect::protected_paths(&self.config.protected);
         let scratch = MountDir::create(self.config.scratch_dir.as_deref())?;
-        let mut root = RootBuilder::new(scratch.path.clone());
+        let mut root = RootBuilder::new(scratch.path.clone(), protected);
         let landlock_abi = self.landlock_abi();
         let mut ll = landlock_abi
             .as_ref()
@@ -565,11 +574,13 @@ impl ProcessSandbox {
         for a in &target.argv {
             argv.push(cstring(a.clone())?);
         }
+        let (mounts, mask_notes) = root.finish()?;
+        notes.extend(mask_notes);
         let plan = ChildPlan {
             uid_map: format!("{SANDBOX_UID} {uid} 1\n").into_bytes(),
             gid_map: format!("{SANDBOX_UID} {gid} 1\n").into_bytes(),
             new_root: path_cstring(&scratch.path)?,
-            mounts: root.ops,
+            mounts,
             scrub: host::scrub_ranges().to_vec(),
             pids_watchdog,
             workdir: c"/tmp".to_owned(),
@@ -769,11 +780,12 @@ fn check_grant_path(p: &Path) -> Result<PathBuf, SandboxError> {
             });
         }
     }
-    if real == Path::new("/") || real == Path::new("/tmp") {
+    if real == Path::new("/tmp") {
         return Err(SandboxError::Invalid {
             detail: format!("refusing to grant {} as a whole", real.display()),
         });
     }
+    protect::refuse_whole_home(&real, "the granted path")?;
     Ok(real)
 }
 
@@ -792,14 +804,23 @@ struct RootBuilder {
     root: PathBuf,
     ops: Vec<MountOp>,
     made: BTreeSet<PathBuf>,
+    /// Host paths no mount may expose.
+    protected: Vec<Protected>,
+    /// Masks over protected paths (inside path, is_dir), mounted after every bind.
+    masks: Vec<(PathBuf, bool)>,
+    /// What was masked, for the boundary report.
+    mask_notes: Vec<String>,
 }
 
 impl RootBuilder {
-    fn new(root: PathBuf) -> Self {
+    fn new(root: PathBuf, protected: Vec<Protected>) -> Self {
         let mut b = RootBuilder {
             root,
             ops: Vec::new(),
             made: BTreeSet::new(),
+            protected,
+            masks: Vec::new(),
+            mask_notes: Vec::new(),
         };
         b.made.insert(PathBuf::from("/"));
         if let Ok(target) = path_cstring(&b.root) {
@@ -835,6 +856,7 @@ impl RootBuilder {
         attrs: u64,
         is_dir: bool,
     ) -> Result<(), SandboxError> {
+        self.guard(source, inside, attrs & sys::MOUNT_ATTR_RDONLY == 0)?;
         if is_dir {
             self.mkdir_p(inside)?;
         } else {
@@ -853,6 +875,47 @@ impl RootBuilder {
             attrs,
         });
         Ok(())
+    }
+
+    /// Checks a host tree about to be mounted at `inside` against the protected paths:
+    /// refuses it, or records the masks to lay over protected paths inside it.
+    fn guard(&mut self, source: &Path, inside: &Path, writable: bool) -> Result<(), SandboxError> {
+        let real = protect::resolve(source);
+        for (at, is_dir, host, why) in protect::masks_for(&real, inside, writable, &self.protected)?
+        {
+            if !self.masks.iter().any(|(m, _)| *m == at) {
+                self.mask_notes.push(format!(
+                    "masked {} ({why}) at {}: an empty read-only mount covers it",
+                    host.display(),
+                    at.display()
+                ));
+                self.masks.push((at, is_dir));
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends the masks (after every bind, so nothing mounted later can uncover them) and
+    /// returns the operations and the notes for the report.
+    fn finish(mut self) -> Result<(Vec<MountOp>, Vec<String>), SandboxError> {
+        let masks = std::mem::take(&mut self.masks);
+        for (at, is_dir) in masks {
+            let target = path_cstring(&self.host(&at))?;
+            if is_dir {
+                self.ops.push(MountOp::Tmpfs {
+                    target,
+                    flags: libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    data: c"size=4k,nr_inodes=16,mode=0555".to_owned(),
+                });
+            } else {
+                self.ops.push(MountOp::Bind {
+                    source: c"/dev/null".to_owned(),
+                    target,
+                    attrs: ro_attrs() | sys::MOUNT_ATTR_NOEXEC,
+                });
+            }
+        }
+        Ok((self.ops, self.mask_notes))
     }
 
     fn symlink(&mut self, to: &Path, inside: &Path) -> Result<(), SandboxError> {
