@@ -107,12 +107,22 @@
 //! * **Environment**: empty unless `environment.read` is granted (then exactly the host-chosen
 //!   map); secrets only with `secrets.read`, in the request envelope. The init wipes its copy of
 //!   the host's argv and environment and is not dumpable, so `/proc/1` shows nothing.
-//! * **Limits** ([`Limits`]): RLIMIT_DATA (memory), RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_NOFILE,
-//!   RLIMIT_FSIZE, no core dumps; the tmpfs size; a wall-clock timer that kills the pid
+//! * **Limits** ([`Limits`]): RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_FSIZE, no core
+//!   dumps, no POSIX message queues; the tmpfs size; a wall-clock timer that kills the pid
 //!   namespace's init (and so the tree). A cgroup v2 with delegated `pids` and `memory` is used
-//!   when available (`CLONE_INTO_CGROUP`), else a writable cgroup v1 `pids` group; uid 0 is
-//!   exempt from RLIMIT_NPROC, so without any cgroup a root host falls back to a best-effort
-//!   watchdog. Every run's [`BoundaryReport::limits`] says which mechanism enforced each limit.
+//!   when available (`CLONE_INTO_CGROUP`), else writable cgroup v1 `pids` and `memory` groups
+//!   (the init joins them before anything else runs); uid 0 is exempt from RLIMIT_NPROC, so
+//!   without any cgroup a root host falls back to a best-effort watchdog.
+//! * **Memory** holds for the whole sandbox, not per process: a memory cgroup counts every page
+//!   (private, shared anonymous, SysV, memfd, /tmp, kernel memory); v1 sets
+//!   `memory.limit_in_bytes` and `memory.memsw.limit_in_bytes`. Without one, RLIMIT_AS counts
+//!   every mapping of the guest (shared ones too), SysV shared memory and message queues are
+//!   disabled through the IPC namespace's own `/proc/sys/kernel/{shmmni,shmall,shmmax,msgmni}`
+//!   and `memfd_create` is refused by seccomp (a memfd holds memory without any mapping).
+//!   RLIMIT_DATA is always set so that plain allocations fail cleanly. When no mechanism can
+//!   hold the whole sandbox (node, or `process.spawn`, without a memory cgroup) the report
+//!   says `enforced: false`. `ISOLATION.md` lists every limit and its mechanism per host kind.
+//!   Every run's [`BoundaryReport::limits`] says which mechanism enforced each limit.
 //!
 //! # Errors
 //!

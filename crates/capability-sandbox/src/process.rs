@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::error::{GuestError, SandboxError};
-use crate::linux::host::{self, CgroupInfo, CgroupParent, Interpreter, RunCgroup};
+use crate::linux::host::{self, CgroupInfo, CgroupMemory, CgroupParent, Interpreter, RunCgroup};
 use crate::linux::landlock::{self, LandlockPlan};
 use crate::linux::seccomp;
 use crate::linux::spawn::{self, ChildPlan, End, Exchange, MountOp};
@@ -117,7 +117,7 @@ impl ProcessSandbox {
     }
 
     /// Where per-run cgroups are made, or why none is used: a delegated cgroup v2 directory
-    /// (pids + memory), else a writable cgroup v1 pids group (pids only).
+    /// (pids + memory), else writable cgroup v1 `pids` and/or `memory` groups.
     pub(crate) fn cgroup_parent(&self) -> Result<CgroupParent, String> {
         if self.config.disable_cgroup {
             return Err("cgroups disabled by configuration".into());
@@ -126,10 +126,18 @@ impl ProcessSandbox {
             .get_or_init(|| {
                 match CgroupInfo::detect().usable_parent(self.config.cgroup_parent.as_deref()) {
                     Ok(p) => Ok(CgroupParent::V2(p)),
-                    Err(v2) => match host::v1_pids_dir() {
-                        Ok(p) => Ok(CgroupParent::V1Pids(p)),
-                        Err(v1) => Err(format!("{v2}; {v1}")),
-                    },
+                    Err(v2) => {
+                        match (
+                            host::v1_controller_dir("pids"),
+                            host::v1_controller_dir("memory"),
+                        ) {
+                            (Err(p), Err(m)) => Err(format!("{v2}; {p}; {m}")),
+                            (pids, memory) => Ok(CgroupParent::V1 {
+                                pids: pids.ok(),
+                                memory: memory.ok(),
+                            }),
+                        }
+                    }
                 }
             })
             .clone()
@@ -139,8 +147,21 @@ impl ProcessSandbox {
     pub fn cgroup_summary(&self) -> String {
         match self.cgroup_parent() {
             Ok(CgroupParent::V2(p)) => format!("v2 pids+memory under {}", p.display()),
-            Ok(CgroupParent::V1Pids(p)) => {
-                format!("v1 pids under {} (memory by rlimit)", p.display())
+            Ok(CgroupParent::V1 { pids, memory }) => {
+                let show = |p: &Option<PathBuf>| {
+                    p.as_ref()
+                        .map_or("unavailable".to_string(), |p| p.display().to_string())
+                };
+                format!(
+                    "v1 pids under {}, memory under {}{}",
+                    show(&pids),
+                    show(&memory),
+                    if memory.is_none() {
+                        " (memory by rlimit)"
+                    } else {
+                        ""
+                    }
+                )
             }
             Err(e) => format!("unavailable: {e}"),
         }
@@ -498,15 +519,24 @@ impl ProcessSandbox {
                 None
             }
         };
+        let cg_memory = cgroup.as_ref().map_or(CgroupMemory::None, |c| c.memory);
+        let memory_cgroup = cg_memory != CgroupMemory::None;
+        let pids_cgroup = cgroup.as_ref().is_some_and(|c| c.pids_dir.is_some());
         let cgroup_label = match &cgroup {
             Some(cg) if cg.version == 2 => "v2".to_string(),
-            Some(_) => "v1-pids".to_string(),
+            Some(cg) => match (cg.pids_dir.is_some(), memory_cgroup) {
+                (true, true) => "v1-pids+memory".to_string(),
+                (true, false) => "v1-pids".to_string(),
+                _ => "v1-memory".to_string(),
+            },
             None => "unavailable".to_string(),
         };
-        let cg_v2 = cgroup.as_ref().is_some_and(|c| c.version == 2);
+        let memory = memory_policy(cg_memory, target.kind, spawn_granted, limits);
+        if let Some(r#as) = memory.rlimit_as {
+            rlimits.push((libc::RLIMIT_AS as libc::c_int, r#as, r#as));
+        }
         // uid 0 is exempt from RLIMIT_NPROC: without a cgroup, a watchdog counts processes.
-        let pids_watchdog =
-            (spawn_granted && cgroup.is_none() && uid == 0).then_some(limits.max_pids);
+        let pids_watchdog = (spawn_granted && !pids_cgroup && uid == 0).then_some(limits.max_pids);
         let mut applied = vec![
             AppliedLimit::new(
                 "wallTimeoutMs",
@@ -514,29 +544,25 @@ impl ProcessSandbox {
                 "timer",
             ),
             AppliedLimit::new("cpuTimeMs", cpu_secs * 1000, "rlimit"),
-            AppliedLimit::new(
-                "memoryBytes",
-                limits.memory_bytes,
-                if cg_v2 { "rlimit+cgroup" } else { "rlimit" },
-            ),
+            memory.applied,
         ];
         applied.push(match (&cgroup, uid, spawn_granted) {
-            (Some(cg), _, _) => AppliedLimit::new(
+            (Some(cg), _, _) if pids_cgroup => AppliedLimit::new(
                 "maxPids",
                 limits.max_pids as u64,
                 if cg.version == 2 { "rlimit+cgroup" } else { "rlimit+cgroup-v1" },
             ),
-            (None, 0, true) => {
+            (_, 0, true) => {
                 let mut l = AppliedLimit::new("maxPids", limits.max_pids as u64, "watchdog");
                 l.note = Some("best effort: uid 0 is exempt from RLIMIT_NPROC and no cgroup is available; processes are counted in /proc every 1 ms and the sandbox is killed past the limit, but a fast fork bomb can briefly exceed it".into());
                 l
             }
-            (None, 0, false) => {
+            (_, 0, false) => {
                 let mut l = AppliedLimit::new("maxPids", 1, "seccomp");
                 l.note = Some("process creation is refused (process.spawn not granted); threads are not counted because uid 0 is exempt from RLIMIT_NPROC".into());
                 l
             }
-            (None, _, _) => AppliedLimit::new("maxPids", limits.max_pids as u64, "rlimit"),
+            (_, _, _) => AppliedLimit::new("maxPids", limits.max_pids as u64, "rlimit"),
         });
         applied.push(AppliedLimit::new(
             "maxOpenFiles",
@@ -586,14 +612,18 @@ impl ProcessSandbox {
             workdir: c"/tmp".to_owned(),
             rlimits,
             landlock: ll,
-            seccomp: Some(seccomp::build_filter(spawn_granted)),
+            seccomp: Some(seccomp::build_filter(&seccomp::Policy {
+                spawn: spawn_granted,
+                memfd: memory_cgroup,
+            })),
             exec: cstring(target.argv[0].clone())?,
             argv,
             envp,
-            cgroup_procs_fd: cgroup
+            cgroup_procs_fds: cgroup
                 .as_ref()
-                .and_then(|c| c.procs_fd.as_ref())
-                .map(|f| f.as_raw_fd()),
+                .map(|c| c.procs_fds.iter().map(|f| f.as_raw_fd()).collect())
+                .unwrap_or_default(),
+            ipc_limits: ipc_limits(memory_cgroup, limits)?,
         };
 
         let mut report = BoundaryReport {
@@ -729,6 +759,115 @@ impl ProcessSandbox {
 
 fn ro_attrs() -> u64 {
     sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV
+}
+
+/// Address space reserved by node beyond what it uses (V8 cages and code range, malloc arenas
+/// of its threads): node does not start under an RLIMIT_AS much below ~0.8 GiB.
+const NODE_AS_HEADROOM: u64 = 1 << 30;
+
+/// How a run's memory is limited.
+struct MemoryPolicy {
+    rlimit_as: Option<u64>,
+    applied: AppliedLimit,
+}
+
+/// Memory: the run's cgroup when it has a memory controller (it counts every page of the
+/// sandbox: private, shared, SysV, memfd, tmpfs, kernel), else RLIMIT_AS, which counts every
+/// mapping of a process, shared ones included, while SysV shared memory, message queues and
+/// memfds are refused (they hold memory without a mapping). RLIMIT_DATA is set in every case
+/// so that plain allocations fail cleanly with ENOMEM before anything is killed.
+fn memory_policy(cg: CgroupMemory, kind: ModuleKind, spawn: bool, limits: &Limits) -> MemoryPolicy {
+    let m = limits.memory_bytes;
+    let (mechanism, rlimit_as, enforced, note): (&str, Option<u64>, bool, String) = match cg {
+        CgroupMemory::V2 => (
+            "cgroup-v2-memory.max+rlimit-data",
+            None,
+            true,
+            "memory.max (and memory.swap.max 0) counts every page of the sandbox: private, \
+             shared, SysV, memfd, /tmp and kernel memory"
+                .into(),
+        ),
+        CgroupMemory::V1 { memsw } => (
+            "cgroup-v1-memory+rlimit-data",
+            None,
+            true,
+            if memsw {
+                "memory.limit_in_bytes and memory.memsw.limit_in_bytes count every page of the \
+                 sandbox: private, shared, SysV, memfd, /tmp and kernel memory, swap included"
+                    .into()
+            } else {
+                "memory.limit_in_bytes counts every page of the sandbox: private, shared, SysV, \
+                 memfd, /tmp and kernel memory; swap is not accounted on this host"
+                    .into()
+            },
+        ),
+        CgroupMemory::None if kind == ModuleKind::Node => (
+            "rlimit-as+rlimit-data",
+            Some(m.saturating_add(NODE_AS_HEADROOM)),
+            false,
+            format!(
+                "no memory cgroup: node needs about 0.8 GiB of address space to start, so \
+                 RLIMIT_AS is the limit plus {} MiB; private memory is held to the limit by \
+                 RLIMIT_DATA and the V8 heap flag, but native code could map more shared memory",
+                NODE_AS_HEADROOM >> 20
+            ),
+        ),
+        CgroupMemory::None if spawn => (
+            "rlimit-as+rlimit-data",
+            Some(m),
+            false,
+            "no memory cgroup: RLIMIT_AS holds each process (shared mappings included) to the \
+             limit, but with process.spawn the sandbox as a whole can use the limit once per \
+             process"
+                .into(),
+        ),
+        CgroupMemory::None => (
+            "rlimit-as+rlimit-data",
+            Some(m),
+            true,
+            "no memory cgroup: RLIMIT_AS counts every mapping of the (only) guest process, shared \
+             ones included; SysV shared memory and message queues are disabled and memfd_create \
+             is refused; /tmp is limited separately by tmpSize"
+                .into(),
+        ),
+    };
+    let mut applied = AppliedLimit::new("memoryBytes", m, mechanism);
+    applied.enforced = enforced;
+    applied.note = Some(note);
+    MemoryPolicy { rlimit_as, applied }
+}
+
+/// SysV IPC limits of the sandbox's own IPC namespace. With a memory cgroup, shared memory
+/// segments are capped at the limit (the cgroup counts their pages too); without one, SysV
+/// shared memory and message queues are disabled: their pages live on without a mapping, so no
+/// rlimit sees them.
+fn ipc_limits(
+    memory_cgroup: bool,
+    limits: &Limits,
+) -> Result<Vec<(CString, Vec<u8>, bool)>, SandboxError> {
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .ok()
+        .filter(|&p| p > 0)
+        .unwrap_or(4096);
+    let values: Vec<(&str, u64)> = if memory_cgroup {
+        vec![
+            ("shmmax", limits.memory_bytes),
+            ("shmall", limits.memory_bytes.div_ceil(page)),
+        ]
+    } else {
+        vec![("shmmni", 0), ("shmall", 0), ("shmmax", 0), ("msgmni", 0)]
+    };
+    values
+        .into_iter()
+        .map(|(name, v)| {
+            Ok((
+                cstring(format!("/proc/sys/kernel/{name}").into_bytes())?,
+                v.to_string().into_bytes(),
+                !memory_cgroup,
+            ))
+        })
+        .collect()
 }
 
 fn check_limits(limits: &Limits) -> Result<(), SandboxError> {
@@ -1046,6 +1185,7 @@ fn classify(
     hook_present: &mut bool,
 ) -> Result<Value, SandboxError> {
     let oom_cgroup = cgroup.is_some_and(RunCgroup::oom_killed);
+    let memory_hit = cgroup.is_some_and(RunCgroup::memory_limit_hit);
     let pids_cgroup = cgroup.is_some_and(RunCgroup::pids_max_hit);
     let rec = match &finished.end {
         End::TimedOut => {
@@ -1082,6 +1222,12 @@ fn classify(
                 },
             });
         }
+        End::InitGone if oom_cgroup => {
+            return Err(SandboxError::MemoryLimit {
+                limit: limits.memory_bytes,
+                detail: "the cgroup's OOM killer stopped the sandbox".into(),
+            });
+        }
         End::InitGone => {
             if let Some(se) = finished.setup_error {
                 return Err(setup_error(&se));
@@ -1110,6 +1256,21 @@ fn classify(
             || (sig == libc::SIGKILL && cpu_used + Duration::from_millis(50) >= cpu_limit)
         {
             return Err(SandboxError::CpuLimit { limit: cpu_limit });
+        }
+        // Runtimes abort (or fault) when an allocation fails at the cgroup limit.
+        if memory_hit
+            && matches!(
+                sig,
+                libc::SIGKILL | libc::SIGABRT | libc::SIGSEGV | libc::SIGBUS
+            )
+        {
+            return Err(SandboxError::MemoryLimit {
+                limit: limits.memory_bytes,
+                detail: format!(
+                    "the guest died of {} after its cgroup reached the memory limit",
+                    sys::signal_name(sig)
+                ),
+            });
         }
         if sig == libc::SIGXFSZ {
             return Err(SandboxError::FileSizeLimit {

@@ -104,8 +104,19 @@ fn always_denied() -> Vec<(libc::c_long, i32)> {
     list
 }
 
-/// Builds the filter. `spawn` lifts the process-creation denial.
-pub fn build_filter(spawn: bool) -> Vec<libc::sock_filter> {
+/// What the filter allows beyond its fixed deny list.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Policy {
+    /// `process.spawn`: lifts the process-creation denial.
+    pub spawn: bool,
+    /// `memfd_create` and `memfd_secret` (refused with `EPERM` unless a memory cgroup counts
+    /// their pages: no rlimit bounds a memfd that is written without being mapped).
+    pub memfd: bool,
+}
+
+/// Builds the filter for `policy`.
+pub fn build_filter(policy: &Policy) -> Vec<libc::sock_filter> {
+    let spawn = policy.spawn;
     let mut p: Vec<Insn> = vec![
         stmt(BPF_LD_W_ABS, OFFSET_ARCH),
         jump(BPF_JMP_JEQ_K, AUDIT_ARCH, 1, 0),
@@ -125,6 +136,10 @@ pub fn build_filter(spawn: bool) -> Vec<libc::sock_filter> {
             deny.push((libc::SYS_fork, libc::EPERM));
             deny.push((libc::SYS_vfork, libc::EPERM));
         }
+    }
+    if !policy.memfd {
+        deny.push((libc::SYS_memfd_create, libc::EPERM));
+        deny.push((libc::SYS_memfd_secret, libc::EPERM));
     }
     for (nr, e) in deny {
         p.push(jump(BPF_JMP_JEQ_K, nr as u32, 0, 1));
@@ -198,8 +213,11 @@ mod tests {
 
     #[test]
     fn decisions() {
-        let strict = build_filter(false);
-        let open = build_filter(true);
+        let strict = build_filter(&Policy::default());
+        let open = build_filter(&Policy {
+            spawn: true,
+            memfd: true,
+        });
         let nr = |n: libc::c_long| n as u32;
         let eperm = errno(libc::EPERM);
         assert_eq!(
@@ -208,6 +226,14 @@ mod tests {
         );
         assert_eq!(run(&strict, nr(libc::SYS_ptrace), AUDIT_ARCH, 0), eperm);
         assert_eq!(run(&open, nr(libc::SYS_mount), AUDIT_ARCH, 0), eperm);
+        assert_eq!(
+            run(&strict, nr(libc::SYS_memfd_create), AUDIT_ARCH, 0),
+            eperm
+        );
+        assert_eq!(
+            run(&open, nr(libc::SYS_memfd_create), AUDIT_ARCH, 0),
+            SECCOMP_RET_ALLOW
+        );
         assert_eq!(
             run(&strict, nr(libc::SYS_clone3), AUDIT_ARCH, 0),
             errno(libc::ENOSYS)

@@ -68,8 +68,12 @@ pub(crate) struct ChildPlan {
     pub exec: CString,
     pub argv: Vec<CString>,
     pub envp: Vec<CString>,
-    /// cgroup v1 `cgroup.procs` opened by the host: the init joins by writing `0` first thing.
-    pub cgroup_procs_fd: Option<c_int>,
+    /// cgroup v1 `cgroup.procs` files opened by the host: the init joins each by writing `0`
+    /// first thing.
+    pub cgroup_procs_fds: Vec<c_int>,
+    /// IPC namespace limits written by the init (`/proc/sys/kernel/shm*`, `msgmni`): path,
+    /// value, and whether failing to write it aborts the setup.
+    pub ipc_limits: Vec<(CString, Vec<u8>, bool)>,
 }
 
 /// Stages named in setup-failure records.
@@ -78,6 +82,7 @@ pub(crate) const STAGES: &[&str] = &[
     "setgroups",
     "gid_map",
     "uid_map",
+    "ipc-limits",
     "mount-private",
     "mkdir",
     "touch",
@@ -350,7 +355,7 @@ unsafe fn child_init(
     // SAFETY: this whole block makes raw syscalls on prepared, NUL-terminated data; no allocation.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-        if let Some(fd) = plan.cgroup_procs_fd {
+        for &fd in &plan.cgroup_procs_fds {
             if libc::write(fd, b"0".as_ptr() as *const libc::c_void, 1) != 1 {
                 fail(rfd, "cgroup", last_errno());
             }
@@ -364,6 +369,23 @@ unsafe fn child_init(
         }
         if let Err(e) = write_file(c"/proc/self/uid_map", &plan.uid_map) {
             fail(rfd, "uid_map", e);
+        }
+        // The IPC namespace is ours (and owned by our user namespace): bound SysV IPC.
+        for (path, value, required) in &plan.ipc_limits {
+            if let Err(e) = write_file(path, value) {
+                if *required {
+                    fail(rfd, "ipc-limits", e);
+                }
+                report(
+                    rfd,
+                    &Record {
+                        tag: TAG_NOTE,
+                        stage: stage("ipc-limits"),
+                        errno: e,
+                        ..Record::default()
+                    },
+                );
+            }
         }
         if libc::mount(
             std::ptr::null(),
@@ -681,6 +703,8 @@ unsafe fn guest_exec(
         if libc::chdir(plan.workdir.as_ptr()) < 0 {
             fail(rfd, "chdir", last_errno());
         }
+        // When a memory cgroup runs out, its OOM killer should pick the guest, not the init.
+        write_file(c"/proc/self/oom_score_adj", b"1000").ok();
         for &(resource, soft, hard) in &plan.rlimits {
             let lim = libc::rlimit {
                 rlim_cur: soft,
