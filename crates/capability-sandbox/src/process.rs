@@ -321,7 +321,12 @@ impl ProcessSandbox {
             let Ok(meta) = std::fs::metadata(&real) else {
                 continue;
             };
-            root.bind(&real, &p, ro_attrs(), meta.is_dir())?;
+            root.bind(
+                &real,
+                &p,
+                ro_attrs() | sys::MOUNT_ATTR_NOEXEC,
+                meta.is_dir(),
+            )?;
         }
         root.write_file(
             Path::new("/etc/passwd"),
@@ -429,16 +434,18 @@ impl ProcessSandbox {
         grant_list.sort_by_key(|(p, _)| p.components().count());
         for (p, write) in grant_list {
             let is_dir = p.is_dir();
+            // Granted paths hold data, not code: noexec, so that neither execve nor an
+            // executable mapping (the dynamic loader, dlopen) can use a file from them.
             let attrs = if write {
-                sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV
+                sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC
             } else {
-                ro_attrs()
+                ro_attrs() | sys::MOUNT_ATTR_NOEXEC
             };
             if write || !host::under_system_dirs(&p) {
                 root.bind(&p, &p, attrs, is_dir)?;
             }
             let rights = if write {
-                landlock::WRITE
+                landlock::WRITE_GRANT
             } else {
                 landlock::READ
             };
@@ -600,6 +607,11 @@ impl ProcessSandbox {
         for a in &target.argv {
             argv.push(cstring(a.clone())?);
         }
+        let seccomp_policy = seccomp::Policy {
+            spawn: spawn_granted,
+            memfd: memory_cgroup,
+            network,
+        };
         let (mounts, mask_notes) = root.finish()?;
         notes.extend(mask_notes);
         let plan = ChildPlan {
@@ -612,10 +624,8 @@ impl ProcessSandbox {
             workdir: c"/tmp".to_owned(),
             rlimits,
             landlock: ll,
-            seccomp: Some(seccomp::build_filter(&seccomp::Policy {
-                spawn: spawn_granted,
-                memfd: memory_cgroup,
-            })),
+            seccomp: Some(seccomp::build_filter(&seccomp_policy)),
+            exec_once: seccomp_policy.exec_once(),
             exec: cstring(target.argv[0].clone())?,
             argv,
             envp,
@@ -623,7 +633,7 @@ impl ProcessSandbox {
                 .as_ref()
                 .map(|c| c.procs_fds.iter().map(|f| f.as_raw_fd()).collect())
                 .unwrap_or_default(),
-            ipc_limits: ipc_limits(memory_cgroup, limits)?,
+            sysctls: sysctls(memory_cgroup, limits)?,
         };
 
         let mut report = BoundaryReport {
@@ -837,11 +847,13 @@ fn memory_policy(cg: CgroupMemory, kind: ModuleKind, spawn: bool, limits: &Limit
     MemoryPolicy { rlimit_as, applied }
 }
 
-/// SysV IPC limits of the sandbox's own IPC namespace. With a memory cgroup, shared memory
-/// segments are capped at the limit (the cgroup counts their pages too); without one, SysV
-/// shared memory and message queues are disabled: their pages live on without a mapping, so no
-/// rlimit sees them.
-fn ipc_limits(
+/// Sysctls of the sandbox's own namespaces. IPC: with a memory cgroup, shared memory segments
+/// are capped at the limit (the cgroup counts their pages too); without one, SysV shared memory
+/// and message queues are disabled: their pages live on without a mapping, so no rlimit sees
+/// them. Pid: `vm.memfd_noexec` = 2, so that no memfd can be executed (kernel 6.3+; the file
+/// is writable by the init only when the host runs as root, so it is best effort; without
+/// `process.spawn` no exec is possible anyway).
+fn sysctls(
     memory_cgroup: bool,
     limits: &Limits,
 ) -> Result<Vec<(CString, Vec<u8>, bool)>, SandboxError> {
@@ -858,7 +870,7 @@ fn ipc_limits(
     } else {
         vec![("shmmni", 0), ("shmall", 0), ("shmmax", 0), ("msgmni", 0)]
     };
-    values
+    let mut out = values
         .into_iter()
         .map(|(name, v)| {
             Ok((
@@ -867,7 +879,13 @@ fn ipc_limits(
                 !memory_cgroup,
             ))
         })
-        .collect()
+        .collect::<Result<Vec<_>, SandboxError>>()?;
+    out.push((
+        c"/proc/sys/vm/memfd_noexec".to_owned(),
+        b"2".to_vec(),
+        false,
+    ));
+    Ok(out)
 }
 
 fn check_limits(limits: &Limits) -> Result<(), SandboxError> {
@@ -965,7 +983,7 @@ impl RootBuilder {
         if let Ok(target) = path_cstring(&b.root) {
             b.ops.push(MountOp::Tmpfs {
                 target,
-                flags: libc::MS_NOSUID | libc::MS_NODEV,
+                flags: libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 data: c"size=4m,nr_inodes=4096,mode=0755".to_owned(),
             });
         }
