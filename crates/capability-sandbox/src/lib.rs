@@ -81,32 +81,89 @@
 //!   pid (a small init is pid 1; when it exits the kernel kills the whole tree), ipc, uts,
 //!   cgroup, and network — an empty network namespace unless `network.connect` is granted, in
 //!   which case the host network is shared.
-//! * **Filesystem**: a fresh tmpfs root (read-only after setup) with read-only, nosuid, nodev
-//!   binds of `/usr` (and the `/bin`, `/lib*` symlinks or dirs), a minimal `/etc` (dynamic
-//!   linker cache, name resolution, TLS roots, a synthetic `passwd`), `/dev/{null,zero,full,
-//!   random,urandom}`, a fresh `/proc`, the interpreter's prefix when it lives elsewhere, the
-//!   package at [`PACKAGE_MOUNT`] (read-only), and a private size-limited `/tmp` (tmpfs, noexec).
-//!   Granted paths appear at their host path: `filesystem.read` paths read-only,
-//!   `filesystem.write` paths read-write.
+//! * **Filesystem**: a fresh tmpfs root (read-only and noexec after setup) with read-only,
+//!   nosuid, nodev binds of `/usr` (and the `/bin`, `/lib*` symlinks or dirs), a minimal `/etc`
+//!   (dynamic linker cache, name resolution, TLS roots, a synthetic `passwd`; noexec),
+//!   `/dev/{null,zero,full,random,urandom}`, a fresh `/proc`, the interpreter's prefix when it
+//!   lives elsewhere, the package at [`PACKAGE_MOUNT`] (read-only), and a private size-limited
+//!   `/tmp` (tmpfs, noexec). Granted paths appear at their host path: `filesystem.read` paths
+//!   read-only, `filesystem.write` paths read-write, both noexec: they hold data, not code.
+//! * **Protected host paths**: the capability home (resolved like `capability-runtime`'s
+//!   `home.rs`: `$CAP_HOME`, `$XDG_DATA_HOME/capability`, `$HOME/.local/share/capability`,
+//!   `./.capability`), [`SandboxConfig::protected`] and [`protect_host_path`] are never visible:
+//!   every mounted host tree (system dirs, `/etc` entries, interpreter prefixes, the package,
+//!   grants) is checked; an existing protected path inside a read-only mount is masked by an
+//!   empty read-only mount (noted in [`BoundaryReport::notes`]); a writable mount containing
+//!   one, a mount inside one, or a read-only mount containing one that does not exist yet is
+//!   refused with [`SandboxError::Invalid`] naming the path. A package root or grant that is
+//!   (or contains) `/`, `/root`, `/home`, `/home/<user>`, `$HOME` or the user's passwd home is
+//!   refused.
 //! * **Landlock** (ABI up to 7): every access right the kernel knows is handled; rules allow
 //!   reading the system dirs, `/etc`, the package and read grants; writing only `/tmp` and
-//!   write grants; executing only the runner (and its ELF interpreter), unless `process.spawn`
-//!   is granted. Without `network.connect`, TCP bind/connect are denied (ABI 4+); abstract unix
-//!   sockets and signals are scoped to the sandbox (ABI 6+).
+//!   write grants (no socket files in write grants); executing only the runner (and its ELF
+//!   interpreter), unless `process.spawn` is granted. TCP bind is always denied and TCP
+//!   connect without `network.connect` (ABI 4+); abstract unix sockets and signals are scoped
+//!   to the sandbox (ABI 6+).
 //! * **Seccomp**: a deny list (ptrace, mount APIs, namespaces, keyrings, bpf, perf, userfaultfd,
 //!   modules, kexec, reboot, clock setting, io_uring, ...); `clone3` answers `ENOSYS` so the
 //!   C library falls back to `clone`, whose flags are checked: threads are allowed, new
 //!   processes are refused with `EPERM` unless `process.spawn` is granted, namespace flags
-//!   always.
+//!   always. Socket families by the `socket(2)` domain argument (`EACCES` otherwise): `AF_INET`,
+//!   `AF_INET6` and `AF_UNIX` only with `network.connect`, `AF_NETLINK` only as
+//!   `NETLINK_ROUTE`; `socketpair` for `AF_UNIX` stream/seqpacket pairs; `listen`, `accept`,
+//!   `accept4` never. Without a memory cgroup, `memfd_create` is refused.
+//!
+//! **What a grant opens, and what it does not.**
+//!
+//! * *Reading is not connecting.* Connecting to a pathname unix socket needs only search
+//!   access to its directory and write permission on the socket inode: a read-only mount does
+//!   not stop it and landlock has no right for it (its ABI 6 scoping covers abstract sockets
+//!   only). So the filter refuses `socket(AF_UNIX, ...)` unless `network.connect` is granted:
+//!   without it the guest has no unconnected unix socket to `connect`, `bind` or `sendto` with,
+//!   and a datagram `socketpair` (which could be re-connected to a path) is refused too. With
+//!   `network.connect` the guest may connect to a unix socket it can see, i.e. one inside a
+//!   granted path, subject to host permissions (see the guest identity below).
+//! * *Connecting is not listening.* No Capability 1.x effect grants listening (the standard
+//!   has no `network.listen`): `listen`/`accept`/`accept4` are refused by seccomp (`listen` on an
+//!   unbound socket would pick a port without any `bind` landlock could see) and landlock
+//!   denies every TCP `bind`. Not closed: a UDP socket may still be bound to a port of the
+//!   guest's choosing with `network.connect` and receive datagrams there (seccomp cannot read
+//!   `bind`'s address, landlock's network rules cover TCP only); it cannot accept connections.
+//! * *No new program image without `process.spawn`.* `execve`/`execveat` are sent to a seccomp
+//!   user-notification listener that the sandbox init holds: it lets exactly the first one
+//!   through — the runner's own exec, before any guest code runs — and closes the listener, so
+//!   every later exec fails with `ENOSYS`: the dynamic loader cannot be started as a program
+//!   (`ld.so /usr/bin/echo`), a memfd cannot be `fexecve`d, the runner cannot re-exec itself.
+//!   Executable *mappings* (`mmap(PROT_EXEC)` of a file) are what the loader needs for the
+//!   runner's own libraries, so they are not refused; they are limited by mount flags instead:
+//!   only the system dirs, the interpreter prefix and the package are exec-mountable, while
+//!   `/tmp`, grants, `/etc`, `/dev`, `/proc` and the root are `noexec` (the kernel refuses
+//!   `PROT_EXEC` mappings, and later `mprotect`s, of their files). So nothing the guest can
+//!   write, and nothing a grant exposes, can become code. In-process code that the guest brings
+//!   itself (its own native code, a JIT, ctypes) runs inside the same process under the same
+//!   filters and gains nothing. With `process.spawn`, `execve` is allowed for files landlock
+//!   marks executable (system dirs and the interpreter prefix), and `vm.memfd_noexec` = 2 in
+//!   the sandbox's pid namespace makes every memfd non-executable (when the host runs as root,
+//!   the only case where the init may write it; kernel 6.3+).
 //! * **Environment**: empty unless `environment.read` is granted (then exactly the host-chosen
 //!   map); secrets only with `secrets.read`, in the request envelope. The init wipes its copy of
 //!   the host's argv and environment and is not dumpable, so `/proc/1` shows nothing.
-//! * **Limits** ([`Limits`]): RLIMIT_DATA (memory), RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_NOFILE,
-//!   RLIMIT_FSIZE, no core dumps; the tmpfs size; a wall-clock timer that kills the pid
+//! * **Limits** ([`Limits`]): RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_FSIZE, no core
+//!   dumps, no POSIX message queues; the tmpfs size; a wall-clock timer that kills the pid
 //!   namespace's init (and so the tree). A cgroup v2 with delegated `pids` and `memory` is used
-//!   when available (`CLONE_INTO_CGROUP`), else a writable cgroup v1 `pids` group; uid 0 is
-//!   exempt from RLIMIT_NPROC, so without any cgroup a root host falls back to a best-effort
-//!   watchdog. Every run's [`BoundaryReport::limits`] says which mechanism enforced each limit.
+//!   when available (`CLONE_INTO_CGROUP`), else writable cgroup v1 `pids` and `memory` groups
+//!   (the init joins them before anything else runs); uid 0 is exempt from RLIMIT_NPROC, so
+//!   without any cgroup a root host falls back to a best-effort watchdog.
+//! * **Memory** holds for the whole sandbox, not per process: a memory cgroup counts every page
+//!   (private, shared anonymous, SysV, memfd, /tmp, kernel memory); v1 sets
+//!   `memory.limit_in_bytes` and `memory.memsw.limit_in_bytes`. Without one, RLIMIT_AS counts
+//!   every mapping of the guest (shared ones too), SysV shared memory and message queues are
+//!   disabled through the IPC namespace's own `/proc/sys/kernel/{shmmni,shmall,shmmax,msgmni}`
+//!   and `memfd_create` is refused by seccomp (a memfd holds memory without any mapping).
+//!   RLIMIT_DATA is always set so that plain allocations fail cleanly. When no mechanism can
+//!   hold the whole sandbox (node, or `process.spawn`, without a memory cgroup) the report
+//!   says `enforced: false`. `ISOLATION.md` lists every limit and its mechanism per host kind.
+//!   Every run's [`BoundaryReport::limits`] says which mechanism enforced each limit.
 //!
 //! # The OCI executor
 //!
@@ -141,6 +198,7 @@ mod linux;
 mod oci;
 mod package;
 mod process;
+mod protect;
 mod protocol;
 mod report;
 mod types;
@@ -159,6 +217,7 @@ pub use oci::{
 };
 pub use package::{ResolvedModule, resolve_module, resolve_module_limited, verify_integrity};
 pub use process::{PACKAGE_MOUNT, ProcessSandbox, SANDBOX_UID, SandboxConfig};
+pub use protect::{default_capability_home, protect_host_path};
 pub use protocol::{Response, envelope, parse_response};
 pub use report::{AppliedLimit, BoundaryReport};
 pub use types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, Op, RunOutcome, effects};

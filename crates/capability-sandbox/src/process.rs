@@ -11,12 +11,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use crate::error::{GuestError, SandboxError};
-use crate::linux::host::{self, CgroupInfo, CgroupParent, Interpreter, RunCgroup};
+use crate::linux::host::{self, CgroupInfo, CgroupMemory, CgroupParent, Interpreter, RunCgroup};
 use crate::linux::landlock::{self, LandlockPlan};
 use crate::linux::seccomp;
 use crate::linux::spawn::{self, ChildPlan, End, Exchange, MountOp};
 use crate::linux::sys;
 use crate::package::{ResolvedModule, resolve_module_limited};
+use crate::protect::{self, Protected};
 use crate::protocol::{self, Response};
 use crate::report::{AppliedLimit, BoundaryReport};
 use crate::types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, RunOutcome, effects};
@@ -46,6 +47,12 @@ pub struct SandboxConfig {
     /// Directory for the per-run mount points (default: the system temp dir). Nothing is
     /// written there except one empty directory per run, removed afterwards.
     pub scratch_dir: Option<PathBuf>,
+    /// Host paths the guest must never see, in addition to the capability home (always
+    /// protected, resolved like `capability-runtime`'s `home.rs`: `$CAP_HOME`, else
+    /// `$XDG_DATA_HOME/capability`, else `$HOME/.local/share/capability`, else
+    /// `./.capability`) and the paths given to [`crate::protect_host_path`]. A mount that
+    /// would expose one is masked (read-only mounts of an existing path) or refused.
+    pub protected: Vec<PathBuf>,
 }
 
 /// The process sandbox executor. Cheap to share; host facts are probed once.
@@ -110,7 +117,7 @@ impl ProcessSandbox {
     }
 
     /// Where per-run cgroups are made, or why none is used: a delegated cgroup v2 directory
-    /// (pids + memory), else a writable cgroup v1 pids group (pids only).
+    /// (pids + memory), else writable cgroup v1 `pids` and/or `memory` groups.
     pub(crate) fn cgroup_parent(&self) -> Result<CgroupParent, String> {
         if self.config.disable_cgroup {
             return Err("cgroups disabled by configuration".into());
@@ -119,10 +126,18 @@ impl ProcessSandbox {
             .get_or_init(|| {
                 match CgroupInfo::detect().usable_parent(self.config.cgroup_parent.as_deref()) {
                     Ok(p) => Ok(CgroupParent::V2(p)),
-                    Err(v2) => match host::v1_pids_dir() {
-                        Ok(p) => Ok(CgroupParent::V1Pids(p)),
-                        Err(v1) => Err(format!("{v2}; {v1}")),
-                    },
+                    Err(v2) => {
+                        match (
+                            host::v1_controller_dir("pids"),
+                            host::v1_controller_dir("memory"),
+                        ) {
+                            (Err(p), Err(m)) => Err(format!("{v2}; {p}; {m}")),
+                            (pids, memory) => Ok(CgroupParent::V1 {
+                                pids: pids.ok(),
+                                memory: memory.ok(),
+                            }),
+                        }
+                    }
                 }
             })
             .clone()
@@ -132,8 +147,21 @@ impl ProcessSandbox {
     pub fn cgroup_summary(&self) -> String {
         match self.cgroup_parent() {
             Ok(CgroupParent::V2(p)) => format!("v2 pids+memory under {}", p.display()),
-            Ok(CgroupParent::V1Pids(p)) => {
-                format!("v1 pids under {} (memory by rlimit)", p.display())
+            Ok(CgroupParent::V1 { pids, memory }) => {
+                let show = |p: &Option<PathBuf>| {
+                    p.as_ref()
+                        .map_or("unavailable".to_string(), |p| p.display().to_string())
+                };
+                format!(
+                    "v1 pids under {}, memory under {}{}",
+                    show(&pids),
+                    show(&memory),
+                    if memory.is_none() {
+                        " (memory by rlimit)"
+                    } else {
+                        ""
+                    }
+                )
             }
             Err(e) => format!("unavailable: {e}"),
         }
@@ -251,8 +279,10 @@ impl ProcessSandbox {
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let mut notes: Vec<String> = Vec::new();
 
+        protect::refuse_whole_home(&module.mount_root, "the package root")?;
+        let protected = protect::protected_paths(&self.config.protected);
         let scratch = MountDir::create(self.config.scratch_dir.as_deref())?;
-        let mut root = RootBuilder::new(scratch.path.clone());
+        let mut root = RootBuilder::new(scratch.path.clone(), protected);
         let landlock_abi = self.landlock_abi();
         let mut ll = landlock_abi
             .as_ref()
@@ -291,7 +321,12 @@ impl ProcessSandbox {
             let Ok(meta) = std::fs::metadata(&real) else {
                 continue;
             };
-            root.bind(&real, &p, ro_attrs(), meta.is_dir())?;
+            root.bind(
+                &real,
+                &p,
+                ro_attrs() | sys::MOUNT_ATTR_NOEXEC,
+                meta.is_dir(),
+            )?;
         }
         root.write_file(
             Path::new("/etc/passwd"),
@@ -399,16 +434,18 @@ impl ProcessSandbox {
         grant_list.sort_by_key(|(p, _)| p.components().count());
         for (p, write) in grant_list {
             let is_dir = p.is_dir();
+            // Granted paths hold data, not code: noexec, so that neither execve nor an
+            // executable mapping (the dynamic loader, dlopen) can use a file from them.
             let attrs = if write {
-                sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV
+                sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC
             } else {
-                ro_attrs()
+                ro_attrs() | sys::MOUNT_ATTR_NOEXEC
             };
             if write || !host::under_system_dirs(&p) {
                 root.bind(&p, &p, attrs, is_dir)?;
             }
             let rights = if write {
-                landlock::WRITE
+                landlock::WRITE_GRANT
             } else {
                 landlock::READ
             };
@@ -489,15 +526,24 @@ impl ProcessSandbox {
                 None
             }
         };
+        let cg_memory = cgroup.as_ref().map_or(CgroupMemory::None, |c| c.memory);
+        let memory_cgroup = cg_memory != CgroupMemory::None;
+        let pids_cgroup = cgroup.as_ref().is_some_and(|c| c.pids_dir.is_some());
         let cgroup_label = match &cgroup {
             Some(cg) if cg.version == 2 => "v2".to_string(),
-            Some(_) => "v1-pids".to_string(),
+            Some(cg) => match (cg.pids_dir.is_some(), memory_cgroup) {
+                (true, true) => "v1-pids+memory".to_string(),
+                (true, false) => "v1-pids".to_string(),
+                _ => "v1-memory".to_string(),
+            },
             None => "unavailable".to_string(),
         };
-        let cg_v2 = cgroup.as_ref().is_some_and(|c| c.version == 2);
+        let memory = memory_policy(cg_memory, target.kind, spawn_granted, limits);
+        if let Some(r#as) = memory.rlimit_as {
+            rlimits.push((libc::RLIMIT_AS as libc::c_int, r#as, r#as));
+        }
         // uid 0 is exempt from RLIMIT_NPROC: without a cgroup, a watchdog counts processes.
-        let pids_watchdog =
-            (spawn_granted && cgroup.is_none() && uid == 0).then_some(limits.max_pids);
+        let pids_watchdog = (spawn_granted && !pids_cgroup && uid == 0).then_some(limits.max_pids);
         let mut applied = vec![
             AppliedLimit::new(
                 "wallTimeoutMs",
@@ -505,29 +551,25 @@ impl ProcessSandbox {
                 "timer",
             ),
             AppliedLimit::new("cpuTimeMs", cpu_secs * 1000, "rlimit"),
-            AppliedLimit::new(
-                "memoryBytes",
-                limits.memory_bytes,
-                if cg_v2 { "rlimit+cgroup" } else { "rlimit" },
-            ),
+            memory.applied,
         ];
         applied.push(match (&cgroup, uid, spawn_granted) {
-            (Some(cg), _, _) => AppliedLimit::new(
+            (Some(cg), _, _) if pids_cgroup => AppliedLimit::new(
                 "maxPids",
                 limits.max_pids as u64,
                 if cg.version == 2 { "rlimit+cgroup" } else { "rlimit+cgroup-v1" },
             ),
-            (None, 0, true) => {
+            (_, 0, true) => {
                 let mut l = AppliedLimit::new("maxPids", limits.max_pids as u64, "watchdog");
                 l.note = Some("best effort: uid 0 is exempt from RLIMIT_NPROC and no cgroup is available; processes are counted in /proc every 1 ms and the sandbox is killed past the limit, but a fast fork bomb can briefly exceed it".into());
                 l
             }
-            (None, 0, false) => {
+            (_, 0, false) => {
                 let mut l = AppliedLimit::new("maxPids", 1, "seccomp");
                 l.note = Some("process creation is refused (process.spawn not granted); threads are not counted because uid 0 is exempt from RLIMIT_NPROC".into());
                 l
             }
-            (None, _, _) => AppliedLimit::new("maxPids", limits.max_pids as u64, "rlimit"),
+            (_, _, _) => AppliedLimit::new("maxPids", limits.max_pids as u64, "rlimit"),
         });
         applied.push(AppliedLimit::new(
             "maxOpenFiles",
@@ -570,24 +612,33 @@ impl ProcessSandbox {
         for a in &target.argv {
             argv.push(cstring(a.clone())?);
         }
+        let seccomp_policy = seccomp::Policy {
+            spawn: spawn_granted,
+            memfd: memory_cgroup,
+            network,
+        };
+        let (mounts, mask_notes) = root.finish()?;
+        notes.extend(mask_notes);
         let plan = ChildPlan {
             uid_map: format!("{SANDBOX_UID} {uid} 1\n").into_bytes(),
             gid_map: format!("{SANDBOX_UID} {gid} 1\n").into_bytes(),
             new_root: path_cstring(&scratch.path)?,
-            mounts: root.ops,
+            mounts,
             scrub: host::scrub_ranges().to_vec(),
             pids_watchdog,
             workdir: c"/tmp".to_owned(),
             rlimits,
             landlock: ll,
-            seccomp: Some(seccomp::build_filter(spawn_granted)),
+            seccomp: Some(seccomp::build_filter(&seccomp_policy)),
+            exec_once: seccomp_policy.exec_once(),
             exec: cstring(target.argv[0].clone())?,
             argv,
             envp,
-            cgroup_procs_fd: cgroup
+            cgroup_procs_fds: cgroup
                 .as_ref()
-                .and_then(|c| c.procs_fd.as_ref())
-                .map(|f| f.as_raw_fd()),
+                .map(|c| c.procs_fds.iter().map(|f| f.as_raw_fd()).collect())
+                .unwrap_or_default(),
+            sysctls: sysctls(memory_cgroup, limits)?,
         };
 
         let mut report = BoundaryReport {
@@ -725,6 +776,123 @@ fn ro_attrs() -> u64 {
     sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV
 }
 
+/// Address space reserved by node beyond what it uses (V8 cages and code range, malloc arenas
+/// of its threads): node does not start under an RLIMIT_AS much below ~0.8 GiB.
+const NODE_AS_HEADROOM: u64 = 1 << 30;
+
+/// How a run's memory is limited.
+struct MemoryPolicy {
+    rlimit_as: Option<u64>,
+    applied: AppliedLimit,
+}
+
+/// Memory: the run's cgroup when it has a memory controller (it counts every page of the
+/// sandbox: private, shared, SysV, memfd, tmpfs, kernel), else RLIMIT_AS, which counts every
+/// mapping of a process, shared ones included, while SysV shared memory, message queues and
+/// memfds are refused (they hold memory without a mapping). RLIMIT_DATA is set in every case
+/// so that plain allocations fail cleanly with ENOMEM before anything is killed.
+fn memory_policy(cg: CgroupMemory, kind: ModuleKind, spawn: bool, limits: &Limits) -> MemoryPolicy {
+    let m = limits.memory_bytes;
+    let (mechanism, rlimit_as, enforced, note): (&str, Option<u64>, bool, String) = match cg {
+        CgroupMemory::V2 => (
+            "cgroup-v2-memory.max+rlimit-data",
+            None,
+            true,
+            "memory.max (and memory.swap.max 0) counts every page of the sandbox: private, \
+             shared, SysV, memfd, /tmp and kernel memory"
+                .into(),
+        ),
+        CgroupMemory::V1 { memsw } => (
+            "cgroup-v1-memory+rlimit-data",
+            None,
+            true,
+            if memsw {
+                "memory.limit_in_bytes and memory.memsw.limit_in_bytes count every page of the \
+                 sandbox: private, shared, SysV, memfd, /tmp and kernel memory, swap included"
+                    .into()
+            } else {
+                "memory.limit_in_bytes counts every page of the sandbox: private, shared, SysV, \
+                 memfd, /tmp and kernel memory; swap is not accounted on this host"
+                    .into()
+            },
+        ),
+        CgroupMemory::None if kind == ModuleKind::Node => (
+            "rlimit-as+rlimit-data",
+            Some(m.saturating_add(NODE_AS_HEADROOM)),
+            false,
+            format!(
+                "no memory cgroup: node needs about 0.8 GiB of address space to start, so \
+                 RLIMIT_AS is the limit plus {} MiB; private memory is held to the limit by \
+                 RLIMIT_DATA and the V8 heap flag, but native code could map more shared memory",
+                NODE_AS_HEADROOM >> 20
+            ),
+        ),
+        CgroupMemory::None if spawn => (
+            "rlimit-as+rlimit-data",
+            Some(m),
+            false,
+            "no memory cgroup: RLIMIT_AS holds each process (shared mappings included) to the \
+             limit, but with process.spawn the sandbox as a whole can use the limit once per \
+             process"
+                .into(),
+        ),
+        CgroupMemory::None => (
+            "rlimit-as+rlimit-data",
+            Some(m),
+            true,
+            "no memory cgroup: RLIMIT_AS counts every mapping of the (only) guest process, shared \
+             ones included; SysV shared memory and message queues are disabled and memfd_create \
+             is refused; /tmp is limited separately by tmpSize"
+                .into(),
+        ),
+    };
+    let mut applied = AppliedLimit::new("memoryBytes", m, mechanism);
+    applied.enforced = enforced;
+    applied.note = Some(note);
+    MemoryPolicy { rlimit_as, applied }
+}
+
+/// Sysctls of the sandbox's own namespaces. IPC: with a memory cgroup, shared memory segments
+/// are capped at the limit (the cgroup counts their pages too); without one, SysV shared memory
+/// and message queues are disabled: their pages live on without a mapping, so no rlimit sees
+/// them. Pid: `vm.memfd_noexec` = 2, so that no memfd can be executed (kernel 6.3+; the file
+/// is writable by the init only when the host runs as root, so it is best effort; without
+/// `process.spawn` no exec is possible anyway).
+fn sysctls(
+    memory_cgroup: bool,
+    limits: &Limits,
+) -> Result<Vec<(CString, Vec<u8>, bool)>, SandboxError> {
+    // SAFETY: sysconf has no preconditions.
+    let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
+        .ok()
+        .filter(|&p| p > 0)
+        .unwrap_or(4096);
+    let values: Vec<(&str, u64)> = if memory_cgroup {
+        vec![
+            ("shmmax", limits.memory_bytes),
+            ("shmall", limits.memory_bytes.div_ceil(page)),
+        ]
+    } else {
+        vec![("shmmni", 0), ("shmall", 0), ("shmmax", 0), ("msgmni", 0)]
+    };
+    let mut out = values
+        .into_iter()
+        .map(|(name, v)| {
+            Ok((
+                cstring(format!("/proc/sys/kernel/{name}").into_bytes())?,
+                v.to_string().into_bytes(),
+                !memory_cgroup,
+            ))
+        })
+        .collect::<Result<Vec<_>, SandboxError>>()?;
+    out.push((
+        c"/proc/sys/vm/memfd_noexec".to_owned(),
+        b"2".to_vec(),
+        false,
+    ));
+    Ok(out)
+}
+
 fn check_limits(limits: &Limits) -> Result<(), SandboxError> {
     let bad = |what: &str| {
         Err(SandboxError::Invalid {
@@ -777,11 +945,12 @@ fn check_grant_path(p: &Path) -> Result<PathBuf, SandboxError> {
             });
         }
     }
-    if real == Path::new("/") || real == Path::new("/tmp") {
+    if real == Path::new("/tmp") {
         return Err(SandboxError::Invalid {
             detail: format!("refusing to grant {} as a whole", real.display()),
         });
     }
+    protect::refuse_whole_home(&real, "the granted path")?;
     Ok(real)
 }
 
@@ -800,20 +969,29 @@ struct RootBuilder {
     root: PathBuf,
     ops: Vec<MountOp>,
     made: BTreeSet<PathBuf>,
+    /// Host paths no mount may expose.
+    protected: Vec<Protected>,
+    /// Masks over protected paths (inside path, is_dir), mounted after every bind.
+    masks: Vec<(PathBuf, bool)>,
+    /// What was masked, for the boundary report.
+    mask_notes: Vec<String>,
 }
 
 impl RootBuilder {
-    fn new(root: PathBuf) -> Self {
+    fn new(root: PathBuf, protected: Vec<Protected>) -> Self {
         let mut b = RootBuilder {
             root,
             ops: Vec::new(),
             made: BTreeSet::new(),
+            protected,
+            masks: Vec::new(),
+            mask_notes: Vec::new(),
         };
         b.made.insert(PathBuf::from("/"));
         if let Ok(target) = path_cstring(&b.root) {
             b.ops.push(MountOp::Tmpfs {
                 target,
-                flags: libc::MS_NOSUID | libc::MS_NODEV,
+                flags: libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
                 data: c"size=4m,nr_inodes=4096,mode=0755".to_owned(),
             });
         }
@@ -843,6 +1021,7 @@ impl RootBuilder {
         attrs: u64,
         is_dir: bool,
     ) -> Result<(), SandboxError> {
+        self.guard(source, inside, attrs & sys::MOUNT_ATTR_RDONLY == 0)?;
         if is_dir {
             self.mkdir_p(inside)?;
         } else {
@@ -861,6 +1040,47 @@ impl RootBuilder {
             attrs,
         });
         Ok(())
+    }
+
+    /// Checks a host tree about to be mounted at `inside` against the protected paths:
+    /// refuses it, or records the masks to lay over protected paths inside it.
+    fn guard(&mut self, source: &Path, inside: &Path, writable: bool) -> Result<(), SandboxError> {
+        let real = protect::resolve(source);
+        for (at, is_dir, host, why) in protect::masks_for(&real, inside, writable, &self.protected)?
+        {
+            if !self.masks.iter().any(|(m, _)| *m == at) {
+                self.mask_notes.push(format!(
+                    "masked {} ({why}) at {}: an empty read-only mount covers it",
+                    host.display(),
+                    at.display()
+                ));
+                self.masks.push((at, is_dir));
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends the masks (after every bind, so nothing mounted later can uncover them) and
+    /// returns the operations and the notes for the report.
+    fn finish(mut self) -> Result<(Vec<MountOp>, Vec<String>), SandboxError> {
+        let masks = std::mem::take(&mut self.masks);
+        for (at, is_dir) in masks {
+            let target = path_cstring(&self.host(&at))?;
+            if is_dir {
+                self.ops.push(MountOp::Tmpfs {
+                    target,
+                    flags: libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    data: c"size=4k,nr_inodes=16,mode=0555".to_owned(),
+                });
+            } else {
+                self.ops.push(MountOp::Bind {
+                    source: c"/dev/null".to_owned(),
+                    target,
+                    attrs: ro_attrs() | sys::MOUNT_ATTR_NOEXEC,
+                });
+            }
+        }
+        Ok((self.ops, self.mask_notes))
     }
 
     fn symlink(&mut self, to: &Path, inside: &Path) -> Result<(), SandboxError> {
@@ -991,6 +1211,7 @@ fn classify(
     hook_present: &mut bool,
 ) -> Result<Value, SandboxError> {
     let oom_cgroup = cgroup.is_some_and(RunCgroup::oom_killed);
+    let memory_hit = cgroup.is_some_and(RunCgroup::memory_limit_hit);
     let pids_cgroup = cgroup.is_some_and(RunCgroup::pids_max_hit);
     let rec = match &finished.end {
         End::TimedOut => {
@@ -1027,6 +1248,12 @@ fn classify(
                 },
             });
         }
+        End::InitGone if oom_cgroup => {
+            return Err(SandboxError::MemoryLimit {
+                limit: limits.memory_bytes,
+                detail: "the cgroup's OOM killer stopped the sandbox".into(),
+            });
+        }
         End::InitGone => {
             if let Some(se) = finished.setup_error {
                 return Err(setup_error(&se));
@@ -1055,6 +1282,21 @@ fn classify(
             || (sig == libc::SIGKILL && cpu_used + Duration::from_millis(50) >= cpu_limit)
         {
             return Err(SandboxError::CpuLimit { limit: cpu_limit });
+        }
+        // Runtimes abort (or fault) when an allocation fails at the cgroup limit.
+        if memory_hit
+            && matches!(
+                sig,
+                libc::SIGKILL | libc::SIGABRT | libc::SIGSEGV | libc::SIGBUS
+            )
+        {
+            return Err(SandboxError::MemoryLimit {
+                limit: limits.memory_bytes,
+                detail: format!(
+                    "the guest died of {} after its cgroup reached the memory limit",
+                    sys::signal_name(sig)
+                ),
+            });
         }
         if sig == libc::SIGXFSZ {
             return Err(SandboxError::FileSizeLimit {

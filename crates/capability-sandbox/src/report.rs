@@ -32,7 +32,8 @@ pub struct BoundaryReport {
     pub environment: Vec<String>,
     /// Names of the secrets injected (values are not recorded).
     pub secrets: Vec<String>,
-    /// `"v2"` when the run had its own cgroup, else why not.
+    /// The run's own cgroup: `"v2"`, `"v1-pids+memory"`, `"v1-pids"`, `"v1-memory"`, or
+    /// `"unavailable"` (the notes say why).
     pub cgroup: String,
     /// Every limit and how it was (or was not) enforced.
     pub limits: Vec<AppliedLimit>,
@@ -74,8 +75,12 @@ pub struct AppliedLimit {
     pub name: &'static str,
     pub value: u64,
     /// `rlimit`, `cgroup`, `tmpfs`, `timer`, `watchdog`, `host`, `docker`, or several joined
-    /// with `+`.
+    /// with `+`. Memory names the exact mechanism: `cgroup-v2-memory.max`,
+    /// `cgroup-v1-memory`, `rlimit-as`, each with `+rlimit-data`.
     pub mechanism: String,
+    /// Whether the mechanism holds the limit for the whole sandbox. `false` means the limit is
+    /// only partly enforced (the note says how), e.g. memory without a cgroup when child
+    /// processes are allowed.
     pub enforced: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,

@@ -209,8 +209,12 @@ pub struct Limits {
     pub wall_timeout: Duration,
     /// CPU time (user + system) of the guest process. Default 10 s.
     pub cpu_time: Duration,
-    /// Memory of each guest process (RLIMIT_DATA; memory.max when a cgroup is used).
-    /// Default 1 GiB.
+    /// Memory of the whole sandbox: a cgroup (v2 `memory.max`, or v1
+    /// `memory.limit_in_bytes` + `memory.memsw.limit_in_bytes`) when the host offers one,
+    /// counting shared memory, SysV segments, memfds and /tmp pages too; otherwise RLIMIT_AS
+    /// with SysV shared memory and memfds refused. RLIMIT_DATA is set as well, so that plain
+    /// allocations fail with ENOMEM. The boundary report says which mechanism held it (see
+    /// `ISOLATION.md`). Default 1 GiB.
     pub memory_bytes: u64,
     /// Processes (and threads) in the sandbox. Default 64.
     pub max_pids: u32,

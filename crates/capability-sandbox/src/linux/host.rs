@@ -328,9 +328,9 @@ impl CgroupInfo {
     }
 }
 
-/// The cgroup v1 `pids` hierarchy directory of this process, when mounted and writable
-/// (typically only for root). Used when cgroup v2 offers no delegated pids controller.
-pub fn v1_pids_dir() -> Result<PathBuf, String> {
+/// The cgroup v1 hierarchy directory of this process for `controller` (`pids`, `memory`), when
+/// that controller is mounted as v1 and the directory is writable (typically only for root).
+pub fn v1_controller_dir(controller: &str) -> Result<PathBuf, String> {
     let mi = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
     let mount = mi
         .lines()
@@ -339,10 +339,10 @@ pub fn v1_pids_dir() -> Result<PathBuf, String> {
             let mut r = right.split_whitespace();
             let fstype = r.next()?;
             let opts = r.nth(1)?;
-            (fstype == "cgroup" && opts.split(',').any(|o| o == "pids"))
+            (fstype == "cgroup" && opts.split(',').any(|o| o == controller))
                 .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
         })
-        .ok_or_else(|| "no cgroup v1 pids hierarchy".to_string())?;
+        .ok_or_else(|| format!("no cgroup v1 {controller} hierarchy"))?;
     let cg = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
     let rel = cg
         .lines()
@@ -353,17 +353,17 @@ pub fn v1_pids_dir() -> Result<PathBuf, String> {
             let path = parts.next()?;
             controllers
                 .split(',')
-                .any(|c| c == "pids")
+                .any(|c| c == controller)
                 .then(|| path.to_string())
         })
-        .ok_or_else(|| "this process is in no cgroup v1 pids group".to_string())?;
+        .ok_or_else(|| format!("this process is in no cgroup v1 {controller} group"))?;
     let dir = mount.join(rel.trim_start_matches('/'));
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
         .map_err(|_| "bad cgroup path".to_string())?;
     // SAFETY: access(2) on a NUL-terminated path.
     if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
         return Err(format!(
-            "cgroup v1 pids group {} is not writable",
+            "cgroup v1 {controller} group {} is not writable",
             dir.display()
         ));
     }
@@ -375,18 +375,36 @@ pub fn v1_pids_dir() -> Result<PathBuf, String> {
 pub enum CgroupParent {
     /// A cgroup v2 directory delegating `pids` and `memory`.
     V2(PathBuf),
-    /// A writable cgroup v1 `pids` group (pids only).
-    V1Pids(PathBuf),
+    /// Writable cgroup v1 groups: `pids` and/or `memory` (at least one).
+    V1 {
+        pids: Option<PathBuf>,
+        memory: Option<PathBuf>,
+    },
 }
 
-/// A per-run cgroup, removed on drop.
+/// How the run's memory is limited by its cgroup, if at all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CgroupMemory {
+    /// No memory controller: rlimits only.
+    None,
+    /// cgroup v2 `memory.max` (and `memory.swap.max` = 0 when swap is accounted).
+    V2,
+    /// cgroup v1 `memory.limit_in_bytes`; `memsw` when `memory.memsw.limit_in_bytes` was set too.
+    V1 { memsw: bool },
+}
+
+/// A per-run cgroup (one directory per controller for v1), removed on drop.
 pub struct RunCgroup {
-    pub dir: PathBuf,
     pub version: u8,
+    /// The directories made for this run.
+    pub dirs: Vec<PathBuf>,
+    pub pids_dir: Option<PathBuf>,
+    pub memory_dir: Option<PathBuf>,
+    pub memory: CgroupMemory,
     /// v2: the directory, for `CLONE_INTO_CGROUP`.
     pub dir_fd: Option<std::os::fd::OwnedFd>,
-    /// v1: `cgroup.procs`, opened by the host; the sandbox init writes `0` to join.
-    pub procs_fd: Option<std::os::fd::OwnedFd>,
+    /// v1: each group's `cgroup.procs`, opened by the host; the sandbox init writes `0` to join.
+    pub procs_fds: Vec<std::os::fd::OwnedFd>,
 }
 
 impl RunCgroup {
@@ -394,42 +412,77 @@ impl RunCgroup {
         use std::sync::atomic::{AtomicU64, Ordering};
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let (base, version) = match parent {
-            CgroupParent::V2(p) => (p, 2),
-            CgroupParent::V1Pids(p) => (p, 1),
+        let name = format!("capability-sandbox-{}-{n}", std::process::id());
+        let write = |dir: &Path, file: &str, value: String| -> Result<(), String> {
+            std::fs::write(dir.join(file), value).map_err(|e| format!("{file}: {e}"))
         };
-        let dir = base.join(format!("capability-sandbox-{}-{n}", std::process::id()));
-        std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
         let mut cg = RunCgroup {
-            dir,
-            version,
+            version: 0,
+            dirs: Vec::new(),
+            pids_dir: None,
+            memory_dir: None,
+            memory: CgroupMemory::None,
             dir_fd: None,
-            procs_fd: None,
+            procs_fds: Vec::new(),
         };
-        let write = |dir: &Path, name: &str, value: String| -> Result<(), String> {
-            std::fs::write(dir.join(name), value).map_err(|e| format!("{name}: {e}"))
+        let mkdir = |cg: &mut RunCgroup, base: &Path| -> Result<PathBuf, String> {
+            let dir = base.join(&name);
+            std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+            cg.dirs.push(dir.clone());
+            Ok(dir)
         };
-        write(&cg.dir, "pids.max", pids.to_string())?;
-        if version == 2 {
-            write(&cg.dir, "memory.max", memory.to_string())?;
-            // Swap may not be configured; that is fine.
-            let _ = write(&cg.dir, "memory.swap.max", "0".into());
-            let f = std::fs::File::open(&cg.dir)
-                .map_err(|e| format!("open {}: {e}", cg.dir.display()))?;
-            cg.dir_fd = Some(f.into());
-        } else {
-            let f = std::fs::OpenOptions::new()
-                .write(true)
-                .open(cg.dir.join("cgroup.procs"))
-                .map_err(|e| format!("open cgroup.procs: {e}"))?;
-            cg.procs_fd = Some(f.into());
+        match parent {
+            CgroupParent::V2(base) => {
+                cg.version = 2;
+                let dir = mkdir(&mut cg, base)?;
+                write(&dir, "pids.max", pids.to_string())?;
+                write(&dir, "memory.max", memory.to_string())?;
+                // Swap may not be configured; that is fine.
+                let _ = write(&dir, "memory.swap.max", "0".into());
+                let f = std::fs::File::open(&dir)
+                    .map_err(|e| format!("open {}: {e}", dir.display()))?;
+                cg.dir_fd = Some(f.into());
+                cg.pids_dir = Some(dir.clone());
+                cg.memory_dir = Some(dir);
+                cg.memory = CgroupMemory::V2;
+            }
+            CgroupParent::V1 {
+                pids: pids_base,
+                memory: memory_base,
+            } => {
+                cg.version = 1;
+                if let Some(base) = pids_base {
+                    let dir = mkdir(&mut cg, base)?;
+                    write(&dir, "pids.max", pids.to_string())?;
+                    cg.pids_dir = Some(dir);
+                }
+                if let Some(base) = memory_base {
+                    let dir = mkdir(&mut cg, base)?;
+                    // The memory+swap limit must not be below the memory limit: set this first.
+                    write(&dir, "memory.limit_in_bytes", memory.to_string())?;
+                    let memsw = if dir.join("memory.memsw.limit_in_bytes").exists() {
+                        write(&dir, "memory.memsw.limit_in_bytes", memory.to_string())?;
+                        true
+                    } else {
+                        false
+                    };
+                    cg.memory_dir = Some(dir);
+                    cg.memory = CgroupMemory::V1 { memsw };
+                }
+                for dir in &cg.dirs {
+                    let f = std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(dir.join("cgroup.procs"))
+                        .map_err(|e| format!("open {}/cgroup.procs: {e}", dir.display()))?;
+                    cg.procs_fds.push(f.into());
+                }
+            }
         }
         Ok(cg)
     }
 
-    fn event(&self, file: &str, key: &str) -> u64 {
-        std::fs::read_to_string(self.dir.join(file))
-            .ok()
+    fn event(dir: Option<&PathBuf>, file: &str, key: &str) -> u64 {
+        dir.and_then(|d| std::fs::read_to_string(d.join(file)).ok())
             .and_then(|s| {
                 s.lines().find_map(|l| {
                     let (k, v) = l.split_once(' ')?;
@@ -439,25 +492,50 @@ impl RunCgroup {
             .unwrap_or(0)
     }
 
+    /// Whether the cgroup's OOM killer killed something in the sandbox.
     pub fn oom_killed(&self) -> bool {
-        self.version == 2 && self.event("memory.events", "oom_kill") > 0
+        match self.memory {
+            CgroupMemory::None => false,
+            CgroupMemory::V2 => {
+                Self::event(self.memory_dir.as_ref(), "memory.events", "oom_kill") > 0
+            }
+            CgroupMemory::V1 { .. } => {
+                Self::event(self.memory_dir.as_ref(), "memory.oom_control", "oom_kill") > 0
+            }
+        }
+    }
+
+    /// Whether a charge ever failed at the memory limit (v1 `memory.failcnt`, v2 `max` events).
+    pub fn memory_limit_hit(&self) -> bool {
+        match self.memory {
+            CgroupMemory::None => false,
+            CgroupMemory::V2 => Self::event(self.memory_dir.as_ref(), "memory.events", "max") > 0,
+            CgroupMemory::V1 { .. } => self
+                .memory_dir
+                .as_ref()
+                .and_then(|d| std::fs::read_to_string(d.join("memory.failcnt")).ok())
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .is_some_and(|n| n > 0),
+        }
     }
 
     pub fn pids_max_hit(&self) -> bool {
-        self.event("pids.events", "max") > 0
+        Self::event(self.pids_dir.as_ref(), "pids.events", "max") > 0
     }
 }
 
 impl Drop for RunCgroup {
     fn drop(&mut self) {
-        self.procs_fd = None;
+        self.procs_fds.clear();
         self.dir_fd = None;
         // The sandbox is reaped before this runs; retry briefly while the kernel finishes.
-        for _ in 0..100 {
-            if std::fs::remove_dir(&self.dir).is_ok() {
-                return;
+        for dir in &self.dirs {
+            for _ in 0..100 {
+                if std::fs::remove_dir(dir).is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(2));
             }
-            std::thread::sleep(Duration::from_millis(2));
         }
     }
 }

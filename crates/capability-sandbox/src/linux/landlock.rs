@@ -33,6 +33,9 @@ pub const WRITE: u64 = READ
     | FS_MAKE_SYM
     | FS_REFER
     | FS_TRUNCATE;
+/// Writing a granted (host-shared) directory: no socket files, so a guest cannot bind a unix
+/// socket where host processes would reach it.
+pub const WRITE_GRANT: u64 = WRITE & !FS_MAKE_SOCK;
 
 /// One rule: a path inside the sandbox and the rights beneath it.
 pub struct Rule {
@@ -50,17 +53,17 @@ pub struct LandlockPlan {
 }
 
 impl LandlockPlan {
-    /// A plan handling every right of `abi`. Without `network`, TCP bind/connect are handled
-    /// (and so denied) as well (ABI 4+). Abstract unix sockets and signals are scoped to the
-    /// sandbox (ABI 6+).
+    /// A plan handling every right of `abi`. TCP bind is always handled (and so denied: no
+    /// effect grants listening), TCP connect unless `network` (ABI 4+). Abstract unix sockets
+    /// and signals are scoped to the sandbox (ABI 6+).
     pub fn new(abi: u32, network: bool) -> Self {
         LandlockPlan {
             abi,
             handled_fs: fs_rights_for_abi(abi),
-            handled_net: if abi >= 4 && !network {
-                NET_BIND_TCP | NET_CONNECT_TCP
-            } else {
-                0
+            handled_net: match (abi >= 4, network) {
+                (false, _) => 0,
+                (true, true) => NET_BIND_TCP,
+                (true, false) => NET_BIND_TCP | NET_CONNECT_TCP,
             },
             scoped: if abi >= 6 {
                 SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL

@@ -9,6 +9,23 @@
 //! are checked). Without `process.spawn`, `fork`, `vfork` and `clone` without `CLONE_THREAD`
 //! answer `EPERM`, so threads still work but no new process can be created. Any other
 //! architecture than the native one is killed.
+//!
+//! Sockets, by the `socket(2)` domain argument: `AF_INET`/`AF_INET6` and `AF_UNIX` only with
+//! `network.connect`; `AF_NETLINK` only with protocol `NETLINK_ROUTE` (what the C library's
+//! `getaddrinfo`/`getifaddrs` use); every other family (`AF_VSOCK`, `AF_PACKET`, `AF_XDP`,
+//! `AF_BLUETOOTH`, `AF_ALG`, ...) answers `EACCES`. `socketpair` works for `AF_UNIX`
+//! `SOCK_STREAM`/`SOCK_SEQPACKET` (local pairs inside the sandbox; a datagram pair could be
+//! re-connected or `sendto` a host socket path, so it needs `network.connect`). `listen`,
+//! `accept` and `accept4` always answer `EACCES`: no effect grants listening, and `listen` on an
+//! unbound socket would bind a port without any `bind` that landlock could see.
+//!
+//! Without `process.spawn`, `execve` and `execveat` return `SECCOMP_RET_USER_NOTIF`: the
+//! sandbox init lets exactly the first one through (the runner's own exec, before any guest
+//! code runs) and then closes the listener, after which every `execve`/`execveat` fails with
+//! `ENOSYS`. No new program image can be started (not through the dynamic loader, not from a
+//! memfd, not by re-executing the runner).
+//!
+//! Without a memory cgroup, `memfd_create` and `memfd_secret` answer `EPERM`.
 
 use super::sys::*;
 
@@ -35,8 +52,11 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> Insn {
 
 const OFFSET_NR: u32 = 0;
 const OFFSET_ARCH: u32 = 4;
-/// Low 32 bits of args[0] (little-endian).
-const OFFSET_ARG0_LO: u32 = 16;
+/// Low 32 bits of args[n] (little-endian).
+const fn arg_lo(n: u32) -> u32 {
+    16 + 8 * n
+}
+const OFFSET_ARG0_LO: u32 = arg_lo(0);
 
 fn errno(e: i32) -> u32 {
     SECCOMP_RET_ERRNO | (e as u32 & 0xffff)
@@ -104,8 +124,89 @@ fn always_denied() -> Vec<(libc::c_long, i32)> {
     list
 }
 
-/// Builds the filter. `spawn` lifts the process-creation denial.
-pub fn build_filter(spawn: bool) -> Vec<libc::sock_filter> {
+/// What the filter allows beyond its fixed deny list.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Policy {
+    /// `process.spawn`: lifts the process-creation denial.
+    pub spawn: bool,
+    /// `memfd_create` and `memfd_secret` (refused with `EPERM` unless a memory cgroup counts
+    /// their pages: no rlimit bounds a memfd that is written without being mapped).
+    pub memfd: bool,
+    /// `network.connect`: `AF_INET`, `AF_INET6` and `AF_UNIX` sockets.
+    pub network: bool,
+}
+
+impl Policy {
+    /// Whether the filter sends `execve`/`execveat` to a listener (installed with
+    /// `SECCOMP_FILTER_FLAG_NEW_LISTENER`) that lets only the runner's own exec through.
+    pub fn exec_once(&self) -> bool {
+        !self.spawn
+    }
+}
+
+/// `[JEQ value → RET verdict]` pairs for the accumulator, then `RET default`.
+fn verdicts(cases: &[(u32, u32)], default: u32) -> Vec<Insn> {
+    let mut out = Vec::new();
+    for &(value, verdict) in cases {
+        out.push(jump(BPF_JMP_JEQ_K, value, 0, 1));
+        out.push(stmt(BPF_RET_K, verdict));
+    }
+    out.push(stmt(BPF_RET_K, default));
+    out
+}
+
+/// Appends `if nr == syscall { block }`; the block must end in a return.
+fn on_syscall(p: &mut Vec<Insn>, nr: libc::c_long, block: Vec<Insn>) {
+    p.push(jump(BPF_JMP_JEQ_K, nr as u32, 0, block.len() as u8));
+    p.extend(block);
+}
+
+fn socket_rules(p: &mut Vec<Insn>, network: bool) {
+    let allow = SECCOMP_RET_ALLOW;
+    let eacces = errno(libc::EACCES);
+    let inet = if network { allow } else { eacces };
+    // socket(domain, type, protocol)
+    let mut block = vec![stmt(BPF_LD_W_ABS, arg_lo(0))];
+    let mut cases = verdicts(
+        &[
+            (libc::AF_UNIX as u32, inet),
+            (libc::AF_INET as u32, inet),
+            (libc::AF_INET6 as u32, inet),
+        ],
+        eacces,
+    );
+    let default = cases.pop();
+    block.extend(cases);
+    block.push(jump(BPF_JMP_JEQ_K, libc::AF_NETLINK as u32, 0, 4));
+    block.push(stmt(BPF_LD_W_ABS, arg_lo(2)));
+    block.extend(verdicts(&[(libc::NETLINK_ROUTE as u32, allow)], eacces));
+    block.extend(default);
+    on_syscall(p, libc::SYS_socket, block);
+    // socketpair(domain, type, protocol, sv)
+    let mut block = vec![
+        stmt(BPF_LD_W_ABS, arg_lo(0)),
+        jump(BPF_JMP_JEQ_K, libc::AF_UNIX as u32, 1, 0),
+        stmt(BPF_RET_K, eacces),
+    ];
+    if network {
+        block.push(stmt(BPF_RET_K, allow));
+    } else {
+        block.push(stmt(BPF_LD_W_ABS, arg_lo(1)));
+        block.push(stmt(BPF_ALU_AND_K, 0xf));
+        block.extend(verdicts(
+            &[
+                (libc::SOCK_STREAM as u32, allow),
+                (libc::SOCK_SEQPACKET as u32, allow),
+            ],
+            eacces,
+        ));
+    }
+    on_syscall(p, libc::SYS_socketpair, block);
+}
+
+/// Builds the filter for `policy`.
+pub fn build_filter(policy: &Policy) -> Vec<libc::sock_filter> {
+    let spawn = policy.spawn;
     let mut p: Vec<Insn> = vec![
         stmt(BPF_LD_W_ABS, OFFSET_ARCH),
         jump(BPF_JMP_JEQ_K, AUDIT_ARCH, 1, 0),
@@ -126,10 +227,24 @@ pub fn build_filter(spawn: bool) -> Vec<libc::sock_filter> {
             deny.push((libc::SYS_vfork, libc::EPERM));
         }
     }
+    if !policy.memfd {
+        deny.push((libc::SYS_memfd_create, libc::EPERM));
+        deny.push((libc::SYS_memfd_secret, libc::EPERM));
+    }
+    for nr in [libc::SYS_listen, libc::SYS_accept, libc::SYS_accept4] {
+        deny.push((nr, libc::EACCES));
+    }
     for (nr, e) in deny {
         p.push(jump(BPF_JMP_JEQ_K, nr as u32, 0, 1));
         p.push(stmt(BPF_RET_K, errno(e)));
     }
+    if policy.exec_once() {
+        for nr in [libc::SYS_execve, libc::SYS_execveat] {
+            p.push(jump(BPF_JMP_JEQ_K, nr as u32, 0, 1));
+            p.push(stmt(BPF_RET_K, SECCOMP_RET_USER_NOTIF));
+        }
+    }
+    socket_rules(&mut p, policy.network);
     // clone: inspect the flags in args[0].
     let mut clone_block = vec![
         stmt(BPF_LD_W_ABS, OFFSET_ARG0_LO),
@@ -168,10 +283,16 @@ mod tests {
 
     /// A tiny classic-BPF interpreter, enough to check the filter's decisions.
     fn run(prog: &[libc::sock_filter], nr: u32, arch: u32, arg0: u64) -> u32 {
+        run_args(prog, nr, arch, &[arg0])
+    }
+
+    fn run_args(prog: &[libc::sock_filter], nr: u32, arch: u32, args: &[u64]) -> u32 {
         let mut data = [0u8; 64];
         data[0..4].copy_from_slice(&nr.to_le_bytes());
         data[4..8].copy_from_slice(&arch.to_le_bytes());
-        data[16..24].copy_from_slice(&arg0.to_le_bytes());
+        for (i, a) in args.iter().enumerate() {
+            data[16 + 8 * i..24 + 8 * i].copy_from_slice(&a.to_le_bytes());
+        }
         let mut acc: u32 = 0;
         let mut pc = 0usize;
         loop {
@@ -190,6 +311,10 @@ mod tests {
                     };
                     pc += 1 + if hit { i.jt as usize } else { i.jf as usize };
                 }
+                BPF_ALU_AND_K => {
+                    acc &= i.k;
+                    pc += 1;
+                }
                 BPF_RET_K => return i.k,
                 other => panic!("unexpected opcode {other:#x}"),
             }
@@ -198,8 +323,12 @@ mod tests {
 
     #[test]
     fn decisions() {
-        let strict = build_filter(false);
-        let open = build_filter(true);
+        let strict = build_filter(&Policy::default());
+        let open = build_filter(&Policy {
+            spawn: true,
+            memfd: true,
+            network: true,
+        });
         let nr = |n: libc::c_long| n as u32;
         let eperm = errno(libc::EPERM);
         assert_eq!(
@@ -208,6 +337,14 @@ mod tests {
         );
         assert_eq!(run(&strict, nr(libc::SYS_ptrace), AUDIT_ARCH, 0), eperm);
         assert_eq!(run(&open, nr(libc::SYS_mount), AUDIT_ARCH, 0), eperm);
+        assert_eq!(
+            run(&strict, nr(libc::SYS_memfd_create), AUDIT_ARCH, 0),
+            eperm
+        );
+        assert_eq!(
+            run(&open, nr(libc::SYS_memfd_create), AUDIT_ARCH, 0),
+            SECCOMP_RET_ALLOW
+        );
         assert_eq!(
             run(&strict, nr(libc::SYS_clone3), AUDIT_ARCH, 0),
             errno(libc::ENOSYS)
@@ -251,5 +388,74 @@ mod tests {
             run(&strict, nr(libc::SYS_read), 0x4000_0003, 0),
             SECCOMP_RET_KILL_PROCESS
         );
+    }
+
+    #[test]
+    fn sockets_listening_and_exec() {
+        let strict = build_filter(&Policy::default());
+        let open = build_filter(&Policy {
+            spawn: true,
+            memfd: true,
+            network: true,
+        });
+        let nr = |n: libc::c_long| n as u32;
+        let eacces = errno(libc::EACCES);
+        let allow = SECCOMP_RET_ALLOW;
+        let socket = |f: &[libc::sock_filter], d: i32, t: i32, proto: i32| {
+            run_args(
+                f,
+                nr(libc::SYS_socket),
+                AUDIT_ARCH,
+                &[d as u64, t as u64, proto as u64],
+            )
+        };
+        for d in [libc::AF_UNIX, libc::AF_INET, libc::AF_INET6] {
+            assert_eq!(socket(&strict, d, libc::SOCK_STREAM, 0), eacces, "{d}");
+            assert_eq!(socket(&open, d, libc::SOCK_STREAM, 0), allow, "{d}");
+        }
+        for f in [&strict, &open] {
+            assert_eq!(socket(f, libc::AF_NETLINK, libc::SOCK_RAW, 0), allow);
+            assert_eq!(
+                socket(
+                    f,
+                    libc::AF_NETLINK,
+                    libc::SOCK_DGRAM,
+                    libc::NETLINK_KOBJECT_UEVENT
+                ),
+                eacces
+            );
+            for d in [
+                libc::AF_VSOCK,
+                libc::AF_PACKET,
+                libc::AF_XDP,
+                libc::AF_BLUETOOTH,
+            ] {
+                assert_eq!(socket(f, d, libc::SOCK_STREAM, 0), eacces, "{d}");
+            }
+            for n in [libc::SYS_listen, libc::SYS_accept, libc::SYS_accept4] {
+                assert_eq!(run(f, nr(n), AUDIT_ARCH, 3), eacces);
+            }
+        }
+        let pair = |f: &[libc::sock_filter], d: i32, t: i32| {
+            run_args(
+                f,
+                nr(libc::SYS_socketpair),
+                AUDIT_ARCH,
+                &[d as u64, t as u64, 0],
+            )
+        };
+        let cloexec = libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
+        assert_eq!(
+            pair(&strict, libc::AF_UNIX, libc::SOCK_STREAM | cloexec),
+            allow
+        );
+        assert_eq!(pair(&strict, libc::AF_UNIX, libc::SOCK_SEQPACKET), allow);
+        assert_eq!(pair(&strict, libc::AF_UNIX, libc::SOCK_DGRAM), eacces);
+        assert_eq!(pair(&strict, libc::AF_INET, libc::SOCK_STREAM), eacces);
+        assert_eq!(pair(&open, libc::AF_UNIX, libc::SOCK_DGRAM), allow);
+        for n in [libc::SYS_execve, libc::SYS_execveat] {
+            assert_eq!(run(&strict, nr(n), AUDIT_ARCH, 0), SECCOMP_RET_USER_NOTIF);
+            assert_eq!(run(&open, nr(n), AUDIT_ARCH, 0), allow);
+        }
     }
 }

@@ -68,8 +68,16 @@ pub(crate) struct ChildPlan {
     pub exec: CString,
     pub argv: Vec<CString>,
     pub envp: Vec<CString>,
-    /// cgroup v1 `cgroup.procs` opened by the host: the init joins by writing `0` first thing.
-    pub cgroup_procs_fd: Option<c_int>,
+    /// cgroup v1 `cgroup.procs` files opened by the host: the init joins each by writing `0`
+    /// first thing.
+    pub cgroup_procs_fds: Vec<c_int>,
+    /// Namespaced sysctls written by the init: the IPC namespace's SysV limits
+    /// (`/proc/sys/kernel/shm*`, `msgmni`) and the pid namespace's `vm.memfd_noexec`: path,
+    /// value, and whether failing to write it aborts the setup.
+    pub sysctls: Vec<(CString, Vec<u8>, bool)>,
+    /// The seccomp filter sends execve/execveat to a listener: the guest passes it to the init,
+    /// which lets the runner's own exec through and then closes it (all later execs: ENOSYS).
+    pub exec_once: bool,
 }
 
 /// Stages named in setup-failure records.
@@ -78,6 +86,7 @@ pub(crate) const STAGES: &[&str] = &[
     "setgroups",
     "gid_map",
     "uid_map",
+    "sysctl",
     "mount-private",
     "mkdir",
     "touch",
@@ -98,6 +107,7 @@ pub(crate) const STAGES: &[&str] = &[
     "no_new_privs",
     "landlock",
     "seccomp",
+    "exec-listener",
     "execve",
 ];
 
@@ -350,7 +360,7 @@ unsafe fn child_init(
     // SAFETY: this whole block makes raw syscalls on prepared, NUL-terminated data; no allocation.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
-        if let Some(fd) = plan.cgroup_procs_fd {
+        for &fd in &plan.cgroup_procs_fds {
             if libc::write(fd, b"0".as_ptr() as *const libc::c_void, 1) != 1 {
                 fail(rfd, "cgroup", last_errno());
             }
@@ -364,6 +374,24 @@ unsafe fn child_init(
         }
         if let Err(e) = write_file(c"/proc/self/uid_map", &plan.uid_map) {
             fail(rfd, "uid_map", e);
+        }
+        // The IPC and pid namespaces are ours (owned by our user namespace): bound SysV IPC,
+        // make memfds non-executable.
+        for (path, value, required) in &plan.sysctls {
+            if let Err(e) = write_file(path, value) {
+                if *required {
+                    fail(rfd, "sysctl", e);
+                }
+                report(
+                    rfd,
+                    &Record {
+                        tag: TAG_NOTE,
+                        stage: stage("sysctl"),
+                        errno: e,
+                        ..Record::default()
+                    },
+                );
+            }
         }
         if libc::mount(
             std::ptr::null(),
@@ -394,7 +422,12 @@ unsafe fn child_init(
             std::ptr::null(),
             c"/".as_ptr(),
             std::ptr::null(),
-            libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+            libc::MS_REMOUNT
+                | libc::MS_BIND
+                | libc::MS_RDONLY
+                | libc::MS_NOSUID
+                | libc::MS_NODEV
+                | libc::MS_NOEXEC,
             std::ptr::null(),
         ) < 0
         {
@@ -410,6 +443,18 @@ unsafe fn child_init(
                 std::ptr::write_bytes(start as *mut u8, 0, end - start);
             }
         }
+        // The channel on which the guest hands over its seccomp listener.
+        let mut sv: [c_int; 2] = [-1, -1];
+        if plan.exec_once
+            && libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+                sv.as_mut_ptr(),
+            ) < 0
+        {
+            fail(rfd, "exec-listener", last_errno());
+        }
         let guest = libc::syscall(
             libc::SYS_clone,
             libc::SIGCHLD as c_ulong,
@@ -422,9 +467,17 @@ unsafe fn child_init(
             fail(rfd, "fork-guest", last_errno());
         }
         if guest == 0 {
-            guest_exec(plan, fds, argv, envp);
+            if sv[0] >= 0 {
+                libc::close(sv[0]);
+            }
+            guest_exec(plan, fds, argv, envp, sv[1]);
         }
         let guest = guest as libc::pid_t;
+        if sv[0] >= 0 {
+            libc::close(sv[1]);
+            allow_first_exec(sv[0], guest);
+            libc::close(sv[0]);
+        }
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         // Keep only the report pipe: the guest's pipes must see EOF when the guest is gone.
         if rfd > 0 {
@@ -647,12 +700,115 @@ unsafe fn do_mount(rfd: c_int, op: &MountOp) {
     }
 }
 
+/// Receives the guest's seccomp listener on `sock` and answers its first notification: the
+/// guest's own `execve` of the runner continues; anything else is refused. Closing the
+/// listener afterwards makes every later `execve`/`execveat` in the sandbox fail with ENOSYS.
+/// Returns when the guest has exec'd, or died, or hung up.
+unsafe fn allow_first_exec(sock: c_int, guest: libc::pid_t) {
+    // SAFETY: this whole block makes raw syscalls on stack buffers.
+    unsafe {
+        let mut byte = 0u8;
+        let mut iov = libc::iovec {
+            iov_base: &mut byte as *mut u8 as *mut libc::c_void,
+            iov_len: 1,
+        };
+        let mut cbuf = [0u64; 8];
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+        let n = loop {
+            let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC);
+            if n >= 0 || last_errno() != libc::EINTR {
+                break n;
+            }
+        };
+        if n <= 0 {
+            return; // the guest died before installing its filter
+        }
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null()
+            || (*cmsg).cmsg_level != libc::SOL_SOCKET
+            || (*cmsg).cmsg_type != libc::SCM_RIGHTS
+        {
+            return;
+        }
+        let listener = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg) as *const c_int);
+        loop {
+            let mut pfd = libc::pollfd {
+                fd: listener,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let r = libc::poll(&mut pfd, 1, -1);
+            if r < 0 && last_errno() == libc::EINTR {
+                continue;
+            }
+            if r <= 0 || pfd.revents & libc::POLLIN == 0 {
+                break; // every user of the filter is gone
+            }
+            let mut notif: sys::SeccompNotif = std::mem::zeroed();
+            if libc::ioctl(listener, sys::SECCOMP_IOCTL_NOTIF_RECV as _, &mut notif) < 0 {
+                if last_errno() == libc::EINTR {
+                    continue;
+                }
+                break;
+            }
+            let first_exec = notif.pid as libc::pid_t == guest
+                && libc::c_long::from(notif.data.nr) == libc::SYS_execve;
+            let resp = sys::SeccompNotifResp {
+                id: notif.id,
+                val: 0,
+                error: if first_exec { 0 } else { -libc::EPERM },
+                flags: if first_exec {
+                    sys::SECCOMP_USER_NOTIF_FLAG_CONTINUE
+                } else {
+                    0
+                },
+            };
+            libc::ioctl(listener, sys::SECCOMP_IOCTL_NOTIF_SEND as _, &resp);
+            break;
+        }
+        libc::close(listener);
+    }
+}
+
+/// Hands `fd` to the init over `sock` (SCM_RIGHTS).
+unsafe fn send_fd(sock: c_int, fd: c_int) -> bool {
+    // SAFETY: this whole block builds a message on the stack and sends it.
+    unsafe {
+        let mut byte = 0u8;
+        let mut iov = libc::iovec {
+            iov_base: &mut byte as *mut u8 as *mut libc::c_void,
+            iov_len: 1,
+        };
+        let mut cbuf = [0u64; 8];
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<c_int>() as u32) as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null() {
+            return false;
+        }
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<c_int>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg) as *mut c_int, fd);
+        libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) == 1
+    }
+}
+
 /// The guest (`D`): limits, capabilities, landlock, seccomp, exec. Never returns.
+/// `exec_sock` (when `plan.exec_once`) carries the seccomp listener to the init.
 unsafe fn guest_exec(
     plan: &ChildPlan,
     fds: &ChildFds,
     argv: *const *const c_char,
     envp: *const *const c_char,
+    exec_sock: c_int,
 ) -> ! {
     let rfd = fds.report;
     // SAFETY: this whole block makes raw syscalls on prepared data; no allocation.
@@ -681,6 +837,8 @@ unsafe fn guest_exec(
         if libc::chdir(plan.workdir.as_ptr()) < 0 {
             fail(rfd, "chdir", last_errno());
         }
+        // When a memory cgroup runs out, its OOM killer should pick the guest, not the init.
+        write_file(c"/proc/self/oom_score_adj", b"1000").ok();
         for &(resource, soft, hard) in &plan.rlimits {
             let lim = libc::rlimit {
                 rlim_cur: soft,
@@ -716,14 +874,27 @@ unsafe fn guest_exec(
                 len: filter.len() as u16,
                 filter: filter.as_ptr() as *mut libc::sock_filter,
             };
-            if libc::syscall(
+            let flags = if plan.exec_once {
+                sys::SECCOMP_FILTER_FLAG_NEW_LISTENER
+            } else {
+                0
+            };
+            let r = libc::syscall(
                 libc::SYS_seccomp,
                 sys::SECCOMP_SET_MODE_FILTER,
-                0u32,
+                flags,
                 &prog as *const libc::sock_fprog,
-            ) < 0
-            {
+            );
+            if r < 0 {
                 fail(rfd, "seccomp", last_errno());
+            }
+            if plan.exec_once {
+                // The init must hold the listener before our execve, which waits for its answer.
+                if !send_fd(exec_sock, r as c_int) {
+                    fail(rfd, "exec-listener", last_errno());
+                }
+                libc::close(r as c_int);
+                libc::close(exec_sock);
             }
         }
         libc::execve(plan.exec.as_ptr(), argv, envp);

@@ -103,11 +103,49 @@ pub const SECCOMP_SET_MODE_FILTER: c_uint = 1;
 pub const SECCOMP_RET_KILL_PROCESS: u32 = 0x8000_0000;
 pub const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
 pub const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
+pub const SECCOMP_RET_USER_NOTIF: u32 = 0x7fc0_0000;
+pub const SECCOMP_FILTER_FLAG_NEW_LISTENER: c_uint = 1 << 3;
+/// `_IOWR('!', 0, struct seccomp_notif)`.
+pub const SECCOMP_IOCTL_NOTIF_RECV: u64 = 0xc050_2100;
+/// `_IOWR('!', 1, struct seccomp_notif_resp)`.
+pub const SECCOMP_IOCTL_NOTIF_SEND: u64 = 0xc018_2101;
+pub const SECCOMP_USER_NOTIF_FLAG_CONTINUE: u32 = 1;
+
+/// `struct seccomp_data`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SeccompData {
+    pub nr: i32,
+    pub arch: u32,
+    pub instruction_pointer: u64,
+    pub args: [u64; 6],
+}
+
+/// `struct seccomp_notif` (80 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SeccompNotif {
+    pub id: u64,
+    pub pid: u32,
+    pub flags: u32,
+    pub data: SeccompData,
+}
+
+/// `struct seccomp_notif_resp` (24 bytes).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct SeccompNotifResp {
+    pub id: u64,
+    pub val: i64,
+    pub error: i32,
+    pub flags: u32,
+}
 pub const BPF_LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
 pub const BPF_JMP_JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
 pub const BPF_JMP_JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
 pub const BPF_JMP_JSET_K: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
 pub const BPF_RET_K: u16 = 0x06; // BPF_RET | BPF_K
+pub const BPF_ALU_AND_K: u16 = 0x54; // BPF_ALU | BPF_AND | BPF_K
 
 #[cfg(target_arch = "x86_64")]
 pub const AUDIT_ARCH: u32 = 0xC000_003E;

@@ -189,3 +189,10 @@ pub fn assert_no_stray_processes(needle: &str, within: Duration) {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Sets the permission bits of `path`.
+pub fn chmod(path: &Path, mode: u32) {
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
+}
