@@ -136,6 +136,7 @@
 
 mod executor;
 mod grants;
+pub mod home;
 mod hook;
 pub mod integrity;
 mod isolation;

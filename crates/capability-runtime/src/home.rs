@@ -1,30 +1,5 @@
 //! The capability home: where the receipt database, journals, approvals, audit log and host
-//! key live.
-//!
-//! Resolution order: an explicit path (`--home`), then `$CAP_HOME`, then
-//! `$XDG_DATA_HOME/capability`, then `$HOME/.local/share/capability`, then
-//! `./.capability`.
+//! key live (resolved by [`capability_exec::home`], which the sandbox shares so that it never
+//! mounts the home into a guest).
 
-use std::path::{Path, PathBuf};
-
-/// The capability home directory (not created).
-pub fn capability_home(explicit: Option<&Path>) -> PathBuf {
-    if let Some(p) = explicit {
-        return p.to_path_buf();
-    }
-    let env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if let Some(p) = env("CAP_HOME") {
-        return p;
-    }
-    if let Some(p) = env("XDG_DATA_HOME") {
-        return p.join("capability");
-    }
-    if let Some(p) = env("HOME") {
-        return p.join(".local").join("share").join("capability");
-    }
-    PathBuf::from(".capability")
-}
+pub use capability_exec::home::capability_home;

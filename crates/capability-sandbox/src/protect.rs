@@ -40,23 +40,9 @@ pub fn protect_host_path(path: impl Into<PathBuf>) {
     }
 }
 
-/// The capability home, resolved like `capability_runtime::home::capability_home(None)`.
+/// The capability home, resolved as the host resolves it.
 pub fn default_capability_home() -> PathBuf {
-    let env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if let Some(p) = env("CAP_HOME") {
-        return p;
-    }
-    if let Some(p) = env("XDG_DATA_HOME") {
-        return p.join("capability");
-    }
-    if let Some(p) = env("HOME") {
-        return p.join(".local").join("share").join("capability");
-    }
-    PathBuf::from(".capability")
+    capability_exec::home::capability_home(None)
 }
 
 /// `p` made absolute and with symlinks resolved as far as it exists: the canonical path of its
