@@ -548,17 +548,31 @@ unsafe fn child_init(
             guest_exec(plan, fds, argv, envp, sv[1]);
         }
         let guest = guest as libc::pid_t;
+        // Before the guest can run any code: not dumpable (so /proc/1 is closed to it), and
+        // only the report pipe (and the listener channel) kept: the host's descriptors must
+        // not be reachable through /proc/1/fd, and the guest's pipes must see EOF when the
+        // guest is gone.
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         if sv[0] >= 0 {
             libc::close(sv[1]);
+        }
+        let mut keep = [rfd, sv[0]];
+        keep.sort_unstable();
+        let mut next: c_int = 0;
+        for fd in keep {
+            if fd < 0 {
+                continue;
+            }
+            if fd > next {
+                libc::syscall(libc::SYS_close_range, next as u32, (fd - 1) as u32, 0u32);
+            }
+            next = fd + 1;
+        }
+        libc::syscall(libc::SYS_close_range, next as u32, u32::MAX, 0u32);
+        if sv[0] >= 0 {
             allow_first_exec(sv[0], guest);
             libc::close(sv[0]);
         }
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        // Keep only the report pipe: the guest's pipes must see EOF when the guest is gone.
-        if rfd > 0 {
-            libc::syscall(libc::SYS_close_range, 0u32, (rfd - 1) as u32, 0u32);
-        }
-        libc::syscall(libc::SYS_close_range, (rfd + 1) as u32, u32::MAX, 0u32);
         init_loop(plan, rfd, guest)
     }
 }
