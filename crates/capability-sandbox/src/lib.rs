@@ -176,9 +176,9 @@
 //! * **Memory** holds for the whole sandbox, not per process: a memory cgroup counts every page
 //!   (private, shared anonymous, SysV, memfd, /tmp, kernel memory); v1 sets
 //!   `memory.limit_in_bytes` and `memory.memsw.limit_in_bytes`. Without one, RLIMIT_AS counts
-//!   every mapping of the guest (shared ones too), SysV shared memory and message queues are
-//!   disabled through the IPC namespace's own `/proc/sys/kernel/{shmmni,shmall,shmmax,msgmni}`
-//!   and `memfd_create` is refused by seccomp (a memfd holds memory without any mapping).
+//!   every mapping of the guest (shared ones too), and seccomp refuses what holds memory
+//!   without a mapping: `memfd_create` and SysV `shmget`/`msgget`/`semget` (on a root host
+//!   the IPC namespace's own `kernel.shm*`/`msgmni` are zeroed too).
 //!   RLIMIT_DATA is always set so that plain allocations fail cleanly. When no mechanism can
 //!   hold the whole sandbox (node, or `process.spawn`, without a memory cgroup) the report
 //!   says `enforced: false`. `ISOLATION.md` lists every limit and its mechanism per host kind.

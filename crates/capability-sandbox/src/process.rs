@@ -895,8 +895,8 @@ fn memory_policy(cg: CgroupMemory, kind: ModuleKind, spawn: bool, limits: &Limit
             Some(m),
             true,
             "no memory cgroup: RLIMIT_AS counts every mapping of the (only) guest process, shared \
-             ones included; SysV shared memory and message queues are disabled and memfd_create \
-             is refused; /tmp is limited separately by tmpSize"
+             ones included; memfd_create and SysV shmget/msgget/semget are refused; /tmp is \
+             limited separately by tmpSize"
                 .into(),
         ),
     };
@@ -906,12 +906,12 @@ fn memory_policy(cg: CgroupMemory, kind: ModuleKind, spawn: bool, limits: &Limit
     MemoryPolicy { rlimit_as, applied }
 }
 
-/// Sysctls of the sandbox's own namespaces. IPC: with a memory cgroup, shared memory segments
-/// are capped at the limit (the cgroup counts their pages too); without one, SysV shared memory
-/// and message queues are disabled: their pages live on without a mapping, so no rlimit sees
-/// them. Pid: `vm.memfd_noexec` = 2, so that no memfd can be executed (kernel 6.3+; the file
-/// is writable by the init only when the host runs as root, so it is best effort; without
-/// `process.spawn` no exec is possible anyway).
+/// Sysctls of the sandbox's own namespaces, all best effort (the init may write them only when
+/// it is root inside, i.e. on a root host). IPC: SysV limits (with a memory cgroup, segments
+/// capped at the limit, which the cgroup counts anyway; without one, zero, on top of the
+/// seccomp filter that refuses `shmget`/`msgget`/`semget` then). Pid: `vm.memfd_noexec` = 2,
+/// so that no memfd can be executed (kernel 6.3+; without `process.spawn` no exec is possible
+/// anyway).
 fn sysctls(
     memory_cgroup: bool,
     limits: &Limits,
@@ -935,7 +935,7 @@ fn sysctls(
             Ok((
                 cstring(format!("/proc/sys/kernel/{name}").into_bytes())?,
                 v.to_string().into_bytes(),
-                !memory_cgroup,
+                false,
             ))
         })
         .collect::<Result<Vec<_>, SandboxError>>()?;

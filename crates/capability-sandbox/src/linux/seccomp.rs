@@ -30,7 +30,8 @@
 //! return `USER_NOTIF`, the newest filter's listener gets it, so a guest listener could
 //! answer `CONTINUE` for the exec that ours refuses.
 //!
-//! Without a memory cgroup, `memfd_create` and `memfd_secret` answer `EPERM`.
+//! Without a memory cgroup, `memfd_create`, `memfd_secret` and SysV `shmget`/`msgget`/
+//! `semget` answer `EPERM`.
 
 use super::sys::*;
 
@@ -134,8 +135,9 @@ fn always_denied() -> Vec<(libc::c_long, i32)> {
 pub struct Policy {
     /// `process.spawn`: lifts the process-creation denial.
     pub spawn: bool,
-    /// `memfd_create` and `memfd_secret` (refused with `EPERM` unless a memory cgroup counts
-    /// their pages: no rlimit bounds a memfd that is written without being mapped).
+    /// `memfd_create`, `memfd_secret`, `shmget`, `msgget` and `semget` (refused with `EPERM`
+    /// unless a memory cgroup counts their pages: no rlimit bounds a memfd that is written
+    /// without being mapped, nor SysV objects, which outlive every mapping or have none).
     pub memfd: bool,
     /// `network.connect`: `AF_INET`, `AF_INET6` and `AF_UNIX` sockets.
     pub network: bool,
@@ -233,8 +235,17 @@ pub fn build_filter(policy: &Policy) -> Vec<libc::sock_filter> {
         }
     }
     if !policy.memfd {
-        deny.push((libc::SYS_memfd_create, libc::EPERM));
-        deny.push((libc::SYS_memfd_secret, libc::EPERM));
+        // Memory no rlimit sees: memfds (written without a mapping), SysV segments, message
+        // queues and semaphore sets (which outlive every mapping, or have none).
+        for nr in [
+            libc::SYS_memfd_create,
+            libc::SYS_memfd_secret,
+            libc::SYS_shmget,
+            libc::SYS_msgget,
+            libc::SYS_semget,
+        ] {
+            deny.push((nr, libc::EPERM));
+        }
     }
     for nr in [libc::SYS_listen, libc::SYS_accept, libc::SYS_accept4] {
         deny.push((nr, libc::EACCES));
