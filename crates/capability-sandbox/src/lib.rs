@@ -126,40 +126,9 @@
 //!   always. Socket families by the `socket(2)` domain argument (`EACCES` otherwise): `AF_INET`,
 //!   `AF_INET6` and `AF_UNIX` only with `network.connect`, `AF_NETLINK` only as
 //!   `NETLINK_ROUTE`; `socketpair` for `AF_UNIX` stream/seqpacket pairs; `listen`, `accept`,
-//!   `accept4` never. Without a memory cgroup, `memfd_create` is refused.
-//!
-//! **What a grant opens, and what it does not.**
-//!
-//! * *Reading is not connecting.* Connecting to a pathname unix socket needs only search
-//!   access to its directory and write permission on the socket inode: a read-only mount does
-//!   not stop it and landlock has no right for it (its ABI 6 scoping covers abstract sockets
-//!   only). So the filter refuses `socket(AF_UNIX, ...)` unless `network.connect` is granted:
-//!   without it the guest has no unconnected unix socket to `connect`, `bind` or `sendto` with,
-//!   and a datagram `socketpair` (which could be re-connected to a path) is refused too. With
-//!   `network.connect` the guest may connect to a unix socket it can see, i.e. one inside a
-//!   granted path, subject to host permissions (see the guest identity below).
-//! * *Connecting is not listening.* No Capability 1.x effect grants listening (the standard
-//!   has no `network.listen`): `listen`/`accept`/`accept4` are refused by seccomp (`listen` on an
-//!   unbound socket would pick a port without any `bind` landlock could see) and landlock
-//!   denies every TCP `bind`. Not closed: a UDP socket may still be bound to a port of the
-//!   guest's choosing with `network.connect` and receive datagrams there (seccomp cannot read
-//!   `bind`'s address, landlock's network rules cover TCP only); it cannot accept connections.
-//! * *No new program image without `process.spawn`.* `execve`/`execveat` are sent to a seccomp
-//!   user-notification listener that the sandbox init holds: it lets exactly the first one
-//!   through — the runner's own exec, before any guest code runs — and closes the listener, so
-//!   every later exec fails with `ENOSYS`: the dynamic loader cannot be started as a program
-//!   (`ld.so /usr/bin/echo`), a memfd cannot be `fexecve`d, the runner cannot re-exec itself.
-//!   Executable *mappings* (`mmap(PROT_EXEC)` of a file) are what the loader needs for the
-//!   runner's own libraries, so they are not refused; they are limited by mount flags instead:
-//!   only the system dirs, the interpreter prefix and the package are exec-mountable, while
-//!   `/tmp`, grants, `/etc`, `/dev`, `/proc` and the root are `noexec` (the kernel refuses
-//!   `PROT_EXEC` mappings, and later `mprotect`s, of their files). So nothing the guest can
-//!   write, and nothing a grant exposes, can become code. In-process code that the guest brings
-//!   itself (its own native code, a JIT, ctypes) runs inside the same process under the same
-//!   filters and gains nothing. With `process.spawn`, `execve` is allowed for files landlock
-//!   marks executable (system dirs and the interpreter prefix), and `vm.memfd_noexec` = 2 in
-//!   the sandbox's pid namespace makes every memfd non-executable (when the host runs as root,
-//!   the only case where the init may write it; kernel 6.3+).
+//!   `accept4` never; no seccomp notification listeners of the guest's own (one could approve
+//!   an exec that ours refuses). Without a memory cgroup, `memfd_create` and SysV IPC are
+//!   refused.
 //! * **Environment**: empty unless `environment.read` is granted (then exactly the host-chosen
 //!   map); secrets only with `secrets.read`, in the request envelope. The init wipes its copy of
 //!   the host's argv and environment and is not dumpable, so `/proc/1` shows nothing.
@@ -183,6 +152,39 @@
 //!   hold the whole sandbox (node, or `process.spawn`, without a memory cgroup) the report
 //!   says `enforced: false`. `ISOLATION.md` lists every limit and its mechanism per host kind.
 //!   Every run's [`BoundaryReport::limits`] says which mechanism enforced each limit.
+//!
+//! **What a grant opens, and what it does not.**
+//!
+//! * *Reading is not connecting.* Connecting to a pathname unix socket needs only search
+//!   access to its directory and write permission on the socket inode: a read-only mount does
+//!   not stop it and landlock has no right for it (its ABI 6 scoping covers abstract sockets
+//!   only). So the filter refuses `socket(AF_UNIX, ...)` unless `network.connect` is granted:
+//!   without it the guest has no unconnected unix socket to `connect`, `bind` or `sendto` with,
+//!   and a datagram `socketpair` (which could be re-connected to a path) is refused too. With
+//!   `network.connect` the guest may connect to a unix socket it can see, i.e. one inside a
+//!   granted path, subject to host permissions (see the guest identity above).
+//! * *Connecting is not listening.* No Capability 1.x effect grants listening (the standard
+//!   has no `network.listen`): `listen`/`accept`/`accept4` are refused by seccomp (`listen` on an
+//!   unbound socket would pick a port without any `bind` landlock could see) and landlock
+//!   denies every TCP `bind`. Not closed: a UDP socket may still be bound to a port of the
+//!   guest's choosing with `network.connect` and receive datagrams there (seccomp cannot read
+//!   `bind`'s address, landlock's network rules cover TCP only); it cannot accept connections.
+//! * *No new program image without `process.spawn`.* `execve`/`execveat` are sent to a seccomp
+//!   user-notification listener that the sandbox init holds: it lets exactly the first one
+//!   through — the runner's own exec, before any guest code runs — and closes the listener, so
+//!   every later exec fails with `ENOSYS`: the dynamic loader cannot be started as a program
+//!   (`ld.so /usr/bin/echo`), a memfd cannot be `fexecve`d, the runner cannot re-exec itself.
+//!   Executable *mappings* (`mmap(PROT_EXEC)` of a file) are what the loader needs for the
+//!   runner's own libraries, so they are not refused; they are limited by mount flags instead:
+//!   only the system dirs, the interpreter prefix and the package are exec-mountable, while
+//!   `/tmp`, grants, `/etc`, `/dev`, `/proc` and the root are `noexec` (the kernel refuses
+//!   `PROT_EXEC` mappings, and later `mprotect`s, of their files). So nothing the guest can
+//!   write, and nothing a grant exposes, can become code. In-process code that the guest brings
+//!   itself (its own native code, a JIT, ctypes) runs inside the same process under the same
+//!   filters and gains nothing. With `process.spawn`, `execve` is allowed for files landlock
+//!   marks executable (system dirs and the interpreter prefix), and `vm.memfd_noexec` = 2 in
+//!   the sandbox's pid namespace makes every memfd non-executable (when the host runs as root,
+//!   the only case where the init may write it; kernel 6.3+).
 //!
 //! # Errors
 //!
