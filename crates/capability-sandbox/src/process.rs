@@ -628,6 +628,12 @@ impl ProcessSandbox {
             uid_map: maps.0,
             gid_map: maps.1,
             maps_by_host: identity.maps_by_host,
+            fallback_maps: identity.maps_by_host.then(|| {
+                (
+                    format!("{SANDBOX_UID} {uid} 1\n").into_bytes(),
+                    format!("{SANDBOX_UID} {gid} 1\n").into_bytes(),
+                )
+            }),
             guest_ids: identity.guest_ids,
             new_root: path_cstring(&scratch.path)?,
             mounts,
@@ -682,6 +688,15 @@ impl ProcessSandbox {
                 .and_then(|c| c.dir_fd.as_ref())
                 .map(|f| f.as_raw_fd()),
         )?;
+        if let Some(why) = &child.maps_fallback {
+            report
+                .notes
+                .retain(|n| !n.starts_with("the guest runs as host uid"));
+            report.notes.push(format!(
+                "the host could not map the guest to nobody ({why}): the guest has the host \
+                 user's permissions (uid {uid}) on granted paths"
+            ));
+        }
         let mut hello_error: Option<SandboxError> = None;
         let manifest_hash = capability_core::json::canonical_hash(&spec.manifest);
         let id = spec.id().to_string();

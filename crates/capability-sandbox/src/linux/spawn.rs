@@ -70,6 +70,9 @@ pub(crate) struct ChildPlan {
     /// The host writes the maps (it may map other ids than its own: a root host maps the guest
     /// to an unprivileged uid); the init waits for them. Otherwise the init maps itself.
     pub maps_by_host: bool,
+    /// Maps the host writes instead when its own are refused (a root host inside a user
+    /// namespace that does not map `nobody`): the guest is then the host user.
+    pub fallback_maps: Option<(Vec<u8>, Vec<u8>)>,
     /// The ids (inside the user namespace) the guest switches to before exec, dropping every
     /// supplementary group, when they differ from the init's.
     pub guest_ids: Option<(u32, u32)>,
@@ -175,6 +178,8 @@ pub(crate) struct Sandboxed {
     stderr: Option<OwnedFd>,
     report: Option<OwnedFd>,
     pub spawned_at: Instant,
+    /// Why the host's own uid/gid maps were refused and the fallback maps used, if they were.
+    pub maps_fallback: Option<String>,
 }
 
 impl Drop for Sandboxed {
@@ -317,7 +322,7 @@ pub(crate) fn spawn(
     for fd in [&stdin_host, &stdout_host, &stderr_host, &report_host] {
         set_nonblocking(fd.as_raw_fd());
     }
-    let sandboxed = Sandboxed {
+    let mut sandboxed = Sandboxed {
         pid: pid as i32,
         pidfd,
         reaped: false,
@@ -326,13 +331,15 @@ pub(crate) fn spawn(
         stderr: Some(stderr_host),
         report: Some(report_host),
         spawned_at,
+        maps_fallback: None,
     };
     if plan.maps_by_host {
         // On error the init is killed when `sandboxed` drops.
-        write_maps(pid as i32, plan).map_err(|e| SandboxError::Unavailable {
-            boundary: "process-sandbox",
-            reason: format!("writing the sandbox's uid/gid maps failed: {e}"),
-        })?;
+        sandboxed.maps_fallback =
+            write_maps(pid as i32, plan).map_err(|e| SandboxError::Unavailable {
+                boundary: "process-sandbox",
+                reason: format!("writing the sandbox's uid/gid maps failed: {e}"),
+            })?;
     }
     // Closing the host end without writing tells a waiting init to give up; after the maps,
     // one byte tells it to go on.
@@ -350,10 +357,32 @@ pub(crate) fn spawn(
 
 /// The host writes the init's uid and gid maps (it has CAP_SETUID/CAP_SETGID in the parent
 /// user namespace, so it may map ids other than its own).
-fn write_maps(pid: i32, plan: &ChildPlan) -> std::io::Result<()> {
-    std::fs::write(format!("/proc/{pid}/uid_map"), &plan.uid_map)?;
-    std::fs::write(format!("/proc/{pid}/gid_map"), &plan.gid_map)?;
-    Ok(())
+/// Returns why the fallback maps were used, if they were.
+fn write_maps(pid: i32, plan: &ChildPlan) -> std::io::Result<Option<String>> {
+    let mut fallback = None;
+    for (file, map, alt) in [
+        (
+            "uid_map",
+            &plan.uid_map,
+            plan.fallback_maps.as_ref().map(|m| &m.0),
+        ),
+        (
+            "gid_map",
+            &plan.gid_map,
+            plan.fallback_maps.as_ref().map(|m| &m.1),
+        ),
+    ] {
+        let path = format!("/proc/{pid}/{file}");
+        match (std::fs::write(&path, map), alt) {
+            (Ok(()), _) => {}
+            (Err(e), Some(alt)) => {
+                std::fs::write(&path, alt)?;
+                fallback.get_or_insert(format!("{file}: {e}"));
+            }
+            (Err(e), None) => return Err(e),
+        }
+    }
+    Ok(fallback)
 }
 
 struct ChildFds {
