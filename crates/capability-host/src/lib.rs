@@ -390,6 +390,8 @@ impl Host {
     /// Opens the host (see the crate docs).
     pub fn open(config: HostConfig) -> Result<Host, HostError> {
         let home = Home::open_default(config.home.as_deref())?;
+        // Whatever home was chosen (`--home` included), no sandbox ever mounts it.
+        capability_sandbox::protect_host_path(home.root().to_path_buf());
         let key = HostKey::load_or_generate(&home.host_key())
             .map_err(|e| HostError::Key(e.to_string()))?;
         let stores = Stores::open(&home, config.storage)?;

@@ -77,10 +77,18 @@
 //!
 //! No daemon, no root: everything works for an unprivileged user with user namespaces.
 //!
-//! * **Namespaces**: user (the guest is uid/gid 1000 inside, mapped to the host user), mount,
-//!   pid (a small init is pid 1; when it exits the kernel kills the whole tree), ipc, uts,
-//!   cgroup, and network — an empty network namespace unless `network.connect` is granted, in
-//!   which case the host network is shared.
+//! * **Namespaces**: user, mount, pid (a small init is pid 1; when it exits the kernel kills
+//!   the whole tree), ipc, uts, cgroup, and network — an empty network namespace unless
+//!   `network.connect` is granted, in which case the host network is shared.
+//! * **Guest identity**: the guest is uid/gid [`SANDBOX_UID`] (1000) inside. When the host runs
+//!   as root, the host itself writes the maps and 1000 is mapped to host `nobody` (65534); the
+//!   guest switches to it (dropping every supplementary group) before exec, so host
+//!   permissions apply to everything it touches as they would to an unprivileged user:
+//!   `--allow-read /etc` does not read `/etc/shadow`, a granted path that `nobody` may not
+//!   read fails with `EACCES`, a write grant must be writable by others, and files the guest
+//!   creates belong to 65534 on the host. (Only the init is inside-root, mapped to the host's
+//!   root, to build the mounts.) An unprivileged host can map only itself: the guest is then
+//!   the host user.
 //! * **Filesystem**: a fresh tmpfs root (read-only and noexec after setup) with read-only,
 //!   nosuid, nodev binds of `/usr` (and the `/bin`, `/lib*` symlinks or dirs), a minimal `/etc`
 //!   (dynamic linker cache, name resolution, TLS roots, a synthetic `passwd`; noexec),
@@ -88,6 +96,17 @@
 //!   lives elsewhere, the package at [`PACKAGE_MOUNT`] (read-only), and a private size-limited
 //!   `/tmp` (tmpfs, noexec). Granted paths appear at their host path: `filesystem.read` paths
 //!   read-only, `filesystem.write` paths read-write, both noexec: they hold data, not code.
+//! * **What the guest does not see**: the package is mounted as a read-only overlay whose
+//!   layers are detached mounts (the package, and an empty world-searchable top layer), so
+//!   `/proc/self/mountinfo`, `mounts` and `mountstats` show `/package` on a fresh superblock
+//!   (`lowerdir+=/`) and never the package's host path (a plain bind would show it as the
+//!   mount's root); without overlayfs the package is bind-mounted and a note says so (the
+//!   package root must then be searchable by others when the host runs as root). Grants
+//!   appear at their host path, which the guest already knows. Kernel internals in `/proc` are
+//!   covered (`/dev/null` on a `nodev` bind, or an empty read-only tmpfs): `kallsyms`, `kcore`,
+//!   `kmsg`, `slabinfo`, `vmallocinfo`, `pagetypeinfo`, `zoneinfo`, `buddyinfo`, `iomem`,
+//!   `ioports`, `modules`, `timer_list`, `sched_debug`, `keys`, `key-users`, `kpage*`,
+//!   `sysrq-trigger`, `config.gz`, `acpi`, `bus`, `irq`, `driver`, `fs`, `sysvipc`, `tty`, ...
 //! * **Protected host paths**: the capability home (resolved like `capability-runtime`'s
 //!   `home.rs`: `$CAP_HOME`, `$XDG_DATA_HOME/capability`, `$HOME/.local/share/capability`,
 //!   `./.capability`), [`SandboxConfig::protected`] and [`protect_host_path`] are never visible:
@@ -111,7 +130,32 @@
 //!   always. Socket families by the `socket(2)` domain argument (`EACCES` otherwise): `AF_INET`,
 //!   `AF_INET6` and `AF_UNIX` only with `network.connect`, `AF_NETLINK` only as
 //!   `NETLINK_ROUTE`; `socketpair` for `AF_UNIX` stream/seqpacket pairs; `listen`, `accept`,
-//!   `accept4` never. Without a memory cgroup, `memfd_create` is refused.
+//!   `accept4` never; no seccomp notification listeners of the guest's own (one could approve
+//!   an exec that ours refuses). Without a memory cgroup, `memfd_create` and SysV IPC are
+//!   refused.
+//! * **Environment**: empty unless `environment.read` is granted (then exactly the host-chosen
+//!   map); secrets only with `secrets.read`, in the request envelope. The init wipes its copy of
+//!   the host's argv and environment and is not dumpable, so `/proc/1` shows nothing.
+//! * **Limits** ([`Limits`]): RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_FSIZE, no core
+//!   dumps, no POSIX message queues; the tmpfs size; a wall-clock timer that kills the pid
+//!   namespace's init (and so the tree). A cgroup v2 with delegated `pids` and `memory` is used
+//!   when available (`CLONE_INTO_CGROUP`), else writable cgroup v1 `pids` and `memory` groups
+//!   (the init joins them before anything else runs). With a pids cgroup, RLIMIT_NPROC is only
+//!   a high backstop: it counts every process of the guest's host uid, which all guests of a
+//!   root host share (`nobody`). Without one it is the limit, shared that way (a guest's fork
+//!   bomb can make forks in a concurrent sandbox fail early, never exceed the limit). A guest
+//!   running as host uid 0 would be exempt from it; that no longer happens, but the
+//!   best-effort watchdog stays for that case.
+//! * **Memory** holds for the whole sandbox, not per process: a memory cgroup counts every page
+//!   (private, shared anonymous, SysV, memfd, /tmp, kernel memory); v1 sets
+//!   `memory.limit_in_bytes` and `memory.memsw.limit_in_bytes`. Without one, RLIMIT_AS counts
+//!   every mapping of the guest (shared ones too), and seccomp refuses what holds memory
+//!   without a mapping: `memfd_create` and SysV `shmget`/`msgget`/`semget` (on a root host
+//!   the IPC namespace's own `kernel.shm*`/`msgmni` are zeroed too).
+//!   RLIMIT_DATA is always set so that plain allocations fail cleanly. When no mechanism can
+//!   hold the whole sandbox (node, or `process.spawn`, without a memory cgroup) the report
+//!   says `enforced: false`. `ISOLATION.md` lists every limit and its mechanism per host kind.
+//!   Every run's [`BoundaryReport::limits`] says which mechanism enforced each limit.
 //!
 //! **What a grant opens, and what it does not.**
 //!
@@ -122,7 +166,7 @@
 //!   without it the guest has no unconnected unix socket to `connect`, `bind` or `sendto` with,
 //!   and a datagram `socketpair` (which could be re-connected to a path) is refused too. With
 //!   `network.connect` the guest may connect to a unix socket it can see, i.e. one inside a
-//!   granted path, subject to host permissions (see the guest identity below).
+//!   granted path, subject to host permissions (see the guest identity above).
 //! * *Connecting is not listening.* No Capability 1.x effect grants listening (the standard
 //!   has no `network.listen`): `listen`/`accept`/`accept4` are refused by seccomp (`listen` on an
 //!   unbound socket would pick a port without any `bind` landlock could see) and landlock
@@ -145,25 +189,6 @@
 //!   marks executable (system dirs and the interpreter prefix), and `vm.memfd_noexec` = 2 in
 //!   the sandbox's pid namespace makes every memfd non-executable (when the host runs as root,
 //!   the only case where the init may write it; kernel 6.3+).
-//! * **Environment**: empty unless `environment.read` is granted (then exactly the host-chosen
-//!   map); secrets only with `secrets.read`, in the request envelope. The init wipes its copy of
-//!   the host's argv and environment and is not dumpable, so `/proc/1` shows nothing.
-//! * **Limits** ([`Limits`]): RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_FSIZE, no core
-//!   dumps, no POSIX message queues; the tmpfs size; a wall-clock timer that kills the pid
-//!   namespace's init (and so the tree). A cgroup v2 with delegated `pids` and `memory` is used
-//!   when available (`CLONE_INTO_CGROUP`), else writable cgroup v1 `pids` and `memory` groups
-//!   (the init joins them before anything else runs); uid 0 is exempt from RLIMIT_NPROC, so
-//!   without any cgroup a root host falls back to a best-effort watchdog.
-//! * **Memory** holds for the whole sandbox, not per process: a memory cgroup counts every page
-//!   (private, shared anonymous, SysV, memfd, /tmp, kernel memory); v1 sets
-//!   `memory.limit_in_bytes` and `memory.memsw.limit_in_bytes`. Without one, RLIMIT_AS counts
-//!   every mapping of the guest (shared ones too), SysV shared memory and message queues are
-//!   disabled through the IPC namespace's own `/proc/sys/kernel/{shmmni,shmall,shmmax,msgmni}`
-//!   and `memfd_create` is refused by seccomp (a memfd holds memory without any mapping).
-//!   RLIMIT_DATA is always set so that plain allocations fail cleanly. When no mechanism can
-//!   hold the whole sandbox (node, or `process.spawn`, without a memory cgroup) the report
-//!   says `enforced: false`. `ISOLATION.md` lists every limit and its mechanism per host kind.
-//!   Every run's [`BoundaryReport::limits`] says which mechanism enforced each limit.
 //!
 //! # The OCI executor
 //!

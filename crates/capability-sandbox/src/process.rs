@@ -27,7 +27,8 @@ const PYTHON_SHIM: &str = include_str!("shims/python.py");
 
 /// Where the package (or install root) appears inside the sandbox.
 pub const PACKAGE_MOUNT: &str = "/package";
-/// The uid and gid the guest has inside its user namespace (mapped to the host user).
+/// The uid and gid the guest has inside its user namespace: mapped to host `nobody` (65534)
+/// when the host runs as root, else to the host user.
 pub const SANDBOX_UID: u32 = 1000;
 
 /// Host-side configuration of the process sandbox.
@@ -278,6 +279,13 @@ impl ProcessSandbox {
         // SAFETY: geteuid/getegid cannot fail.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         let mut notes: Vec<String> = Vec::new();
+        let identity = GuestIdentity::for_host(uid);
+        if identity.maps_by_host {
+            notes.push(format!(
+                "the guest runs as host uid {HOST_NOBODY} (nobody), not as the host's root: host \
+                 permissions apply to granted paths, and what nobody cannot read fails with EACCES"
+            ));
+        }
 
         protect::refuse_whole_home(&module.mount_root, "the package root")?;
         let protected = protect::protected_paths(&self.config.protected);
@@ -366,13 +374,8 @@ impl ProcessSandbox {
             root.symlink(Path::new(to), Path::new(link))?;
         }
         allow(&mut ll, "/dev", sys::FS_READ_DIR, true);
-        // The package, read-only.
-        root.bind(
-            &module.mount_root,
-            Path::new(PACKAGE_MOUNT),
-            ro_attrs(),
-            true,
-        )?;
+        // The package, read-only, through an overlay that hides its host path.
+        root.overlay(&module.mount_root, Path::new(PACKAGE_MOUNT), ro_attrs())?;
         allow(&mut ll, PACKAGE_MOUNT, landlock::READ, true);
         // Private tmp.
         root.mkdir_p(Path::new("/tmp"))?;
@@ -508,11 +511,6 @@ impl ProcessSandbox {
             (libc::RLIMIT_CORE as libc::c_int, 0, 0),
             (libc::RLIMIT_MSGQUEUE as libc::c_int, 0, 0),
         ];
-        rlimits.push((
-            libc::RLIMIT_NPROC as libc::c_int,
-            limits.max_pids as u64,
-            limits.max_pids as u64,
-        ));
         let cgroup = match self.cgroup_parent() {
             Ok(parent) => match RunCgroup::create(&parent, limits.memory_bytes, limits.max_pids) {
                 Ok(cg) => Some(cg),
@@ -538,12 +536,23 @@ impl ProcessSandbox {
             },
             None => "unavailable".to_string(),
         };
+        // RLIMIT_NPROC counts every process of the guest's host uid, and a root host runs all
+        // its guests as nobody: with a pids cgroup (which counts exactly this sandbox) it is
+        // only a backstop, well above the limit, so that concurrent sandboxes do not share it.
+        let nproc = if pids_cgroup {
+            (limits.max_pids as u64).saturating_mul(4).max(256)
+        } else {
+            limits.max_pids as u64
+        };
+        rlimits.push((libc::RLIMIT_NPROC as libc::c_int, nproc, nproc));
         let memory = memory_policy(cg_memory, target.kind, spawn_granted, limits);
         if let Some(r#as) = memory.rlimit_as {
             rlimits.push((libc::RLIMIT_AS as libc::c_int, r#as, r#as));
         }
         // uid 0 is exempt from RLIMIT_NPROC: without a cgroup, a watchdog counts processes.
-        let pids_watchdog = (spawn_granted && !pids_cgroup && uid == 0).then_some(limits.max_pids);
+        let guest_uid = identity.host_uid(uid);
+        let pids_watchdog =
+            (spawn_granted && !pids_cgroup && guest_uid == 0).then_some(limits.max_pids);
         let mut applied = vec![
             AppliedLimit::new(
                 "wallTimeoutMs",
@@ -553,7 +562,7 @@ impl ProcessSandbox {
             AppliedLimit::new("cpuTimeMs", cpu_secs * 1000, "rlimit"),
             memory.applied,
         ];
-        applied.push(match (&cgroup, uid, spawn_granted) {
+        applied.push(match (&cgroup, guest_uid, spawn_granted) {
             (Some(cg), _, _) if pids_cgroup => AppliedLimit::new(
                 "maxPids",
                 limits.max_pids as u64,
@@ -612,6 +621,7 @@ impl ProcessSandbox {
         for a in &target.argv {
             argv.push(cstring(a.clone())?);
         }
+        let maps = (identity.uid_map(uid), identity.gid_map(gid));
         let seccomp_policy = seccomp::Policy {
             spawn: spawn_granted,
             memfd: memory_cgroup,
@@ -620,8 +630,16 @@ impl ProcessSandbox {
         let (mounts, mask_notes) = root.finish()?;
         notes.extend(mask_notes);
         let plan = ChildPlan {
-            uid_map: format!("{SANDBOX_UID} {uid} 1\n").into_bytes(),
-            gid_map: format!("{SANDBOX_UID} {gid} 1\n").into_bytes(),
+            uid_map: maps.0,
+            gid_map: maps.1,
+            maps_by_host: identity.maps_by_host,
+            fallback_maps: identity.maps_by_host.then(|| {
+                (
+                    format!("{SANDBOX_UID} {uid} 1\n").into_bytes(),
+                    format!("{SANDBOX_UID} {gid} 1\n").into_bytes(),
+                )
+            }),
+            guest_ids: identity.guest_ids,
             new_root: path_cstring(&scratch.path)?,
             mounts,
             scrub: host::scrub_ranges().to_vec(),
@@ -675,6 +693,15 @@ impl ProcessSandbox {
                 .and_then(|c| c.dir_fd.as_ref())
                 .map(|f| f.as_raw_fd()),
         )?;
+        if let Some(why) = &child.maps_fallback {
+            report
+                .notes
+                .retain(|n| !n.starts_with("the guest runs as host uid"));
+            report.notes.push(format!(
+                "the host could not map the guest to nobody ({why}): the guest has the host \
+                 user's permissions (uid {uid}) on granted paths"
+            ));
+        }
         let mut hello_error: Option<SandboxError> = None;
         let manifest_hash = capability_core::json::canonical_hash(&spec.manifest);
         let id = spec.id().to_string();
@@ -772,6 +799,53 @@ impl ProcessSandbox {
     }
 }
 
+/// Who the guest is on the host.
+struct GuestIdentity {
+    /// A root host writes the maps itself, mapping the guest to [`HOST_NOBODY`].
+    maps_by_host: bool,
+    /// The inside ids the guest switches to (the init stays inside-root).
+    guest_ids: Option<(u32, u32)>,
+}
+
+impl GuestIdentity {
+    fn for_host(uid: u32) -> GuestIdentity {
+        if uid == 0 {
+            GuestIdentity {
+                maps_by_host: true,
+                guest_ids: Some((SANDBOX_UID, SANDBOX_UID)),
+            }
+        } else {
+            GuestIdentity {
+                maps_by_host: false,
+                guest_ids: None,
+            }
+        }
+    }
+
+    /// The host uid the guest's files and processes belong to.
+    fn host_uid(&self, uid: u32) -> u32 {
+        if self.maps_by_host { HOST_NOBODY } else { uid }
+    }
+
+    /// Inside root is the host's root (the init only, which builds the mounts with the host's
+    /// permissions); the guest's uid is nobody. Unprivileged: the guest is the host user.
+    fn uid_map(&self, uid: u32) -> Vec<u8> {
+        if self.maps_by_host {
+            format!("0 {uid} 1\n{SANDBOX_UID} {HOST_NOBODY} 1\n").into_bytes()
+        } else {
+            format!("{SANDBOX_UID} {uid} 1\n").into_bytes()
+        }
+    }
+
+    fn gid_map(&self, gid: u32) -> Vec<u8> {
+        if self.maps_by_host {
+            format!("0 {gid} 1\n{SANDBOX_UID} {HOST_NOBODY} 1\n").into_bytes()
+        } else {
+            format!("{SANDBOX_UID} {gid} 1\n").into_bytes()
+        }
+    }
+}
+
 fn ro_attrs() -> u64 {
     sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV
 }
@@ -841,8 +915,8 @@ fn memory_policy(cg: CgroupMemory, kind: ModuleKind, spawn: bool, limits: &Limit
             Some(m),
             true,
             "no memory cgroup: RLIMIT_AS counts every mapping of the (only) guest process, shared \
-             ones included; SysV shared memory and message queues are disabled and memfd_create \
-             is refused; /tmp is limited separately by tmpSize"
+             ones included; memfd_create and SysV shmget/msgget/semget are refused; /tmp is \
+             limited separately by tmpSize"
                 .into(),
         ),
     };
@@ -852,12 +926,12 @@ fn memory_policy(cg: CgroupMemory, kind: ModuleKind, spawn: bool, limits: &Limit
     MemoryPolicy { rlimit_as, applied }
 }
 
-/// Sysctls of the sandbox's own namespaces. IPC: with a memory cgroup, shared memory segments
-/// are capped at the limit (the cgroup counts their pages too); without one, SysV shared memory
-/// and message queues are disabled: their pages live on without a mapping, so no rlimit sees
-/// them. Pid: `vm.memfd_noexec` = 2, so that no memfd can be executed (kernel 6.3+; the file
-/// is writable by the init only when the host runs as root, so it is best effort; without
-/// `process.spawn` no exec is possible anyway).
+/// Sysctls of the sandbox's own namespaces, all best effort (the init may write them only when
+/// it is root inside, i.e. on a root host). IPC: SysV limits (with a memory cgroup, segments
+/// capped at the limit, which the cgroup counts anyway; without one, zero, on top of the
+/// seccomp filter that refuses `shmget`/`msgget`/`semget` then). Pid: `vm.memfd_noexec` = 2,
+/// so that no memfd can be executed (kernel 6.3+; without `process.spawn` no exec is possible
+/// anyway).
 fn sysctls(
     memory_cgroup: bool,
     limits: &Limits,
@@ -881,7 +955,7 @@ fn sysctls(
             Ok((
                 cstring(format!("/proc/sys/kernel/{name}").into_bytes())?,
                 v.to_string().into_bytes(),
-                !memory_cgroup,
+                false,
             ))
         })
         .collect::<Result<Vec<_>, SandboxError>>()?;
@@ -1111,10 +1185,32 @@ impl RootBuilder {
         Ok(())
     }
 
+    /// A fresh procfs, with the kernel-internal entries of [`PROC_MASKS`] covered.
     fn proc(&mut self, inside: &Path) -> Result<(), SandboxError> {
         self.mkdir_p(inside)?;
+        let mut masks = Vec::new();
+        for name in PROC_MASKS {
+            let host = Path::new("/proc").join(name);
+            let Ok(meta) = std::fs::symlink_metadata(&host) else {
+                continue;
+            };
+            masks.push((path_cstring(&self.host(&inside.join(name)))?, meta.is_dir()));
+        }
         self.ops.push(MountOp::Proc {
             target: path_cstring(&self.host(inside))?,
+            masks,
+        });
+        Ok(())
+    }
+
+    /// `source` read-only at `inside` as an overlay (see `MountOp::Overlay`).
+    fn overlay(&mut self, source: &Path, inside: &Path, attrs: u64) -> Result<(), SandboxError> {
+        self.guard(source, inside, false)?;
+        self.mkdir_p(inside)?;
+        self.ops.push(MountOp::Overlay {
+            source: path_cstring(source)?,
+            target: path_cstring(&self.host(inside))?,
+            attrs,
         });
         Ok(())
     }
@@ -1170,6 +1266,52 @@ impl Drop for MountDir {
         let _ = std::fs::remove_dir(&self.path);
     }
 }
+
+/// `/proc` entries covered in every sandbox: kernel addresses, memory layout, kernel logs,
+/// keys, timers, hardware and driver state. None of them is needed by a runner; several are
+/// readable only by root (and a root host's guest used to act as root on them).
+const PROC_MASKS: &[&str] = &[
+    "kallsyms",
+    "kcore",
+    "kmsg",
+    "slabinfo",
+    "vmallocinfo",
+    "pagetypeinfo",
+    "zoneinfo",
+    "buddyinfo",
+    "iomem",
+    "ioports",
+    "modules",
+    "timer_list",
+    "timer_stats",
+    "sched_debug",
+    "latency_stats",
+    "lock_stat",
+    "keys",
+    "key-users",
+    "kpagecount",
+    "kpageflags",
+    "kpagecgroup",
+    "sysrq-trigger",
+    "config.gz",
+    "bootconfig",
+    "mtrr",
+    "dma",
+    "acpi",
+    "asound",
+    "scsi",
+    "bus",
+    "irq",
+    "driver",
+    "dynamic_debug",
+    "fs",
+    "sysvipc",
+    "tty",
+];
+
+/// The host uid (and gid) a root host's guest runs as: `nobody`. Host permissions then apply
+/// to everything the guest touches, as they would for an unprivileged user.
+const HOST_NOBODY: u32 = 65534;
 
 /// Markers that the guest died of memory exhaustion.
 const OOM_MARKERS: &[&str] = &[

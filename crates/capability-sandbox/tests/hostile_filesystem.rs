@@ -6,7 +6,7 @@
 mod common;
 
 use capability_sandbox::{Grants, Limits};
-use common::{ALL, Lang, Package, assert_host_alive, guest_error, limits, ok_output};
+use common::{ALL, Lang, Package, assert_host_alive, chmod, guest_error, limits, ok_output};
 use serde_json::json;
 
 const SECRET: &str = "TOP-SECRET-host-file-7f3a9c";
@@ -81,6 +81,10 @@ fn writing_outside_the_private_tmp_fails_and_the_grant_opens_it() {
     let dir = tempfile::tempdir().unwrap();
     let victim = dir.path().join("victim.txt");
     std::fs::write(&victim, "original").unwrap();
+    // Host permissions apply to the guest (as nobody when the host is root): the granted
+    // directory and file must be writable by others for the grant to be usable.
+    chmod(dir.path(), 0o777);
+    chmod(&victim, 0o666);
     for lang in ALL {
         let pkg = Package::new(lang);
         let targets = [

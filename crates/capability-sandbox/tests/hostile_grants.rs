@@ -262,6 +262,17 @@ fn no_new_program_image_without_process_spawn() {
             assert!(!out.boundary.process_spawn);
         }
     }
+    // A seccomp listener of the guest's own, approving its own execve, is refused.
+    let out = run(
+        Lang::Native,
+        json!({"action": "exec-notify", "path": ldso(), "data": "/usr/bin/echo", "arg": MARK}),
+        &Grants::none(),
+    );
+    let message = assert_refused(&out, "a guest listener", &["EPERM", "ENOSYS"]);
+    assert!(
+        message.starts_with("seccomp") || message.starts_with("execve"),
+        "{message}"
+    );
 }
 
 #[test]

@@ -6,7 +6,7 @@ mod common;
 
 use base64::Engine as _;
 use capability_sandbox::{Grants, Invocation, ModuleSpec, SandboxError, run_module};
-use common::{Lang, Package, fixtures, limits};
+use common::{Lang, Package, chmod, fixtures, limits};
 use serde_json::json;
 use sha2::{Digest, Sha256, Sha512};
 
@@ -103,6 +103,8 @@ fn integrity_is_checked_before_anything_runs() {
 #[test]
 fn a_loaded_manifest_that_differs_is_refused_before_execute() {
     let marker_dir = tempfile::tempdir().unwrap();
+    // Writable by others: a root host's guest writes as nobody.
+    chmod(marker_dir.path(), 0o777);
     let marker = marker_dir.path().join("executed");
     let grants = Grants::none().write(marker_dir.path());
     let mut spec = ModuleSpec {

@@ -210,6 +210,8 @@ fn granted_effects_open_exactly_what_the_host_chose() {
     let (dir, manifest) = package("hostile/granted", &["filesystem.read", "network.connect"]);
     let secret = tempfile::NamedTempFile::new_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
     std::fs::write(secret.path(), "shared on purpose").unwrap();
+    // Readable by others: a root host's guest reads as nobody.
+    common::chmod(secret.path(), 0o644);
     let rt = runtime(
         &dir,
         &manifest,

@@ -25,7 +25,13 @@
 //! `ENOSYS`. No new program image can be started (not through the dynamic loader, not from a
 //! memfd, not by re-executing the runner).
 //!
-//! Without a memory cgroup, `memfd_create` and `memfd_secret` answer `EPERM`.
+//! A guest may add seccomp filters of its own, but not with a notification listener
+//! (`SECCOMP_FILTER_FLAG_NEW_LISTENER` answers `EPERM`): on an `execve` for which two filters
+//! return `USER_NOTIF`, the newest filter's listener gets it, so a guest listener could
+//! answer `CONTINUE` for the exec that ours refuses.
+//!
+//! Without a memory cgroup, `memfd_create`, `memfd_secret` and SysV `shmget`/`msgget`/
+//! `semget` answer `EPERM`.
 
 use super::sys::*;
 
@@ -129,8 +135,9 @@ fn always_denied() -> Vec<(libc::c_long, i32)> {
 pub struct Policy {
     /// `process.spawn`: lifts the process-creation denial.
     pub spawn: bool,
-    /// `memfd_create` and `memfd_secret` (refused with `EPERM` unless a memory cgroup counts
-    /// their pages: no rlimit bounds a memfd that is written without being mapped).
+    /// `memfd_create`, `memfd_secret`, `shmget`, `msgget` and `semget` (refused with `EPERM`
+    /// unless a memory cgroup counts their pages: no rlimit bounds a memfd that is written
+    /// without being mapped, nor SysV objects, which outlive every mapping or have none).
     pub memfd: bool,
     /// `network.connect`: `AF_INET`, `AF_INET6` and `AF_UNIX` sockets.
     pub network: bool,
@@ -228,8 +235,17 @@ pub fn build_filter(policy: &Policy) -> Vec<libc::sock_filter> {
         }
     }
     if !policy.memfd {
-        deny.push((libc::SYS_memfd_create, libc::EPERM));
-        deny.push((libc::SYS_memfd_secret, libc::EPERM));
+        // Memory no rlimit sees: memfds (written without a mapping), SysV segments, message
+        // queues and semaphore sets (which outlive every mapping, or have none).
+        for nr in [
+            libc::SYS_memfd_create,
+            libc::SYS_memfd_secret,
+            libc::SYS_shmget,
+            libc::SYS_msgget,
+            libc::SYS_semget,
+        ] {
+            deny.push((nr, libc::EPERM));
+        }
     }
     for nr in [libc::SYS_listen, libc::SYS_accept, libc::SYS_accept4] {
         deny.push((nr, libc::EACCES));
@@ -245,6 +261,18 @@ pub fn build_filter(policy: &Policy) -> Vec<libc::sock_filter> {
         }
     }
     socket_rules(&mut p, policy.network);
+    // A filter of the guest's own that returns USER_NOTIF for execve would win the tie with
+    // ours (the newest filter is the match) and could answer CONTINUE: no listeners.
+    on_syscall(
+        &mut p,
+        libc::SYS_seccomp,
+        vec![
+            stmt(BPF_LD_W_ABS, arg_lo(1)),
+            jump(BPF_JMP_JSET_K, SECCOMP_FILTER_FLAG_NEW_LISTENER, 0, 1),
+            stmt(BPF_RET_K, errno(libc::EPERM)),
+            stmt(BPF_RET_K, SECCOMP_RET_ALLOW),
+        ],
+    );
     // clone: inspect the flags in args[0].
     let mut clone_block = vec![
         stmt(BPF_LD_W_ABS, OFFSET_ARG0_LO),
@@ -456,6 +484,21 @@ mod tests {
         for n in [libc::SYS_execve, libc::SYS_execveat] {
             assert_eq!(run(&strict, nr(n), AUDIT_ARCH, 0), SECCOMP_RET_USER_NOTIF);
             assert_eq!(run(&open, nr(n), AUDIT_ARCH, 0), allow);
+        }
+        for f in [&strict, &open] {
+            let seccomp = |flags: u32| {
+                run_args(
+                    f,
+                    nr(libc::SYS_seccomp),
+                    AUDIT_ARCH,
+                    &[SECCOMP_SET_MODE_FILTER as u64, flags as u64, 0],
+                )
+            };
+            assert_eq!(seccomp(0), allow);
+            assert_eq!(
+                seccomp(SECCOMP_FILTER_FLAG_NEW_LISTENER),
+                errno(libc::EPERM)
+            );
         }
     }
 }

@@ -16,7 +16,7 @@ use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use libc::{c_char, c_int, c_ulong};
+use libc::{c_char, c_int, c_uint, c_ulong};
 
 use super::landlock::LandlockPlan;
 use super::sys::{self, CloneArgs, MountAttr};
@@ -40,9 +40,21 @@ pub(crate) enum MountOp {
         target: CString,
         attrs: u64,
     },
-    /// A fresh procfs for the pid namespace; failure is reported, not fatal.
+    /// A fresh procfs for the pid namespace; failure is reported, not fatal. `masks` (full
+    /// paths under `target`, is_dir) are covered once it is mounted: files by `/dev/null` on a
+    /// `nodev` bind (opening fails), directories by an empty read-only tmpfs.
     Proc {
         target: CString,
+        masks: Vec<(CString, bool)>,
+    },
+    /// `source` as a read-only overlay with an empty top layer: a new superblock whose root is
+    /// `/` and whose layers were given as detached mounts, so `/proc/self/mountinfo` shows no
+    /// host path, and whose root directory is world-searchable whatever the mode of `source`.
+    /// Falls back to a plain bind (with a note) when overlayfs is unavailable.
+    Overlay {
+        source: CString,
+        target: CString,
+        attrs: u64,
     },
     /// A small file written into the new root (before it is made read-only).
     WriteFile {
@@ -55,6 +67,15 @@ pub(crate) enum MountOp {
 pub(crate) struct ChildPlan {
     pub uid_map: Vec<u8>,
     pub gid_map: Vec<u8>,
+    /// The host writes the maps (it may map other ids than its own: a root host maps the guest
+    /// to an unprivileged uid); the init waits for them. Otherwise the init maps itself.
+    pub maps_by_host: bool,
+    /// Maps the host writes instead when its own are refused (a root host inside a user
+    /// namespace that does not map `nobody`): the guest is then the host user.
+    pub fallback_maps: Option<(Vec<u8>, Vec<u8>)>,
+    /// The ids (inside the user namespace) the guest switches to before exec, dropping every
+    /// supplementary group, when they differ from the init's.
+    pub guest_ids: Option<(u32, u32)>,
     pub new_root: CString,
     pub mounts: Vec<MountOp>,
     /// Memory ranges (argv/environment of the host) that `C` zeroes in its own copy.
@@ -86,6 +107,7 @@ pub(crate) const STAGES: &[&str] = &[
     "setgroups",
     "gid_map",
     "uid_map",
+    "host-maps",
     "sysctl",
     "mount-private",
     "mkdir",
@@ -96,6 +118,8 @@ pub(crate) const STAGES: &[&str] = &[
     "bind(mount_setattr)",
     "bind(move_mount)",
     "proc",
+    "proc-mask",
+    "overlay",
     "pivot_root",
     "remount-root-readonly",
     "sethostname",
@@ -104,6 +128,7 @@ pub(crate) const STAGES: &[&str] = &[
     "chdir",
     "setrlimit",
     "capabilities",
+    "guest-ids",
     "no_new_privs",
     "landlock",
     "seccomp",
@@ -153,6 +178,8 @@ pub(crate) struct Sandboxed {
     stderr: Option<OwnedFd>,
     report: Option<OwnedFd>,
     pub spawned_at: Instant,
+    /// Why the host's own uid/gid maps were refused and the fallback maps used, if they were.
+    pub maps_fallback: Option<String>,
 }
 
 impl Drop for Sandboxed {
@@ -234,6 +261,8 @@ pub(crate) fn spawn(
     let (stdout_host, stdout_child) = pipe()?;
     let (stderr_host, stderr_child) = pipe()?;
     let (report_host, report_child) = pipe()?;
+    // The init waits on this pipe until the host has written its uid/gid maps.
+    let (go_child, go_host) = pipe()?;
 
     let mut argv: Vec<*const c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
@@ -244,6 +273,8 @@ pub(crate) fn spawn(
         stdout: stdout_child.as_raw_fd(),
         stderr: stderr_child.as_raw_fd(),
         report: report_child.as_raw_fd(),
+        go_read: go_child.as_raw_fd(),
+        go_write: go_host.as_raw_fd(),
     };
 
     let mut pidfd: c_int = -1;
@@ -279,13 +310,19 @@ pub(crate) fn spawn(
             reason: format!("clone3 with namespaces failed: {e}"),
         });
     }
-    drop((stdin_child, stdout_child, stderr_child, report_child));
+    drop((
+        stdin_child,
+        stdout_child,
+        stderr_child,
+        report_child,
+        go_child,
+    ));
     // SAFETY: CLONE_PIDFD stored a fresh pidfd that we now own.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     for fd in [&stdin_host, &stdout_host, &stderr_host, &report_host] {
         set_nonblocking(fd.as_raw_fd());
     }
-    Ok(Sandboxed {
+    let mut sandboxed = Sandboxed {
         pid: pid as i32,
         pidfd,
         reaped: false,
@@ -294,7 +331,58 @@ pub(crate) fn spawn(
         stderr: Some(stderr_host),
         report: Some(report_host),
         spawned_at,
-    })
+        maps_fallback: None,
+    };
+    if plan.maps_by_host {
+        // On error the init is killed when `sandboxed` drops.
+        sandboxed.maps_fallback =
+            write_maps(pid as i32, plan).map_err(|e| SandboxError::Unavailable {
+                boundary: "process-sandbox",
+                reason: format!("writing the sandbox's uid/gid maps failed: {e}"),
+            })?;
+    }
+    // Closing the host end without writing tells a waiting init to give up; after the maps,
+    // one byte tells it to go on.
+    // SAFETY: writing one byte from a static buffer to our pipe.
+    let go = unsafe { libc::write(go_host.as_raw_fd(), b"1".as_ptr() as *const libc::c_void, 1) };
+    if go != 1 && plan.maps_by_host {
+        return Err(SandboxError::io(
+            "signalling the sandbox init",
+            std::io::Error::last_os_error(),
+        ));
+    }
+    drop(go_host);
+    Ok(sandboxed)
+}
+
+/// The host writes the init's uid and gid maps (it has CAP_SETUID/CAP_SETGID in the parent
+/// user namespace, so it may map ids other than its own).
+/// Returns why the fallback maps were used, if they were.
+fn write_maps(pid: i32, plan: &ChildPlan) -> std::io::Result<Option<String>> {
+    let mut fallback = None;
+    for (file, map, alt) in [
+        (
+            "uid_map",
+            &plan.uid_map,
+            plan.fallback_maps.as_ref().map(|m| &m.0),
+        ),
+        (
+            "gid_map",
+            &plan.gid_map,
+            plan.fallback_maps.as_ref().map(|m| &m.1),
+        ),
+    ] {
+        let path = format!("/proc/{pid}/{file}");
+        match (std::fs::write(&path, map), alt) {
+            (Ok(()), _) => {}
+            (Err(e), Some(alt)) => {
+                std::fs::write(&path, alt)?;
+                fallback.get_or_insert(format!("{file}: {e}"));
+            }
+            (Err(e), None) => return Err(e),
+        }
+    }
+    Ok(fallback)
 }
 
 struct ChildFds {
@@ -302,6 +390,8 @@ struct ChildFds {
     stdout: c_int,
     stderr: c_int,
     report: c_int,
+    go_read: c_int,
+    go_write: c_int,
 }
 
 fn report(fd: c_int, rec: &Record) {
@@ -366,14 +456,28 @@ unsafe fn child_init(
             }
             libc::close(fd);
         }
-        if let Err(e) = write_file(c"/proc/self/setgroups", b"deny") {
-            fail(rfd, "setgroups", e);
+        libc::close(fds.go_write);
+        let mut go = 0u8;
+        let got = loop {
+            let n = libc::read(fds.go_read, &mut go as *mut u8 as *mut libc::c_void, 1);
+            if n >= 0 || last_errno() != libc::EINTR {
+                break n;
+            }
+        };
+        libc::close(fds.go_read);
+        if got != 1 {
+            fail(rfd, "host-maps", libc::EPIPE);
         }
-        if let Err(e) = write_file(c"/proc/self/gid_map", &plan.gid_map) {
-            fail(rfd, "gid_map", e);
-        }
-        if let Err(e) = write_file(c"/proc/self/uid_map", &plan.uid_map) {
-            fail(rfd, "uid_map", e);
+        if !plan.maps_by_host {
+            if let Err(e) = write_file(c"/proc/self/setgroups", b"deny") {
+                fail(rfd, "setgroups", e);
+            }
+            if let Err(e) = write_file(c"/proc/self/gid_map", &plan.gid_map) {
+                fail(rfd, "gid_map", e);
+            }
+            if let Err(e) = write_file(c"/proc/self/uid_map", &plan.uid_map) {
+                fail(rfd, "uid_map", e);
+            }
         }
         // The IPC and pid namespaces are ours (owned by our user namespace): bound SysV IPC,
         // make memfds non-executable.
@@ -473,17 +577,31 @@ unsafe fn child_init(
             guest_exec(plan, fds, argv, envp, sv[1]);
         }
         let guest = guest as libc::pid_t;
+        // Before the guest can run any code: not dumpable (so /proc/1 is closed to it), and
+        // only the report pipe (and the listener channel) kept: the host's descriptors must
+        // not be reachable through /proc/1/fd, and the guest's pipes must see EOF when the
+        // guest is gone.
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
         if sv[0] >= 0 {
             libc::close(sv[1]);
+        }
+        let mut keep = [rfd, sv[0]];
+        keep.sort_unstable();
+        let mut next: c_int = 0;
+        for fd in keep {
+            if fd < 0 {
+                continue;
+            }
+            if fd > next {
+                libc::syscall(libc::SYS_close_range, next as u32, (fd - 1) as u32, 0u32);
+            }
+            next = fd + 1;
+        }
+        libc::syscall(libc::SYS_close_range, next as u32, u32::MAX, 0u32);
+        if sv[0] >= 0 {
             allow_first_exec(sv[0], guest);
             libc::close(sv[0]);
         }
-        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-        // Keep only the report pipe: the guest's pipes must see EOF when the guest is gone.
-        if rfd > 0 {
-            libc::syscall(libc::SYS_close_range, 0u32, (rfd - 1) as u32, 0u32);
-        }
-        libc::syscall(libc::SYS_close_range, (rfd + 1) as u32, u32::MAX, 0u32);
         init_loop(plan, rfd, guest)
     }
 }
@@ -625,44 +743,9 @@ unsafe fn do_mount(rfd: c_int, op: &MountOp) {
                 target,
                 attrs,
             } => {
-                let fd = libc::syscall(
-                    libc::SYS_open_tree,
-                    libc::AT_FDCWD,
-                    source.as_ptr(),
-                    sys::OPEN_TREE_CLONE | libc::O_CLOEXEC as u32 | sys::AT_RECURSIVE,
-                ) as c_int;
-                if fd < 0 {
-                    fail(rfd, "bind(open_tree)", last_errno());
+                if let Err((name, e)) = bind_stages(source, target, *attrs) {
+                    fail(rfd, name, e);
                 }
-                let attr = MountAttr {
-                    attr_set: *attrs,
-                    attr_clr: 0,
-                    propagation: 0,
-                    userns_fd: 0,
-                };
-                if libc::syscall(
-                    libc::SYS_mount_setattr,
-                    fd,
-                    c"".as_ptr(),
-                    libc::AT_EMPTY_PATH as u32 | sys::AT_RECURSIVE,
-                    &attr as *const MountAttr,
-                    std::mem::size_of::<MountAttr>(),
-                ) < 0
-                {
-                    fail(rfd, "bind(mount_setattr)", last_errno());
-                }
-                if libc::syscall(
-                    libc::SYS_move_mount,
-                    fd,
-                    c"".as_ptr(),
-                    libc::AT_FDCWD,
-                    target.as_ptr(),
-                    sys::MOVE_MOUNT_F_EMPTY_PATH,
-                ) < 0
-                {
-                    fail(rfd, "bind(move_mount)", last_errno());
-                }
-                libc::close(fd);
             }
             MountOp::WriteFile { path, data } => {
                 let fd = libc::open(
@@ -676,7 +759,7 @@ unsafe fn do_mount(rfd: c_int, op: &MountOp) {
                 libc::write(fd, data.as_ptr() as *const libc::c_void, data.len());
                 libc::close(fd);
             }
-            MountOp::Proc { target } => {
+            MountOp::Proc { target, masks } => {
                 if libc::mount(
                     c"proc".as_ptr(),
                     target.as_ptr(),
@@ -694,9 +777,224 @@ unsafe fn do_mount(rfd: c_int, op: &MountOp) {
                             ..Record::default()
                         },
                     );
+                    return;
+                }
+                for (path, is_dir) in masks {
+                    let r = if *is_dir {
+                        libc::mount(
+                            c"tmpfs".as_ptr(),
+                            path.as_ptr(),
+                            c"tmpfs".as_ptr(),
+                            libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                            c"size=4k,nr_inodes=16,mode=0555".as_ptr() as *const libc::c_void,
+                        )
+                    } else {
+                        bind_mount(
+                            c"/dev/null",
+                            path,
+                            sys::MOUNT_ATTR_RDONLY
+                                | sys::MOUNT_ATTR_NOSUID
+                                | sys::MOUNT_ATTR_NODEV
+                                | sys::MOUNT_ATTR_NOEXEC,
+                        )
+                        .map_or(-1, |()| 0)
+                    };
+                    // The entry may not exist in this pid namespace's procfs: nothing to hide.
+                    if r < 0 && last_errno() != libc::ENOENT {
+                        fail(rfd, "proc-mask", last_errno());
+                    }
+                }
+            }
+            MountOp::Overlay {
+                source,
+                target,
+                attrs,
+            } => {
+                if let Err(e) = overlay_mount(source, target, *attrs) {
+                    report(
+                        rfd,
+                        &Record {
+                            tag: TAG_NOTE,
+                            stage: stage("overlay"),
+                            errno: e,
+                            ..Record::default()
+                        },
+                    );
+                    if let Err((name, e)) = bind_stages(source, target, *attrs) {
+                        fail(rfd, name, e);
+                    }
                 }
             }
         }
+    }
+}
+
+/// A bind mount of `source` on `target` with `attrs`; the errno on failure.
+unsafe fn bind_mount(source: &CStr, target: &CStr, attrs: u64) -> Result<(), i32> {
+    // SAFETY: raw mount syscalls on NUL-terminated paths.
+    unsafe { bind_stages(source, target, attrs).map_err(|(_, e)| e) }
+}
+
+/// A bind mount of `source` on `target` with `attrs`: the failing stage and errno.
+unsafe fn bind_stages(source: &CStr, target: &CStr, attrs: u64) -> Result<(), (&'static str, i32)> {
+    // SAFETY: this whole block makes raw mount syscalls on NUL-terminated paths.
+    unsafe {
+        let fd = libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            source.as_ptr(),
+            sys::OPEN_TREE_CLONE | libc::O_CLOEXEC as u32 | sys::AT_RECURSIVE,
+        ) as c_int;
+        if fd < 0 {
+            return Err(("bind(open_tree)", last_errno()));
+        }
+        let attr = MountAttr {
+            attr_set: attrs,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        };
+        if libc::syscall(
+            libc::SYS_mount_setattr,
+            fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as u32 | sys::AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        ) < 0
+        {
+            let e = last_errno();
+            libc::close(fd);
+            return Err(("bind(mount_setattr)", e));
+        }
+        if libc::syscall(
+            libc::SYS_move_mount,
+            fd,
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            target.as_ptr(),
+            sys::MOVE_MOUNT_F_EMPTY_PATH,
+        ) < 0
+        {
+            let e = last_errno();
+            libc::close(fd);
+            return Err(("bind(move_mount)", e));
+        }
+        libc::close(fd);
+        Ok(())
+    }
+}
+
+/// See [`MountOp::Overlay`]; the errno on failure (nothing is left mounted then).
+unsafe fn overlay_mount(source: &CStr, target: &CStr, attrs: u64) -> Result<(), i32> {
+    const FSOPEN_CLOEXEC: c_uint = 1;
+    const FSCONFIG_SET_STRING: c_uint = 1;
+    const FSCONFIG_SET_FD: c_uint = 5;
+    const FSCONFIG_CMD_CREATE: c_uint = 6;
+    const FSMOUNT_CLOEXEC: c_uint = 1;
+    // SAFETY: this whole block makes raw mount-API syscalls on NUL-terminated strings and on
+    // descriptors it opens and closes itself.
+    unsafe {
+        let mut fds: [c_int; 5] = [-1; 5];
+        let close_all = |fds: &[c_int; 5]| {
+            for &fd in fds {
+                if fd >= 0 {
+                    libc::close(fd);
+                }
+            }
+        };
+        let result = (|| {
+            // The package, as a detached mount: its path never reaches the overlay's options.
+            fds[0] = libc::syscall(
+                libc::SYS_open_tree,
+                libc::AT_FDCWD,
+                source.as_ptr(),
+                sys::OPEN_TREE_CLONE | libc::O_CLOEXEC as u32 | sys::AT_RECURSIVE,
+            ) as c_int;
+            if fds[0] < 0 {
+                return Err(last_errno());
+            }
+            // An empty, world-searchable top layer (overlayfs wants two layers without upper).
+            fds[1] = libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC) as c_int;
+            if fds[1] < 0 {
+                return Err(last_errno());
+            }
+            for (key, value) in [(c"mode", c"0755"), (c"size", c"4k"), (c"nr_inodes", c"16")] {
+                if libc::syscall(
+                    libc::SYS_fsconfig,
+                    fds[1],
+                    FSCONFIG_SET_STRING,
+                    key.as_ptr(),
+                    value.as_ptr(),
+                    0,
+                ) < 0
+                {
+                    return Err(last_errno());
+                }
+            }
+            if libc::syscall(
+                libc::SYS_fsconfig,
+                fds[1],
+                FSCONFIG_CMD_CREATE,
+                std::ptr::null::<c_char>(),
+                std::ptr::null::<c_char>(),
+                0,
+            ) < 0
+            {
+                return Err(last_errno());
+            }
+            fds[2] = libc::syscall(libc::SYS_fsmount, fds[1], FSMOUNT_CLOEXEC, 0u32) as c_int;
+            if fds[2] < 0 {
+                return Err(last_errno());
+            }
+            fds[3] = libc::syscall(libc::SYS_fsopen, c"overlay".as_ptr(), FSOPEN_CLOEXEC) as c_int;
+            if fds[3] < 0 {
+                return Err(last_errno());
+            }
+            for layer in [fds[2], fds[0]] {
+                if libc::syscall(
+                    libc::SYS_fsconfig,
+                    fds[3],
+                    FSCONFIG_SET_FD,
+                    c"lowerdir+".as_ptr(),
+                    std::ptr::null::<c_char>(),
+                    layer,
+                ) < 0
+                {
+                    return Err(last_errno());
+                }
+            }
+            if libc::syscall(
+                libc::SYS_fsconfig,
+                fds[3],
+                FSCONFIG_CMD_CREATE,
+                std::ptr::null::<c_char>(),
+                std::ptr::null::<c_char>(),
+                0,
+            ) < 0
+            {
+                return Err(last_errno());
+            }
+            fds[4] =
+                libc::syscall(libc::SYS_fsmount, fds[3], FSMOUNT_CLOEXEC, attrs as c_uint) as c_int;
+            if fds[4] < 0 {
+                return Err(last_errno());
+            }
+            if libc::syscall(
+                libc::SYS_move_mount,
+                fds[4],
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                target.as_ptr(),
+                sys::MOVE_MOUNT_F_EMPTY_PATH,
+            ) < 0
+            {
+                return Err(last_errno());
+            }
+            Ok(())
+        })();
+        close_all(&fds);
+        result
     }
 }
 
@@ -860,6 +1158,15 @@ unsafe fn guest_exec(
             {
                 fail(rfd, "capabilities", last_errno());
             }
+        }
+        // Raw syscalls: the C library's wrappers would try to change the ids of every thread of
+        // the (copied) host process and wait for threads that do not exist here.
+        if let Some((uid, gid)) = plan.guest_ids
+            && (libc::syscall(libc::SYS_setgroups, 0usize, std::ptr::null::<libc::gid_t>()) < 0
+                || libc::syscall(libc::SYS_setresgid, gid, gid, gid) < 0
+                || libc::syscall(libc::SYS_setresuid, uid, uid, uid) < 0)
+        {
+            fail(rfd, "guest-ids", last_errno());
         }
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
             fail(rfd, "no_new_privs", last_errno());
