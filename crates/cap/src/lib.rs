@@ -77,6 +77,11 @@ pub enum Command {
     Audit(commands::governance::AuditArgs),
     /// Cedar policy tooling: schema, validate, test.
     Policy(commands::governance::PolicyArgs),
+    /// Serve MCP (stdio, or streamable HTTP with --listen): the bootstrap tools and
+    /// projected capabilities, every call governed by the host.
+    McpServe(commands::mcp::McpServeArgs),
+    /// Bearer tokens of the HTTP surfaces: add (printed once), list, revoke.
+    Tokens(commands::mcp::TokensArgs),
 
     // Commands of the reference (stability lock) that later issues build.
     #[command(hide = true)]
@@ -118,8 +123,6 @@ pub enum Command {
     #[command(hide = true)]
     Probe(Pending),
     #[command(hide = true)]
-    McpServe(Pending),
-    #[command(hide = true)]
     Install(Pending),
     #[command(hide = true)]
     Openapi(Pending),
@@ -156,6 +159,8 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::Approvals(a) => commands::governance::approvals_cmd(a),
         C::Audit(a) => commands::governance::audit_cmd(a),
         C::Policy(a) => commands::governance::policy_cmd(a),
+        C::McpServe(a) => commands::mcp::mcp_serve(a),
+        C::Tokens(a) => commands::mcp::tokens_cmd(a),
         C::Create(_) => pending("create"),
         C::Bridge(_) => pending("bridge"),
         C::Readiness(_) => pending("readiness"),
@@ -175,7 +180,6 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::NpmInspect(_) => pending("npm-inspect"),
         C::McpImport(_) => pending("mcp-import"),
         C::Probe(_) => pending("probe"),
-        C::McpServe(_) => pending("mcp-serve"),
         C::Install(_) => pending("install"),
         C::Openapi(_) => pending("openapi"),
     }

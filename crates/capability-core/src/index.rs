@@ -38,6 +38,17 @@ impl IndexEntry {
     pub fn package_ref(&self) -> String {
         format!("{}@{}", self.package_name, self.package_version)
     }
+
+    /// A search hit as `cap find` and the MCP `capability_search` tool give it:
+    /// `{id, capabilityVersion, name, description, effects, package, score, reasons}`.
+    pub fn hit_json(&self, score: u32, reasons: &[String]) -> Value {
+        let m = &self.manifest;
+        json!({
+            "id": m.id, "capabilityVersion": m.version, "name": m.name,
+            "description": m.description, "effects": m.effects(),
+            "package": self.package_ref(), "score": score, "reasons": reasons,
+        })
+    }
 }
 
 /// Validates an index document (`Invalid capability index: <issues>`).
@@ -204,6 +215,24 @@ pub struct Resolution<'a> {
     pub entry: &'a IndexEntry,
     pub score: u64,
     pub reasons: Vec<String>,
+}
+
+impl Resolution<'_> {
+    /// `{package: {name, version, source}, capability: {manifest, module, integrity?},
+    /// score, reasons}`, as `cap info` and the MCP `capability_inspect` tool give it.
+    pub fn to_json(&self) -> Value {
+        let e = self.entry;
+        let mut capability = json!({"manifest": e.manifest.to_value(), "module": e.module});
+        if let Some(i) = &e.integrity {
+            capability["integrity"] = json!(i);
+        }
+        json!({
+            "package": {"name": e.package_name, "version": e.package_version, "source": e.source},
+            "capability": capability,
+            "score": self.score,
+            "reasons": self.reasons,
+        })
+    }
 }
 
 /// The reference `resolveIndexedCapability(index, queryOrId)`: exact manifest ids first (the

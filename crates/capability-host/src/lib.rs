@@ -45,6 +45,8 @@
 //!   discover without executing; [`Host::rollback`] undoes a reversible execution.
 //! * Queries: [`Host::receipts`], [`Host::audit`], [`Host::verify_audit`],
 //!   [`Host::approvals`].
+//! * [`Host::tokens`]: the bearer tokens every HTTP surface authenticates callers with
+//!   ([`tokens`]).
 //!
 //! ## Executors
 //!
@@ -56,6 +58,7 @@
 
 pub mod home;
 pub mod sources;
+pub mod tokens;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -81,11 +84,12 @@ use capability_runtime::{CapabilityRuntime, ExecuteOptions, SqliteReceiptStore};
 use capability_sandbox::{Choice, ModuleExecutor};
 use serde_json::{Value, json};
 
-pub use capability_policy::Actor;
+pub use capability_policy::{ActionType, Actor};
 pub use capability_runtime::{Caller, Outcome, PendingApproval};
 pub use capability_sandbox::{HostGrants, OciImages};
 pub use home::Home;
 pub use sources::{Builtins, CapabilitySource, LocalPackage, PackageFile};
+pub use tokens::{AuthError, Role, TokenRecord, TokenSpec, Tokens};
 
 /// The agent the host acts as when a request names none.
 pub const DEFAULT_AGENT: &str = "cap-cli";
@@ -289,6 +293,7 @@ pub struct Host {
     entries: Vec<IndexEntry>,
     trust: Option<TrustPolicy>,
     timeout: Option<Duration>,
+    tokens: std::sync::OnceLock<Tokens>,
 }
 
 impl std::fmt::Debug for Host {
@@ -451,6 +456,7 @@ impl Host {
             entries,
             trust: config.trust,
             timeout: config.timeout,
+            tokens: std::sync::OnceLock::new(),
         })
     }
 
@@ -623,6 +629,20 @@ impl Host {
     /// Approvals: list, show, approve (the token), deny.
     pub fn approvals(&self) -> &Arc<ApprovalManager> {
         &self.approvals
+    }
+
+    /// The bearer tokens of the HTTP surfaces (a durable home only).
+    pub fn tokens(&self) -> Result<&Tokens, HostError> {
+        if let Some(tokens) = self.tokens.get() {
+            return Ok(tokens);
+        }
+        let Some(db) = &self.database else {
+            return Err(HostError::Store(
+                "tokens need a durable home (not in-memory storage)".into(),
+            ));
+        };
+        let tokens = Tokens::open(Arc::clone(db))?;
+        Ok(self.tokens.get_or_init(|| tokens))
     }
 }
 

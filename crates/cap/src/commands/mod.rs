@@ -1,5 +1,6 @@
 pub mod core;
 pub mod governance;
 pub mod host;
+pub mod mcp;
 pub mod packages;
 pub mod runtime;

@@ -100,14 +100,7 @@ pub fn find(args: FindArgs) -> Result<i32, String> {
     let hits: Vec<Value> = host
         .find(&query)
         .into_iter()
-        .map(|h| {
-            let m = &h.item.manifest;
-            json!({
-                "id": m.id, "capabilityVersion": m.version, "name": m.name,
-                "description": m.description, "effects": m.effects(),
-                "package": h.item.package_ref(), "score": h.score, "reasons": h.reasons,
-            })
-        })
+        .map(|h| h.item.hit_json(h.score, &h.reasons))
         .collect();
     print_json(&Value::Array(hits))?;
     Ok(0)
@@ -124,17 +117,7 @@ pub struct InfoArgs {
 pub fn info(args: InfoArgs) -> Result<i32, String> {
     let host = open_home(&args.home)?;
     let r = host.info(&args.id_or_query).map_err(|e| e.message)?;
-    let e = r.entry;
-    let mut capability = json!({"manifest": e.manifest.to_value(), "module": e.module});
-    if let Some(i) = &e.integrity {
-        capability["integrity"] = json!(i);
-    }
-    print_json(&json!({
-        "package": {"name": e.package_name, "version": e.package_version, "source": e.source},
-        "capability": capability,
-        "score": r.score,
-        "reasons": r.reasons,
-    }))?;
+    print_json(&r.to_json())?;
     Ok(0)
 }
 

@@ -1,0 +1,234 @@
+//! `cap mcp-serve` and `cap tokens`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use capability_host::tokens::{now_ms, parse_duration};
+use capability_host::{Builtins, CapabilitySource, LocalPackage, Role, TokenSpec};
+use capability_mcp::{HttpLimits, McpServer, ServeOptions};
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use crate::commands::host::{HomeArg, RunOptions, open_home};
+use crate::output::print_json;
+
+#[derive(Args, Debug)]
+pub struct McpServeArgs {
+    /// Serve streamable HTTP at http://<host:port>/mcp instead of stdio (port 0 picks one;
+    /// the address is printed on stderr).
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// A capability id, or a glob with `*`, to project as an MCP tool (repeatable).
+    #[arg(long)]
+    pub expose: Vec<String>,
+    /// Project every capability the host has (the built-ins and every --package).
+    #[arg(long)]
+    pub expose_installed: bool,
+    /// A package.json whose capabilities the host offers (repeatable); watched: when it
+    /// changes, clients are told the tool list changed.
+    #[arg(long = "package")]
+    pub packages: Vec<PathBuf>,
+    /// Let an agent's `approved: true` argument approve effects (off: agents never approve
+    /// their own calls).
+    #[arg(long)]
+    pub allow_agent_approval: bool,
+    /// A Host header value accepted besides loopback names (repeatable).
+    #[arg(long = "allow-host")]
+    pub allow_hosts: Vec<String>,
+    /// A browser Origin accepted, e.g. `http://localhost:*` (repeatable; others refused).
+    #[arg(long = "allow-origin")]
+    pub allow_origins: Vec<String>,
+    /// Largest HTTP request body, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+    /// Most MCP sessions open at once.
+    #[arg(long, default_value_t = 256)]
+    pub max_sessions: usize,
+    /// Most tool calls in flight per principal.
+    #[arg(long, default_value_t = 64)]
+    pub max_calls_per_principal: usize,
+    #[command(flatten)]
+    pub options: RunOptions,
+}
+
+fn sources(packages: &[PathBuf]) -> Result<Vec<Arc<dyn CapabilitySource>>, String> {
+    let mut sources: Vec<Arc<dyn CapabilitySource>> = vec![Arc::new(Builtins)];
+    for p in packages {
+        let package =
+            LocalPackage::open(p).map_err(|e| format!("{}: {}", p.display(), e.message))?;
+        sources.push(Arc::new(package));
+    }
+    Ok(sources)
+}
+
+fn modified(paths: &[PathBuf]) -> Vec<Option<SystemTime>> {
+    paths
+        .iter()
+        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
+        .collect()
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = term => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+pub fn mcp_serve(args: McpServeArgs) -> Result<i32, String> {
+    if args.options.approve || args.options.approval.is_some() {
+        return Err(
+            "mcp-serve: --approve and --approval do not apply; approvals are granted with \
+             `cap approvals approve` (or, opted in, --allow-agent-approval)"
+                .into(),
+        );
+    }
+    let host = Arc::new(args.options.open(sources(&args.packages)?)?);
+    let options = ServeOptions {
+        expose: args.expose.clone(),
+        expose_all: args.expose_installed,
+        allow_agent_approval: args.allow_agent_approval,
+        stdio_actor: args.options.caller().actor,
+        http: HttpLimits {
+            max_body_bytes: args.max_body_bytes,
+            max_sessions: args.max_sessions,
+            max_calls_per_principal: args.max_calls_per_principal.max(1),
+            allowed_hosts: args.allow_hosts.clone(),
+            allowed_origins: args.allow_origins.clone(),
+            ..HttpLimits::default()
+        },
+    };
+    let server = McpServer::new(host, options);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("mcp-serve: {e}"))?;
+    runtime
+        .block_on(async move {
+            if !args.packages.is_empty() {
+                let watched = server.clone();
+                let packages = args.packages.clone();
+                let run_options = args.options.clone();
+                tokio::spawn(async move {
+                    let mut seen = modified(&packages);
+                    loop {
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                        let now = modified(&packages);
+                        if now == seen {
+                            continue;
+                        }
+                        seen = now;
+                        // A package that does not read (yet) keeps the current host.
+                        let reopened = sources(&packages).and_then(|s| run_options.open(s));
+                        match reopened {
+                            Ok(host) => {
+                                watched.set_host(Arc::new(host)).await;
+                            }
+                            Err(e) => eprintln!("mcp-serve: keeping the previous tools: {e}"),
+                        }
+                    }
+                });
+            }
+            match &args.listen {
+                None => server.serve_stdio().await,
+                Some(addr) => {
+                    let listener = tokio::net::TcpListener::bind(addr).await?;
+                    eprintln!(
+                        "mcp-serve: listening on http://{}/mcp",
+                        listener.local_addr()?
+                    );
+                    server.serve_http(listener, shutdown_signal()).await
+                }
+            }
+        })
+        .map_err(|e| format!("mcp-serve: {e}"))?;
+    Ok(0)
+}
+
+#[derive(Args, Debug)]
+pub struct TokensArgs {
+    #[command(subcommand)]
+    pub command: TokensCommand,
+    #[command(flatten)]
+    pub home: HomeArg,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TokensCommand {
+    /// Make a bearer token for the HTTP surfaces; prints it once (the home keeps its hash).
+    Add {
+        /// The agent the token's holder acts as.
+        #[arg(long)]
+        agent: String,
+        #[arg(long)]
+        tenant: Option<String>,
+        /// A scope granted (repeatable).
+        #[arg(long = "scope")]
+        scopes: Vec<String>,
+        /// agent (calls tools), approver, auditor or admin.
+        #[arg(long, default_value = "agent", value_parser = parse_role)]
+        role: Role,
+        /// Validity, e.g. 90s, 15m, 12h, 30d, 2w (default: until revoked).
+        #[arg(long, value_parser = parse_expiry)]
+        expires: Option<Duration>,
+    },
+    /// Every token (never the secrets).
+    List,
+    /// Revoke a token by id.
+    Revoke { id: String },
+}
+
+fn parse_role(s: &str) -> Result<Role, String> {
+    Role::parse(s).ok_or_else(|| format!("expected agent, approver, auditor or admin, got {s:?}"))
+}
+
+fn parse_expiry(s: &str) -> Result<Duration, String> {
+    parse_duration(s)
+        .ok_or_else(|| format!("expected a duration such as 90s, 15m, 12h or 30d, got {s:?}"))
+}
+
+pub fn tokens_cmd(args: TokensArgs) -> Result<i32, String> {
+    let host = open_home(&args.home)?;
+    let tokens = host.tokens().map_err(|e| e.to_string())?;
+    let now = now_ms();
+    match args.command {
+        TokensCommand::Add {
+            agent,
+            tenant,
+            scopes,
+            role,
+            expires,
+        } => {
+            let spec = TokenSpec {
+                agent_id: agent,
+                tenant,
+                scopes: scopes.into_iter().collect(),
+                role,
+                expires_in: expires,
+            };
+            let (record, secret) = tokens.add(&spec).map_err(|e| e.to_string())?;
+            let mut doc = record.to_json(now);
+            doc["token"] = json!(secret);
+            print_json(&doc)?;
+        }
+        TokensCommand::List => {
+            let list = tokens.list().map_err(|e| e.to_string())?;
+            print_json(&Value::Array(list.iter().map(|r| r.to_json(now)).collect()))?;
+        }
+        TokensCommand::Revoke { id } => {
+            let record = tokens.revoke(&id).map_err(|e| e.to_string())?;
+            print_json(&record.to_json(now))?;
+        }
+    }
+    Ok(0)
+}

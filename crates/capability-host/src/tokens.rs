@@ -1,0 +1,438 @@
+//! Bearer tokens: who calls the host's HTTP surfaces (the MCP server, the MCP gateway and
+//! `cap serve` all authenticate with these).
+//!
+//! A token is `cap_` followed by 64 hex digits (244 random bits). It is shown once, when it
+//! is made ([`Tokens::add`]); the home keeps only its SHA-256, with the principal it stands
+//! for: an agent id, an optional tenant, scopes and a [`Role`], and an optional expiry.
+//! [`Tokens::authenticate`] maps a presented token to its [`TokenRecord`] or says why it is
+//! refused ([`AuthError`]: missing, unknown, expired or revoked). Revocation is a row
+//! update, seen by every process on its next request: nothing is cached.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use capability_journal::Database;
+use capability_policy::Actor;
+use rusqlite::{Connection, OptionalExtension, params};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::HostError;
+
+/// What a token's holder may do on the HTTP surfaces.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Role {
+    /// Calls capabilities and tools (the MCP server and gateway).
+    Agent,
+    /// Decides approvals (the console and API); never calls tools.
+    Approver,
+    /// Reads receipts and the audit log.
+    Auditor,
+    /// Everything.
+    Admin,
+}
+
+impl Role {
+    pub fn parse(s: &str) -> Option<Role> {
+        Some(match s {
+            "agent" => Role::Agent,
+            "approver" => Role::Approver,
+            "auditor" => Role::Auditor,
+            "admin" => Role::Admin,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Agent => "agent",
+            Role::Approver => "approver",
+            Role::Auditor => "auditor",
+            Role::Admin => "admin",
+        }
+    }
+
+    /// May call capabilities and tools.
+    pub fn may_call(self) -> bool {
+        matches!(self, Role::Agent | Role::Admin)
+    }
+}
+
+/// The principal a new token stands for.
+#[derive(Clone, Debug)]
+pub struct TokenSpec {
+    pub agent_id: String,
+    pub tenant: Option<String>,
+    pub scopes: BTreeSet<String>,
+    pub role: Role,
+    /// How long the token is valid (forever when `None`).
+    pub expires_in: Option<Duration>,
+}
+
+impl TokenSpec {
+    pub fn agent(agent_id: impl Into<String>) -> Self {
+        TokenSpec {
+            agent_id: agent_id.into(),
+            tenant: None,
+            scopes: BTreeSet::new(),
+            role: Role::Agent,
+            expires_in: None,
+        }
+    }
+}
+
+/// A stored token (never its secret).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenRecord {
+    pub id: String,
+    pub agent_id: String,
+    pub tenant: Option<String>,
+    pub scopes: BTreeSet<String>,
+    pub role: Role,
+    /// Milliseconds since the epoch.
+    pub created_at: i64,
+    pub expires_at: Option<i64>,
+    pub revoked_at: Option<i64>,
+}
+
+impl TokenRecord {
+    /// The actor a request made with this token acts as.
+    pub fn actor(&self) -> Actor {
+        let mut actor = Actor::agent(self.agent_id.clone());
+        actor.tenant = self.tenant.clone();
+        actor.scopes = self.scopes.clone();
+        actor.principal_id = Some(format!("token:{}", self.id));
+        actor
+    }
+
+    /// `{id, agentId, tenant, scopes, role, createdAt, expiresAt, revokedAt, status}`
+    /// (times as ISO 8601).
+    pub fn to_json(&self, now_ms: i64) -> Value {
+        let status = if self.revoked_at.is_some() {
+            "revoked"
+        } else if self.expires_at.is_some_and(|e| e <= now_ms) {
+            "expired"
+        } else {
+            "active"
+        };
+        json!({
+            "id": self.id,
+            "agentId": self.agent_id,
+            "tenant": self.tenant,
+            "scopes": self.scopes,
+            "role": self.role.as_str(),
+            "createdAt": iso(self.created_at),
+            "expiresAt": self.expires_at.map(iso),
+            "revokedAt": self.revoked_at.map(iso),
+            "status": status,
+        })
+    }
+}
+
+fn iso(ms: i64) -> String {
+    capability_core::js::iso_from_millis(ms)
+}
+
+/// Why a presented token is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("a bearer token is required")]
+    Missing,
+    #[error("the bearer token is not known")]
+    Unknown,
+    #[error("the bearer token has expired")]
+    Expired,
+    #[error("the bearer token has been revoked")]
+    Revoked,
+    #[error("the token store cannot be read")]
+    Unavailable,
+}
+
+/// Milliseconds since the epoch.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+/// Parses `90s`, `15m`, `12h`, `30d` or `2w` (a number and one unit).
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit())?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number.parse().ok()?;
+    let seconds = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        "w" => 604_800,
+        _ => return None,
+    };
+    n.checked_mul(seconds)
+        .filter(|s| *s > 0)
+        .map(Duration::from_secs)
+}
+
+fn digest(secret: &str) -> String {
+    hex::encode(Sha256::digest(secret.as_bytes()))
+}
+
+const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS tokens (
+    id TEXT PRIMARY KEY,
+    hash TEXT NOT NULL UNIQUE,
+    agent_id TEXT NOT NULL,
+    tenant TEXT,
+    scopes TEXT NOT NULL,
+    role TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    expires_at INTEGER,
+    revoked_at INTEGER
+)";
+
+const COLUMNS: &str = "id, agent_id, tenant, scopes, role, created_at, expires_at, revoked_at";
+
+fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
+    let scopes: String = row.get(3)?;
+    let role: String = row.get(4)?;
+    Ok(TokenRecord {
+        id: row.get(0)?,
+        agent_id: row.get(1)?,
+        tenant: row.get(2)?,
+        scopes: serde_json::from_str(&scopes).unwrap_or_default(),
+        // An unknown role (a newer writer) grants the least.
+        role: Role::parse(&role).unwrap_or(Role::Auditor),
+        created_at: row.get(5)?,
+        expires_at: row.get(6)?,
+        revoked_at: row.get(7)?,
+    })
+}
+
+/// The token store of a durable home.
+pub struct Tokens {
+    db: Arc<Database>,
+    reader: Mutex<Option<Connection>>,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokens").finish_non_exhaustive()
+    }
+}
+
+fn store_err(e: impl std::fmt::Display) -> HostError {
+    HostError::Store(format!("tokens: {e}"))
+}
+
+impl Tokens {
+    pub(crate) fn open(db: Arc<Database>) -> Result<Tokens, HostError> {
+        db.call(|conn| conn.execute_batch(SCHEMA))
+            .map_err(|_| store_err("the database writer stopped"))?
+            .map_err(store_err)?;
+        Ok(Tokens {
+            db,
+            reader: Mutex::new(None),
+        })
+    }
+
+    /// Makes a token; returns its record and the secret (shown once, never stored).
+    pub fn add(&self, spec: &TokenSpec) -> Result<(TokenRecord, String), HostError> {
+        if spec.agent_id.trim().is_empty() {
+            return Err(store_err("the agent id must not be empty"));
+        }
+        let secret = format!(
+            "cap_{}{}",
+            uuid::Uuid::new_v4().simple(),
+            uuid::Uuid::new_v4().simple()
+        );
+        let created_at = now_ms();
+        let expires_at = spec
+            .expires_in
+            .map(|d| created_at.saturating_add(i64::try_from(d.as_millis()).unwrap_or(i64::MAX)));
+        let id = format!("tok_{}", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+        let record = TokenRecord {
+            id,
+            agent_id: spec.agent_id.clone(),
+            tenant: spec.tenant.clone(),
+            scopes: spec.scopes.clone(),
+            role: spec.role,
+            created_at,
+            expires_at,
+            revoked_at: None,
+        };
+        let row = record.clone();
+        let hash = digest(&secret);
+        let scopes = serde_json::to_string(&row.scopes).map_err(store_err)?;
+        self.db
+            .call(move |conn| {
+                conn.execute(
+                    "INSERT INTO tokens (id, hash, agent_id, tenant, scopes, role, created_at, \
+                     expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    params![
+                        row.id,
+                        hash,
+                        row.agent_id,
+                        row.tenant,
+                        scopes,
+                        row.role.as_str(),
+                        row.created_at,
+                        row.expires_at
+                    ],
+                )
+            })
+            .map_err(|_| store_err("the database writer stopped"))?
+            .map_err(store_err)?;
+        Ok((record, secret))
+    }
+
+    fn read<R>(&self, f: impl FnOnce(&Connection) -> rusqlite::Result<R>) -> rusqlite::Result<R> {
+        let mut guard = self.reader.lock().unwrap_or_else(PoisonError::into_inner);
+        if guard.is_none() {
+            *guard = Some(self.db.connect()?);
+        }
+        match guard.as_ref() {
+            Some(conn) => f(conn),
+            None => Err(rusqlite::Error::InvalidQuery),
+        }
+    }
+
+    /// Every token, oldest first.
+    pub fn list(&self) -> Result<Vec<TokenRecord>, HostError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM tokens ORDER BY created_at, id"
+            ))?;
+            let rows = stmt.query_map([], record)?;
+            rows.collect()
+        })
+        .map_err(store_err)
+    }
+
+    /// Revokes a token by id; revoking twice keeps the first time.
+    pub fn revoke(&self, id: &str) -> Result<TokenRecord, HostError> {
+        let owned = id.to_string();
+        let now = now_ms();
+        let changed = self
+            .db
+            .call(move |conn| {
+                conn.execute(
+                    "UPDATE tokens SET revoked_at = COALESCE(revoked_at, ?2) WHERE id = ?1",
+                    params![owned, now],
+                )
+            })
+            .map_err(|_| store_err("the database writer stopped"))?
+            .map_err(store_err)?;
+        if changed == 0 {
+            return Err(HostError::Store(format!("no token {id}")));
+        }
+        self.read(|conn| {
+            conn.query_row(
+                &format!("SELECT {COLUMNS} FROM tokens WHERE id = ?1"),
+                [id],
+                record,
+            )
+        })
+        .map_err(store_err)
+    }
+
+    /// The record of a presented token, or why it is refused.
+    pub fn authenticate(&self, secret: &str) -> Result<TokenRecord, AuthError> {
+        if secret.is_empty() {
+            return Err(AuthError::Missing);
+        }
+        let hash = digest(secret);
+        let found = self
+            .read(|conn| {
+                conn.prepare_cached(&format!("SELECT {COLUMNS} FROM tokens WHERE hash = ?1"))?
+                    .query_row([hash], record)
+                    .optional()
+            })
+            .map_err(|_| AuthError::Unavailable)?;
+        let Some(record) = found else {
+            return Err(AuthError::Unknown);
+        };
+        if record.revoked_at.is_some() {
+            return Err(AuthError::Revoked);
+        }
+        if record.expires_at.is_some_and(|e| e <= now_ms()) {
+            return Err(AuthError::Expired);
+        }
+        Ok(record)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("30d"), Some(Duration::from_secs(2_592_000)));
+        assert_eq!(parse_duration("0s"), None);
+        assert_eq!(parse_duration("10"), None);
+        assert_eq!(parse_duration("h"), None);
+        assert_eq!(parse_duration("5y"), None);
+    }
+
+    #[test]
+    fn add_authenticate_revoke() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(Database::open(&dir.path().join("db")).unwrap());
+        let tokens = Tokens::open(db).unwrap();
+        let mut spec = TokenSpec::agent("bot");
+        spec.scopes.insert("read".into());
+        let (rec, secret) = tokens.add(&spec).unwrap();
+        assert!(secret.starts_with("cap_") && secret.len() == 68);
+        let got = tokens.authenticate(&secret).unwrap();
+        assert_eq!(got, rec);
+        assert_eq!(got.actor().agent_id.as_deref(), Some("bot"));
+        assert_eq!(
+            tokens.authenticate("cap_nope").unwrap_err(),
+            AuthError::Unknown
+        );
+        assert_eq!(tokens.authenticate("").unwrap_err(), AuthError::Missing);
+        // Only the hash is stored.
+        let conn = Connection::open(dir.path().join("db")).unwrap();
+        let n: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM tokens WHERE hash = ?1 OR id = ?1",
+                [&secret],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(n, 0);
+        let revoked = tokens.revoke(&rec.id).unwrap();
+        assert!(revoked.revoked_at.is_some());
+        assert_eq!(
+            tokens.authenticate(&secret).unwrap_err(),
+            AuthError::Revoked
+        );
+        assert!(tokens.revoke("tok_missing").is_err());
+        assert_eq!(tokens.list().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn expired_tokens_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(Database::open(&dir.path().join("db")).unwrap());
+        let tokens = Tokens::open(Arc::clone(&db)).unwrap();
+        let (rec, secret) = tokens.add(&TokenSpec::agent("bot")).unwrap();
+        let id = rec.id.clone();
+        db.call(move |c| c.execute("UPDATE tokens SET expires_at = 1 WHERE id = ?1", [id]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            tokens.authenticate(&secret).unwrap_err(),
+            AuthError::Expired
+        );
+        assert_eq!(
+            tokens.list().unwrap()[0].to_json(now_ms())["status"],
+            "expired"
+        );
+    }
+}

@@ -1,0 +1,129 @@
+//! The rmcp server handler: protocol in, [`McpServer`] calls out.
+
+use std::sync::{Mutex, PoisonError};
+
+use capability_host::{Actor, TokenRecord};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ResultType, ServerCapabilities, ServerConfig,
+};
+use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
+use serde_json::Value;
+
+use crate::{INSTRUCTIONS, McpServer, SERVER_NAME};
+
+/// The authenticated principal of an HTTP request (set by the auth layer).
+#[derive(Clone, Debug)]
+pub(crate) struct Principal(pub TokenRecord);
+
+/// Where the handler is reached from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Transport {
+    Stdio,
+    Http,
+}
+
+/// Connected clients that receive `notifications/tools/list_changed`.
+#[derive(Default)]
+pub(crate) struct Peers(Mutex<Vec<Peer<RoleServer>>>);
+
+impl Peers {
+    fn add(&self, peer: Peer<RoleServer>) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(peer);
+    }
+
+    pub(crate) async fn notify_tool_list_changed(&self) {
+        let peers: Vec<Peer<RoleServer>> = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut alive = Vec::with_capacity(peers.len());
+        for peer in peers {
+            if peer.notify_tool_list_changed().await.is_ok() {
+                alive.push(peer);
+            }
+        }
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = alive;
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct Handler {
+    pub server: McpServer,
+    pub transport: Transport,
+}
+
+fn internal(e: impl std::fmt::Display) -> McpError {
+    McpError::internal_error(e.to_string(), None)
+}
+
+impl Handler {
+    fn actor(&self, context: &RequestContext<RoleServer>) -> Result<Actor, McpError> {
+        match self.transport {
+            Transport::Stdio => Ok(self.server.options().stdio_actor.clone()),
+            Transport::Http => context
+                .extensions
+                .get::<axum::http::request::Parts>()
+                .and_then(|p| p.extensions.get::<Principal>())
+                .map(|p| p.0.actor())
+                .ok_or_else(|| McpError::invalid_request("unauthenticated request", None)),
+        }
+    }
+}
+
+impl ServerHandler for Handler {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .build(),
+        )
+        .with_server_info(Implementation::new(SERVER_NAME, env!("CARGO_PKG_VERSION")))
+        .with_instructions(INSTRUCTIONS)
+        // The answer to an `initialize` asking for a revision this server does not know.
+        .with_protocol_version(ProtocolVersion::V_2025_11_25)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        let tools = Value::Array(self.server.tools());
+        let mut result: ListToolsResult =
+            serde_json::from_value(serde_json::json!({ "tools": tools })).map_err(internal)?;
+        result.result_type = Some(ResultType::COMPLETE);
+        Ok(result)
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let actor = self.actor(&context)?;
+        let server = self.server.clone();
+        let name = request.name.to_string();
+        let arguments = Value::Object(request.arguments.unwrap_or_default());
+        let meta = request.meta.map(|m| Value::Object(m.0.0));
+        // The capability runs on a blocking thread: sandboxed code may take seconds.
+        let result = tokio::task::spawn_blocking(move || {
+            server.call(&name, arguments, meta.as_ref(), &actor)
+        })
+        .await
+        .map_err(internal)?;
+        let mut result: CallToolResult = serde_json::from_value(result).map_err(internal)?;
+        result.result_type = Some(ResultType::COMPLETE);
+        Ok(CallToolResponse::Complete(result))
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.server.inner.peers.add(context.peer);
+    }
+}

@@ -1,0 +1,266 @@
+//! The 13 bootstrap tools: what each does over the host.
+
+use capability_core::discovery::DiscoveryQuery;
+use capability_host::{ActionType, Actor, Caller};
+use capability_runtime::composition::{contracts_compose, split_pipeline_intent};
+use serde_json::{Map, Value, json};
+
+use crate::{Governed, McpServer, approval_result, error_result, take_approval_token};
+
+/// `{content: [{type: "text", text: pretty JSON}], structuredContent: value}`.
+fn ok(value: Value) -> Value {
+    let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+    json!({"content": [{"type": "text", "text": text}], "structuredContent": value})
+}
+
+/// The reference's error shape: value `{error: message}` with `isError: true`.
+fn err(message: impl Into<String>) -> Value {
+    let message = message.into();
+    let text = serde_json::to_string_pretty(&json!({ "error": message })).unwrap_or_default();
+    error_result(text, Some(json!({ "error": message })), None)
+}
+
+fn string<'a>(args: &'a Map<String, Value>, key: &str) -> Option<&'a str> {
+    args.get(key)
+        .and_then(Value::as_str)
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+}
+
+/// What a tool that is not built yet needs.
+fn not_built(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "capability_need" => "provider resolution and acquisition from indexes and registries",
+        "capability_search_world" => "npm and GitHub discovery over the network",
+        "capability_mine_repository" => "repository mining",
+        "capability_forge_repository" => "forging abilities from repositories",
+        "capability_solve" => "solving intents over the software world",
+        "capability_metabolize" => "metabolizing existing software (npm, PyPI, OCI)",
+        "capability_probe_site" => "fetching site discovery documents over HTTP",
+        _ => return None,
+    })
+}
+
+pub(crate) fn call_bootstrap(
+    server: &McpServer,
+    name: &str,
+    mut args: Map<String, Value>,
+    meta: Option<&Value>,
+    actor: &Actor,
+) -> Value {
+    if let Some(needs) = not_built(name) {
+        return err(format!(
+            "{name} is not built yet in this implementation (it needs {needs}); use \
+             capability_search, capability_inspect and capability_execute"
+        ));
+    }
+    match name {
+        "capability_search" => search(server, &args),
+        "capability_inspect" => inspect(server, &args),
+        "capability_execute" => execute(server, &mut args, meta, actor),
+        "capability_coverage" => ok(capability_core::gap::metabolic_coverage()),
+        "capability_compose" => compose(server, &mut args, meta, actor),
+        "capability_doctor" => doctor(server),
+        _ => err(format!("Unknown capability tool: {name}")),
+    }
+}
+
+fn search(server: &McpServer, args: &Map<String, Value>) -> Value {
+    let Some(query) = string(args, "query") else {
+        return err("query is required");
+    };
+    let limit = args
+        .get("limit")
+        .and_then(Value::as_f64)
+        .map(|l| l.clamp(1.0, 25.0) as usize)
+        .unwrap_or(10);
+    let host = server.host();
+    let hits: Vec<Value> = host
+        .find(&DiscoveryQuery {
+            text: query.to_string(),
+            limit: Some(limit),
+            ..Default::default()
+        })
+        .into_iter()
+        .map(|h| h.item.hit_json(h.score, &h.reasons))
+        .collect();
+    ok(Value::Array(hits))
+}
+
+fn inspect(server: &McpServer, args: &Map<String, Value>) -> Value {
+    let Some(id) = string(args, "id") else {
+        return err("id is required");
+    };
+    let host = server.host();
+    match host.info(id) {
+        Ok(r) => ok(r.to_json()),
+        Err(e) => err(e.message),
+    }
+}
+
+/// The caller's `approved: true` counts only when the host opted in.
+fn approved(server: &McpServer, args: &Map<String, Value>) -> bool {
+    server.options().allow_agent_approval && args.get("approved") == Some(&Value::Bool(true))
+}
+
+fn execute(
+    server: &McpServer,
+    args: &mut Map<String, Value>,
+    meta: Option<&Value>,
+    actor: &Actor,
+) -> Value {
+    let Some(id) = string(args, "id").map(str::to_string) else {
+        return err("id is required");
+    };
+    let host = server.host();
+    let id = match host.resolve(&id) {
+        Ok(id) => id,
+        Err(e) => return err(e.message),
+    };
+    let input = args.get("input").cloned().unwrap_or_else(|| json!({}));
+    let token = take_approval_token(args, meta, false);
+    let caller = Caller::from(actor.clone());
+    let package = host
+        .info(&id)
+        .ok()
+        .map(|r| json!({"name": r.entry.package_name, "version": r.entry.package_version}));
+    match server.governed(
+        &host,
+        &id,
+        input,
+        caller,
+        approved(server, args),
+        token.as_deref(),
+    ) {
+        Governed::Completed(receipt) => ok(json!({
+            "capability": {"id": receipt.capability.id, "version": receipt.capability.version},
+            "package": package,
+            "trust": null,
+            "receipt": receipt.to_value(),
+        })),
+        Governed::NeedsApproval(doc) => approval_result(doc, &id),
+        Governed::Failed(e) => {
+            let mut value = json!({"error": e.message});
+            if let Value::Object(m) = &mut value {
+                m.insert("code".into(), json!(e.code.as_str()));
+                if let Some(r) = &e.receipt_id {
+                    m.insert("receiptId".into(), json!(r));
+                }
+            }
+            let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+            error_result(text, Some(value), None)
+        }
+    }
+}
+
+/// Splits the intent into a pipeline, resolves each part to the best capability whose
+/// contract the previous step can feed, and (given `input`) runs the steps in turn, each
+/// one governed by the host.
+fn compose(
+    server: &McpServer,
+    args: &mut Map<String, Value>,
+    meta: Option<&Value>,
+    actor: &Actor,
+) -> Value {
+    let Some(intent) = string(args, "intent").map(str::to_string) else {
+        return err("intent is required");
+    };
+    let parts = split_pipeline_intent(&intent);
+    let gap = |attempts: Vec<String>| {
+        ok(json!({"intent": intent, "route": "gap", "compositionAttempts": attempts}))
+    };
+    if parts.len() < 2 {
+        return gap(vec![
+            "Intent does not contain an explicit pipeline boundary such as 'then' or '->'.".into(),
+        ]);
+    }
+    let host = server.host();
+    let mut steps: Vec<Value> = Vec::new();
+    let mut reasons: Vec<String> = Vec::new();
+    let mut effects: Vec<String> = Vec::new();
+    let mut previous: Option<capability_core::manifest::Manifest> = None;
+    for part in &parts {
+        let hits = host.find(&DiscoveryQuery {
+            text: part.clone(),
+            limit: Some(6),
+            ..Default::default()
+        });
+        let chosen = hits.iter().find(|h| match &previous {
+            None => true,
+            Some(p) => {
+                contracts_compose(p.output.as_ref(), h.item.manifest.input.as_ref()).compatible
+            }
+        });
+        let Some(hit) = chosen else {
+            return gap(vec![format!("{part}: {} candidates", hits.len())]);
+        };
+        let m = &hit.item.manifest;
+        if let Some(p) = &previous {
+            let check = contracts_compose(p.output.as_ref(), m.input.as_ref());
+            reasons.push(format!("{} \u{2192} {}: {}", p.id, m.id, check.reason));
+        }
+        for e in m.effects() {
+            if !effects.contains(e) {
+                effects.push(e.clone());
+            }
+        }
+        steps.push(json!({
+            "intent": part, "id": m.id, "package": hit.item.package_ref(), "score": hit.score,
+        }));
+        previous = Some(m.clone());
+    }
+    let plan = json!({
+        "compositionVersion": "0.1", "intent": intent, "parts": parts, "steps": steps,
+        "effects": effects, "reasons": reasons,
+    });
+    let Some(mut value) = args.get("input").cloned() else {
+        return ok(json!({"intent": intent, "route": "composition", "plan": plan}));
+    };
+    // An approval token completes the first step that waits for one (the steps before it
+    // run again: the call is retried whole).
+    let mut token = take_approval_token(args, meta, false);
+    let approve = approved(server, args);
+    let mut outputs = Vec::new();
+    let mut receipts = Vec::new();
+    for step in &steps {
+        let id = step["id"].as_str().unwrap_or_default();
+        let caller = Caller {
+            actor: actor.clone(),
+            action_type: ActionType::ToolCall,
+            ..Caller::default()
+        };
+        let mut outcome = server.governed(&host, id, value.clone(), caller.clone(), approve, None);
+        if matches!(outcome, Governed::NeedsApproval(_))
+            && let Some(t) = token.take()
+        {
+            outcome = server.governed(&host, id, value, caller, approve, Some(&t));
+        }
+        match outcome {
+            Governed::Completed(receipt) => {
+                value = receipt.output.clone().unwrap_or(Value::Null);
+                outputs.push(value.clone());
+                receipts.push(receipt.receipt_id.clone());
+            }
+            Governed::NeedsApproval(doc) => return approval_result(doc, id),
+            Governed::Failed(e) => {
+                return err(format!("step {id} failed: {}", e.message));
+            }
+        }
+    }
+    ok(json!({
+        "intent": intent, "route": "composition", "plan": plan, "outputs": outputs,
+        "receipts": receipts,
+    }))
+}
+
+fn doctor(server: &McpServer) -> Value {
+    let host = server.host();
+    let report = capability_host::doctor();
+    ok(json!({
+        "index": {
+            "source": "host",
+            "capabilities": host.runtime().registry().list().len(),
+        },
+        "isolation": serde_json::to_value(&report).unwrap_or(Value::Null),
+    }))
+}
