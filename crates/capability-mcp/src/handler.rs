@@ -2,7 +2,7 @@
 
 use std::sync::{Mutex, PoisonError};
 
-use capability_host::{Actor, TokenRecord};
+use capability_host::Actor;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
     PaginatedRequestParams, ProtocolVersion, ResultType, ServerCapabilities, ServerConfig,
@@ -15,7 +15,7 @@ use crate::{INSTRUCTIONS, McpServer, SERVER_NAME};
 
 /// The authenticated principal of an HTTP request (set by the auth layer).
 #[derive(Clone, Debug)]
-pub(crate) struct Principal(pub TokenRecord);
+pub(crate) struct Principal(pub Actor);
 
 /// Where the handler is reached from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,7 +70,7 @@ impl Handler {
                 .extensions
                 .get::<axum::http::request::Parts>()
                 .and_then(|p| p.extensions.get::<Principal>())
-                .map(|p| p.0.actor())
+                .map(|p| p.0.clone())
                 .ok_or_else(|| McpError::invalid_request("unauthenticated request", None)),
         }
     }
@@ -111,7 +111,11 @@ impl ServerHandler for Handler {
         let server = self.server.clone();
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.unwrap_or_default());
-        let meta = request.meta.map(|m| Value::Object(m.0.0));
+        // rmcp hands the request's `_meta` over in the context.
+        let meta = match request.meta {
+            Some(m) if !m.0.0.is_empty() => Some(Value::Object(m.0.0)),
+            _ => Some(Value::Object(context.meta.0.0.clone())),
+        };
         // The capability runs on a blocking thread: sandboxed code may take seconds.
         let result = tokio::task::spawn_blocking(move || {
             server.call(&name, arguments, meta.as_ref(), &actor)

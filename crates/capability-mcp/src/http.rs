@@ -31,8 +31,9 @@ pub struct HttpLimits {
     pub max_calls_per_principal: usize,
     /// Host names (or `host:port`) accepted besides `localhost`, `127.0.0.1` and `::1`.
     pub allowed_hosts: Vec<String>,
-    /// Browser origins accepted (`http://localhost:*`); a request with any other `Origin`
-    /// is refused. Requests without `Origin` (non-browser clients) pass.
+    /// Browser origins accepted besides loopback ones (`https://app.example:443`); a request
+    /// with any other `Origin` is refused. Requests without `Origin` (non-browser clients)
+    /// pass.
     pub allowed_origins: Vec<String>,
     /// How long shutdown waits for calls in flight.
     pub drain_timeout: Duration,
@@ -52,6 +53,9 @@ impl Default for HttpLimits {
 }
 
 const LOOPBACK: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
+
+/// Pages served from this machine may call it; any other browser origin is refused.
+const LOOPBACK_ORIGINS: [&str; 3] = ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"];
 
 /// The host part of a `Host` header (`[::1]:80` → `::1`, `a:1` → `a`).
 fn host_name(value: &str) -> &str {
@@ -127,26 +131,30 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         .map(str::trim)
         .unwrap_or_default()
         .to_string();
-    let record = {
+    let actor = if presented.is_empty()
+        && let Some(anonymous) = &gate.server.options().anonymous
+    {
+        anonymous.clone()
+    } else {
         let host = gate.server.host();
-        let tokens = match host.tokens() {
-            Ok(t) => t,
+        let record = match host.tokens() {
+            Ok(tokens) => match tokens.authenticate(&presented) {
+                Ok(r) => r,
+                Err(e) => return unauthorized(e),
+            },
             Err(_) => return unauthorized(AuthError::Unavailable),
         };
-        match tokens.authenticate(&presented) {
-            Ok(r) => r,
-            Err(e) => return unauthorized(e),
+        if !record.role.may_call() {
+            return refuse(
+                StatusCode::FORBIDDEN,
+                &format!(
+                    "Forbidden: a token with role {} cannot call tools",
+                    record.role.as_str()
+                ),
+            );
         }
+        record.actor()
     };
-    if !record.role.may_call() {
-        return refuse(
-            StatusCode::FORBIDDEN,
-            &format!(
-                "Forbidden: a token with role {} cannot call tools",
-                record.role.as_str()
-            ),
-        );
-    }
     let new_session = request.method() == axum::http::Method::POST
         && !request.headers().contains_key("mcp-session-id");
     if new_session && gate.sessions.sessions.read().await.len() >= limits.max_sessions {
@@ -155,7 +163,7 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
             &format!("too many sessions (limit {})", limits.max_sessions),
         );
     }
-    request.extensions_mut().insert(Principal(record));
+    request.extensions_mut().insert(Principal(actor));
     next.run(request).await
 }
 
@@ -167,7 +175,12 @@ impl McpServer {
         hosts.extend(limits.allowed_hosts.iter().cloned());
         let config = StreamableHttpServerConfig::default()
             .with_allowed_hosts(hosts)
-            .with_allowed_origins(limits.allowed_origins.clone())
+            .with_allowed_origins(
+                LOOPBACK_ORIGINS
+                    .iter()
+                    .map(|o| o.to_string())
+                    .chain(limits.allowed_origins.iter().cloned()),
+            )
             .enforce_origin_validation()
             .with_max_request_body_bytes(limits.max_body_bytes)
             .with_cancellation_token(ct);

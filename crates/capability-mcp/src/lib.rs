@@ -38,7 +38,8 @@
 //! The caller is a principal: over stdio the [`ServeOptions::stdio_actor`]; over HTTP the
 //! holder of a bearer token ([`capability_host::Tokens`]; a missing, unknown, expired or
 //! revoked token gets 401 with `WWW-Authenticate`, a token whose role may not call tools
-//! 403). Approvals stay with the host: the reference's `approved: true` argument approves
+//! 403; a host may let requests without a token act as a named agent,
+//! [`ServeOptions::anonymous`]). Approvals stay with the host: the reference's `approved: true` argument approves
 //! nothing unless the host opted in ([`ServeOptions::allow_agent_approval`]). A call that
 //! needs a human answers `isError: true` with structured content `{approval: {id, reason,
 //! expiresAt, planFingerprint, ...}}`; once a human approved (`cap approvals approve <id>`),
@@ -81,6 +82,9 @@ pub struct ServeOptions {
     pub allow_agent_approval: bool,
     /// Who calls over stdio.
     pub stdio_actor: Actor,
+    /// Who an HTTP request without a bearer token acts as; `None` (the default) answers
+    /// such requests 401. A presented token is always checked.
+    pub anonymous: Option<Actor>,
     pub http: HttpLimits,
 }
 
@@ -396,6 +400,7 @@ impl McpServer {
     ) -> Governed {
         let mut request = Request::new(id, input);
         request.caller = caller;
+        request.caller.labels.insert("surface".into(), "mcp".into());
         request.approve_effects = approve_effects;
         let outcome = match token {
             Some(t) => host.resume(&request, t),

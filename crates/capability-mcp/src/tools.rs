@@ -7,10 +7,16 @@ use serde_json::{Map, Value, json};
 
 use crate::{Governed, McpServer, approval_result, error_result, take_approval_token};
 
-/// `{content: [{type: "text", text: pretty JSON}], structuredContent: value}`.
+/// `{content: [{type: "text", text: pretty JSON}], structuredContent: value}`. MCP
+/// structured content is an object, so a value that is not one (the search hits) is given
+/// as `{result: value}`, the convention of the MCP SDKs.
 fn ok(value: Value) -> Value {
     let text = serde_json::to_string_pretty(&value).unwrap_or_default();
-    json!({"content": [{"type": "text", "text": text}], "structuredContent": value})
+    let structured = match value {
+        Value::Object(_) => value,
+        other => json!({ "result": other }),
+    };
+    json!({"content": [{"type": "text", "text": text}], "structuredContent": structured})
 }
 
 /// The reference's error shape: value `{error: message}` with `isError: true`.

@@ -45,6 +45,10 @@ pub struct McpServeArgs {
     /// Most MCP sessions open at once.
     #[arg(long, default_value_t = 256)]
     pub max_sessions: usize,
+    /// HTTP requests without a bearer token act as this agent (loopback listeners only;
+    /// for local clients that cannot send a token, such as the conformance suite).
+    #[arg(long)]
+    pub anonymous_agent: Option<String>,
     /// Most tool calls in flight per principal.
     #[arg(long, default_value_t = 64)]
     pub max_calls_per_principal: usize,
@@ -93,12 +97,26 @@ pub fn mcp_serve(args: McpServeArgs) -> Result<i32, String> {
                 .into(),
         );
     }
+    if let (Some(_), Some(addr)) = (&args.anonymous_agent, &args.listen) {
+        let loopback = addr
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback());
+        if !loopback {
+            return Err(format!(
+                "mcp-serve: --anonymous-agent needs a loopback --listen address, not {addr}"
+            ));
+        }
+    }
     let host = Arc::new(args.options.open(sources(&args.packages)?)?);
     let options = ServeOptions {
         expose: args.expose.clone(),
         expose_all: args.expose_installed,
         allow_agent_approval: args.allow_agent_approval,
         stdio_actor: args.options.caller().actor,
+        anonymous: args
+            .anonymous_agent
+            .clone()
+            .map(capability_host::Actor::agent),
         http: HttpLimits {
             max_body_bytes: args.max_body_bytes,
             max_sessions: args.max_sessions,
