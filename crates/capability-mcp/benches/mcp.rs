@@ -1,0 +1,320 @@
+//! `tools/call` of `text/slugify` (projected, governed, receipted in the durable home)
+//! against the real `cap mcp-serve` process — the path an agent takes:
+//!
+//! * over stdio: one client, calls one after another, p50/p99 of the round trip;
+//! * over streamable HTTP (a legacy session with a bearer token): one client, p50/p99;
+//! * 64 concurrent HTTP clients, one session each, for 5 s: throughput, p50/p99 under load
+//!   and the number of failed calls.
+//!
+//! ```sh
+//! cargo build --release -p cap && cargo bench -p capability-mcp --bench mcp
+//! ```
+//!
+//! The `cap` binary is taken from the bench's own target directory (or `$CAP_BIN`).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use serde_json::{Value, json};
+
+fn cap_bin() -> PathBuf {
+    if let Ok(p) = std::env::var("CAP_BIN") {
+        return p.into();
+    }
+    let exe = std::env::current_exe().unwrap();
+    let bin = exe.parent().unwrap().parent().unwrap().join("cap");
+    assert!(
+        bin.exists(),
+        "{} is missing: run `cargo build --release -p cap` first (or set CAP_BIN)",
+        bin.display()
+    );
+    bin
+}
+
+fn report(name: &str, samples: &mut [u128]) {
+    samples.sort_unstable();
+    let p = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
+    println!(
+        "{name}: n {}, p50 {:.1} µs, p99 {:.1} µs",
+        samples.len(),
+        p(0.50) as f64 / 1000.0,
+        p(0.99) as f64 / 1000.0
+    );
+}
+
+fn call_request(id: u64) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": "text__slugify", "arguments": {"text": "Hello Capability World"}}})
+}
+
+fn check(response: &Value) {
+    assert_eq!(
+        response["result"]["structuredContent"]["slug"], "hello-capability-world",
+        "{response}"
+    );
+}
+
+fn stdio(home: &std::path::Path) {
+    let mut child = Command::new(cap_bin())
+        .args(["mcp-serve", "--expose", "text/slugify", "--home"])
+        .arg(home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    let mut send = |msg: &Value, wait: bool| -> Option<Value> {
+        writeln!(stdin, "{msg}").unwrap();
+        stdin.flush().unwrap();
+        if !wait {
+            return None;
+        }
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+        Some(serde_json::from_str(&line).unwrap())
+    };
+    send(
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"}}}),
+        true,
+    );
+    send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        false,
+    );
+    for i in 0..500 {
+        check(&send(&call_request(i + 1), true).unwrap());
+    }
+    let mut samples = Vec::with_capacity(5_000);
+    for i in 0..5_000 {
+        let t = Instant::now();
+        let r = send(&call_request(1_000 + i), true).unwrap();
+        samples.push(t.elapsed().as_nanos());
+        check(&r);
+    }
+    report(
+        "stdio tools/call text/slugify (cap mcp-serve)",
+        &mut samples,
+    );
+    drop(stdin);
+    let _ = child.wait();
+}
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn http_server(home: &std::path::Path) -> Server {
+    let mut child = Command::new(cap_bin())
+        .args([
+            "mcp-serve",
+            "--expose",
+            "text/slugify",
+            "--listen",
+            "127.0.0.1:0",
+            "--home",
+        ])
+        .arg(home)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .rsplit("http://")
+        .next()
+        .unwrap()
+        .trim_end_matches("/mcp")
+        .to_string();
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        while stderr.read_line(&mut sink).unwrap_or(0) > 0 {
+            sink.clear();
+        }
+    });
+    Server { child, addr }
+}
+
+/// One HTTP/1.1 connection with an MCP session.
+struct Session {
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    addr: String,
+    token: String,
+    session: Option<String>,
+}
+
+impl Session {
+    async fn open(addr: &str, token: &str) -> Session {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.set_nodelay(true).unwrap();
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        let mut s = Session {
+            sender,
+            addr: addr.to_string(),
+            token: token.to_string(),
+            session: None,
+        };
+        s.post(
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"}}}),
+        )
+        .await
+        .unwrap();
+        s.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+            .await
+            .unwrap();
+        s
+    }
+
+    /// Posts a message; the JSON-RPC response (from JSON or the SSE stream), if any.
+    async fn post(&mut self, msg: &Value) -> Result<Option<Value>, String> {
+        let mut req = hyper::Request::post("/mcp")
+            .header("host", &self.addr)
+            .header("authorization", format!("Bearer {}", self.token))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25");
+        if let Some(s) = &self.session {
+            req = req.header("mcp-session-id", s);
+        }
+        let req = req
+            .body(Full::new(Bytes::from(msg.to_string())))
+            .map_err(|e| e.to_string())?;
+        let res = self
+            .sender
+            .send_request(req)
+            .await
+            .map_err(|e| e.to_string())?;
+        if !res.status().is_success() {
+            return Err(format!("HTTP {}", res.status()));
+        }
+        if let Some(s) = res.headers().get("mcp-session-id") {
+            self.session = Some(s.to_str().unwrap().to_string());
+        }
+        let body = res
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        let text = String::from_utf8_lossy(&body);
+        for line in text.lines() {
+            let data = line.strip_prefix("data:").unwrap_or(line).trim();
+            if let Ok(v) = serde_json::from_str::<Value>(data)
+                && v.get("id").is_some()
+            {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+}
+
+async fn http(home: &std::path::Path) {
+    let out = Command::new(cap_bin())
+        .args(["tokens", "add", "--agent", "bench", "--home"])
+        .arg(home)
+        .output()
+        .unwrap();
+    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let token = doc["token"].as_str().unwrap().to_string();
+    let server = http_server(home);
+
+    let mut one = Session::open(&server.addr, &token).await;
+    for i in 0..300 {
+        check(&one.post(&call_request(i + 1)).await.unwrap().unwrap());
+    }
+    let mut samples = Vec::with_capacity(3_000);
+    for i in 0..3_000 {
+        let t = Instant::now();
+        let r = one.post(&call_request(1_000 + i)).await.unwrap().unwrap();
+        samples.push(t.elapsed().as_nanos());
+        check(&r);
+    }
+    report("http tools/call text/slugify (one client)", &mut samples);
+
+    let clients = 64;
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed = Arc::new(AtomicU64::new(0));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..clients {
+        let (addr, token) = (server.addr.clone(), token.clone());
+        let (ok, failed) = (Arc::clone(&ok), Arc::clone(&failed));
+        tasks.push(tokio::spawn(async move {
+            let mut s = Session::open(&addr, &token).await;
+            let mut samples = Vec::new();
+            let mut i = 0u64;
+            while Instant::now() < deadline {
+                i += 1;
+                let t = Instant::now();
+                match s.post(&call_request(c * 1_000_000 + i)).await {
+                    Ok(Some(r))
+                        if r["result"]["structuredContent"]["slug"] == "hello-capability-world" =>
+                    {
+                        samples.push(t.elapsed().as_nanos());
+                        ok.fetch_add(1, Ordering::Relaxed);
+                    }
+                    other => {
+                        if failed.fetch_add(1, Ordering::Relaxed) < 3 {
+                            eprintln!("failed call: {other:?}");
+                        }
+                    }
+                }
+            }
+            samples
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
+    println!(
+        "http tools/call text/slugify, {clients} concurrent clients: {:.0} calls/s, {ok} ok, {failed} failed",
+        ok as f64 / elapsed
+    );
+    report("  latency under load", &mut all);
+}
+
+fn main() {
+    // `cargo bench` passes --bench; `cargo test --benches` must not run this.
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    stdio(&dir.path().join("stdio-home"));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(http(&dir.path().join("http-home")));
+}
