@@ -528,6 +528,18 @@ fn http_refuses_bad_tokens_foreign_hosts_and_big_bodies() {
         "{body}"
     );
     assert!(body.contains("capability-network"));
+    drop(server);
+
+    // The session limit: a second session is refused while the first is open.
+    let server = HttpServer::start(&home, &["--max-sessions", "1"]);
+    let auth = bearer(&good);
+    let auth = [("Authorization", auth.as_str())];
+    let (first, head, _) = post(&server.addr, &auth, init);
+    assert_eq!(first, 200);
+    assert!(head.to_ascii_lowercase().contains("mcp-session-id"), "{head}");
+    let (second, _, body) = post(&server.addr, &auth, init);
+    assert_eq!(second, 503, "{body}");
+    assert!(body.contains("too many sessions"));
 }
 
 /// The Inspector CLI lists and calls tools over stdio and HTTP.
