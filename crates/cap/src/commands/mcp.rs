@@ -250,3 +250,177 @@ pub fn tokens_cmd(args: TokensArgs) -> Result<i32, String> {
     }
     Ok(0)
 }
+
+#[derive(Args, Debug)]
+pub struct McpGatewayArgs {
+    /// The gateway config (TOML; see the README).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// Serve streamable HTTP at http://<host:port>/mcp instead of stdio.
+    #[arg(long)]
+    pub listen: Option<String>,
+    /// HTTP requests without a bearer token act as this agent (loopback listeners only).
+    #[arg(long)]
+    pub anonymous_agent: Option<String>,
+    /// A Host header value accepted besides loopback names (repeatable).
+    #[arg(long = "allow-host")]
+    pub allow_hosts: Vec<String>,
+    /// A browser Origin accepted besides loopback ones (repeatable).
+    #[arg(long = "allow-origin")]
+    pub allow_origins: Vec<String>,
+    /// Most tool calls in flight per principal.
+    #[arg(long, default_value_t = 64)]
+    pub max_calls_per_principal: usize,
+    #[command(flatten)]
+    pub options: RunOptions,
+}
+
+fn check_anonymous(anonymous: &Option<String>, listen: &Option<String>) -> Result<(), String> {
+    if let (Some(_), Some(addr)) = (anonymous, listen) {
+        let loopback = addr
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|a| a.ip().is_loopback());
+        if !loopback {
+            return Err(format!(
+                "--anonymous-agent needs a loopback --listen address, not {addr}"
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub fn mcp_gateway(args: McpGatewayArgs) -> Result<i32, String> {
+    use capability_mcp::{Gateway, GatewayConfig, GatewayServer};
+    check_anonymous(&args.anonymous_agent, &args.listen)?;
+    let config = GatewayConfig::load(&args.config)?;
+    let mut options = args.options.clone();
+    options.policies.extend(config.policy.iter().cloned());
+    options.shadow |= config.shadow;
+    let host = Arc::new(options.open(vec![Arc::new(Builtins)])?);
+    let serve = ServeOptions {
+        stdio_actor: args.options.caller().actor,
+        anonymous: args
+            .anonymous_agent
+            .clone()
+            .map(capability_host::Actor::agent),
+        http: HttpLimits {
+            max_calls_per_principal: args.max_calls_per_principal.max(1),
+            allowed_hosts: args.allow_hosts.clone(),
+            allowed_origins: args.allow_origins.clone(),
+            ..HttpLimits::default()
+        },
+        ..ServeOptions::default()
+    };
+    let gateway = Gateway::open(host, config, serve)?;
+    for (server, problem) in gateway.problems() {
+        eprintln!("mcp-gateway: upstream {server}: {problem}");
+    }
+    let server = GatewayServer(Arc::new(gateway));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("mcp-gateway: {e}"))?;
+    runtime
+        .block_on(async move {
+            match &args.listen {
+                None => server.serve_stdio().await,
+                Some(addr) => {
+                    let listener = tokio::net::TcpListener::bind(addr).await?;
+                    eprintln!(
+                        "mcp-gateway: listening on http://{}/mcp",
+                        listener.local_addr()?
+                    );
+                    server.serve_http(listener, shutdown_signal()).await
+                }
+            }
+        })
+        .map_err(|e| format!("mcp-gateway: {e}"))?;
+    Ok(0)
+}
+
+#[derive(Args, Debug)]
+pub struct McpPinsArgs {
+    #[command(subcommand)]
+    pub command: McpPinsCommand,
+    /// The pins file (default: mcp-pins.json in the home).
+    #[arg(long, global = true)]
+    pub pins: Option<PathBuf>,
+    #[command(flatten)]
+    pub home: HomeArg,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum McpPinsCommand {
+    /// Every pinned tool definition, with pending (quarantined) changes.
+    List,
+    /// Accept the changed definitions of a server's tools (all, or one).
+    Accept {
+        server: String,
+        tool: Option<String>,
+    },
+}
+
+pub fn mcp_pins(args: McpPinsArgs) -> Result<i32, String> {
+    let path = match &args.pins {
+        Some(p) => p.clone(),
+        None => capability_host::Home::open_default(args.home.home.as_deref())
+            .map_err(|e| e.to_string())?
+            .root()
+            .join("mcp-pins.json"),
+    };
+    let mut pins = capability_mcp::pins::Pins::open(&path)?;
+    match args.command {
+        McpPinsCommand::List => print_json(&pins.to_json())?,
+        McpPinsCommand::Accept { server, tool } => {
+            let accepted = pins.accept(&server, tool.as_deref())?;
+            print_json(&json!({"server": server, "accepted": accepted}))?;
+        }
+    }
+    Ok(0)
+}
+
+#[derive(Args, Debug)]
+pub struct McpImportArgs {
+    /// The MCP server command and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub command: Vec<String>,
+    #[arg(long)]
+    pub namespace: Option<String>,
+    #[arg(long)]
+    pub version: Option<String>,
+    /// The tools' declared effects are complete (no custom:mcp.opaque-effects).
+    #[arg(long)]
+    pub effects_complete: bool,
+}
+
+pub fn mcp_import(args: McpImportArgs) -> Result<i32, String> {
+    let (command, rest) = args
+        .command
+        .split_first()
+        .ok_or("mcp-import: a server command is required")?;
+    let manifests = capability_mcp::gateway::import_stdio(
+        command,
+        rest,
+        args.namespace.as_deref(),
+        args.version.as_deref(),
+        args.effects_complete,
+    )
+    .map_err(|e| format!("mcp-import: {e}"))?;
+    let tools: Vec<Value> = manifests
+        .iter()
+        .filter_map(|m| m.pointer("/metadata/mcpTool/name").cloned())
+        .collect();
+    let inspections: Vec<Value> = manifests
+        .into_iter()
+        .map(|mut m| {
+            m["executable"] = json!(false);
+            m
+        })
+        .collect();
+    print_json(&json!({
+        "server": {"command": command, "args": rest},
+        "tools": tools,
+        "capabilities": inspections,
+    }))?;
+    Ok(0)
+}

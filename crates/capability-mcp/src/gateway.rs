@@ -1,0 +1,999 @@
+//! The governing MCP gateway (`cap mcp-gateway`): every tool of every upstream MCP server
+//! is a governed capability behind the host's policies, approvals, pins and audit.
+//!
+//! * Upstream tool `<tool>` of server `<server>` is the capability `mcp.<server>.<tool>`
+//!   (Cedar `Capability::"mcp.<server>.<tool>"`, kind `mcp_tool`, action `mcp_tool_call`,
+//!   `context.input` = the call's arguments), with the config's risk and the reference's
+//!   import effects: the server's `effects`, `network.connect` for `openWorldHint`,
+//!   `custom:mcp.destructive` for `destructiveHint`, `custom:mcp.opaque-effects` unless
+//!   `effects_complete`.
+//! * Downstream it is named `<server>__<tool>` (or `<tool>` with `prefix = false`), every
+//!   character outside `[A-Za-z0-9_-]` replaced by `_`; a name longer than 64 characters, or one that two tools would share,
+//!   becomes its first 55 characters, `_` and 8 hex digits of the SHA-256 of
+//!   `<server>/<tool>` (always `^[a-zA-Z0-9_-]{1,64}$`).
+//! * Downstream definitions carry no `outputSchema` (policies may redact or transform a
+//!   result); the upstream's is in `_meta["mcp/outputSchema"]`.
+//! * `tools/list` shows a caller the tools the config's `include`/`exclude` keep, that are
+//!   not quarantined, and whose before-stage decision for that caller (with empty
+//!   arguments) is not `deny`.
+//! * A call is one [`Governor::intercept_with`](capability_host::Governor::intercept_with):
+//!   all nine decisions apply to the arguments and the result (redaction pointers point
+//!   into the result's `structuredContent`; the text content is re-rendered from it). An
+//!   approval is bound to the caller, server, tool, the canonical hash of the arguments and
+//!   the pinned definition hash (the plan fingerprint), single use.
+//! * Pins ([`crate::pins`]): a changed definition is hidden and refused until accepted;
+//!   upstream `list_changed` triggers a re-check.
+//! * An upstream that crashes, hangs, answers too much or sends garbage gives the caller a
+//!   tool error; it is restarted with backoff (1 s doubling to 30 s).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use capability_core::json::canonical_hash;
+use capability_host::{Actor, Host};
+use capability_policy::{
+    ActionType, CapabilityKind, DecisionType, GovernedCapability, InterceptError, InterceptRequest,
+    RiskLevel, Stage,
+};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::handler::Peers;
+use crate::pins::{PinState, Pins, definition_hash, hidden_characters};
+use crate::upstream::{StdioSession, UpstreamError, map_tool_result};
+use crate::{ServeOptions, error_result, take_approval_token};
+
+/// The gateway config file (`gateway.toml`; see the README for the contract).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GatewayConfig {
+    /// Cedar files or directories (relative to the config file).
+    #[serde(default)]
+    pub policy: Vec<PathBuf>,
+    /// The pins file (default: `mcp-pins.json` in the home).
+    pub pins: Option<PathBuf>,
+    /// Record what policies would enforce without enforcing it.
+    #[serde(default)]
+    pub shadow: bool,
+    /// How long one upstream call may take.
+    #[serde(default = "default_timeout_ms")]
+    pub timeout_ms: u64,
+    #[serde(default, rename = "server")]
+    pub servers: Vec<ServerConfig>,
+}
+
+fn default_timeout_ms() -> u64 {
+    30_000
+}
+
+/// One upstream server.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// `[a-z0-9_-]+`.
+    pub name: String,
+    /// A stdio upstream, started as a child.
+    pub command: Option<String>,
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Environment of the child (besides `PATH` and `HOME`, nothing is passed).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// A streamable-HTTP upstream (not built yet).
+    pub url: Option<String>,
+    /// Run the child inside the process sandbox (not built yet).
+    #[serde(default)]
+    pub sandbox: bool,
+    /// Effects its tools have (also granted to a sandboxed child).
+    #[serde(default)]
+    pub effects: Vec<String>,
+    /// The declared effects are complete (no `custom:mcp.opaque-effects`).
+    #[serde(default)]
+    pub effects_complete: bool,
+    /// Risk of its tools (`none` … `critical`; default `medium`).
+    pub risk: Option<String>,
+    /// Only these tools (names or `*` globs), before authorization.
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Never these tools.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Overrides the gateway's `timeout_ms`.
+    pub timeout_ms: Option<u64>,
+    /// Name downstream tools `<server>__<tool>` (the default); `false` keeps the tool's
+    /// own name where it is valid and not taken.
+    #[serde(default = "yes")]
+    pub prefix: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl GatewayConfig {
+    /// Reads and checks a config file; relative paths are taken from its directory.
+    pub fn load(path: &Path) -> Result<GatewayConfig, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut config: GatewayConfig =
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        let rebase = |p: &PathBuf| {
+            if p.is_relative() {
+                base.join(p)
+            } else {
+                p.clone()
+            }
+        };
+        config.policy = config.policy.iter().map(rebase).collect();
+        config.pins = config.pins.as_ref().map(rebase);
+        let mut seen = std::collections::BTreeSet::new();
+        for s in &config.servers {
+            let valid = !s.name.is_empty()
+                && s.name.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-'
+                });
+            if !valid {
+                return Err(format!("server name {:?} must match [a-z0-9_-]+", s.name));
+            }
+            if !seen.insert(s.name.clone()) {
+                return Err(format!("server {} is configured twice", s.name));
+            }
+            match (&s.command, &s.url) {
+                (Some(_), None) => {}
+                (None, Some(_)) => {
+                    return Err(format!(
+                        "server {}: streamable-HTTP upstreams (url) are not built yet; use a stdio command",
+                        s.name
+                    ));
+                }
+                _ => {
+                    return Err(format!(
+                        "server {}: give exactly one of command and url",
+                        s.name
+                    ));
+                }
+            }
+            if s.sandbox {
+                return Err(format!(
+                    "server {}: sandbox = true is not built yet (the upstream would run unsandboxed); remove it to run the server as a plain child",
+                    s.name
+                ));
+            }
+            if let Some(r) = &s.risk {
+                RiskLevel::parse(r).map_err(|e| format!("server {}: {e}", s.name))?;
+            }
+        }
+        Ok(config)
+    }
+}
+
+/// The downstream name of `tool` of `server` (see the module docs); `taken` are the names
+/// already given.
+pub fn downstream_name(
+    server: &str,
+    tool: &str,
+    prefix: bool,
+    taken: &dyn Fn(&str) -> bool,
+) -> String {
+    let full = if prefix {
+        format!("{server}__{tool}")
+    } else {
+        tool.to_string()
+    };
+    let clean: String = full
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if clean.len() <= 64 && !taken(&clean) {
+        return clean;
+    }
+    let digest = hex::encode(Sha256::digest(format!("{server}/{tool}").as_bytes()));
+    format!("{}_{}", &clean[..clean.len().min(55)], &digest[..8])
+}
+
+fn glob(patterns: &[String], name: &str) -> bool {
+    patterns.iter().any(|p| crate::glob_match(p, name))
+}
+
+/// One upstream tool as the gateway knows it.
+#[derive(Clone, Debug)]
+struct GatewayTool {
+    server: String,
+    tool: String,
+    downstream: String,
+    capability: String,
+    definition: Value,
+    hash: String,
+    quarantined: bool,
+    hidden: Vec<String>,
+}
+
+struct Upstream {
+    config: ServerConfig,
+    session: Option<Arc<StdioSession>>,
+    failures: u32,
+    retry_at: Option<Instant>,
+    last_error: Option<String>,
+}
+
+/// The gateway: upstream sessions, the governed tools and the downstream surface.
+pub struct Gateway {
+    host: Arc<Host>,
+    config: GatewayConfig,
+    serve: ServeOptions,
+    upstreams: Mutex<Vec<Upstream>>,
+    tools: Mutex<Vec<GatewayTool>>,
+    pins: Mutex<Pins>,
+    pub(crate) peers: Peers,
+    in_flight: Mutex<usize>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway").finish_non_exhaustive()
+    }
+}
+
+fn effects_of(server: &ServerConfig, tool: &Value) -> Vec<String> {
+    let hint = |k: &str| tool.pointer(&format!("/annotations/{k}")) == Some(&Value::Bool(true));
+    let mut effects: Vec<String> = Vec::new();
+    let mut add = |e: &str| {
+        if !effects.iter().any(|x| x == e) {
+            effects.push(e.to_string());
+        }
+    };
+    for e in &server.effects {
+        add(e);
+    }
+    if hint("openWorldHint") {
+        add("network.connect");
+    }
+    if hint("destructiveHint") {
+        add("custom:mcp.destructive");
+    }
+    if !server.effects_complete {
+        add("custom:mcp.opaque-effects");
+    }
+    effects
+}
+
+fn timeout_of(config: &GatewayConfig, server: &ServerConfig) -> Duration {
+    Duration::from_millis(server.timeout_ms.unwrap_or(config.timeout_ms).max(1))
+}
+
+fn child_env(server: &ServerConfig) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = ["PATH", "HOME"]
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| (k.to_string(), v)))
+        .collect();
+    env.extend(server.env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env
+}
+
+/// What a governed upstream call gave back besides its output.
+struct Called {
+    raw: Value,
+    latency_ms: u128,
+}
+
+impl Gateway {
+    /// Starts every upstream, lists and pins its tools and registers them with the host's
+    /// governor. An upstream that cannot start is reported and retried later.
+    pub fn open(
+        host: Arc<Host>,
+        config: GatewayConfig,
+        serve: ServeOptions,
+    ) -> Result<Gateway, String> {
+        let pins_path = config
+            .pins
+            .clone()
+            .unwrap_or_else(|| host.home().root().join("mcp-pins.json"));
+        let pins = Pins::open(&pins_path)?;
+        let upstreams = config
+            .servers
+            .iter()
+            .map(|s| Upstream {
+                config: s.clone(),
+                session: None,
+                failures: 0,
+                retry_at: None,
+                last_error: None,
+            })
+            .collect();
+        let gateway = Gateway {
+            host,
+            config,
+            serve,
+            upstreams: Mutex::new(upstreams),
+            tools: Mutex::new(Vec::new()),
+            pins: Mutex::new(pins),
+            peers: Peers::default(),
+            in_flight: Mutex::new(0),
+        };
+        gateway.refresh(true);
+        Ok(gateway)
+    }
+
+    pub fn host(&self) -> Arc<Host> {
+        Arc::clone(&self.host)
+    }
+
+    pub fn serve_options(&self) -> &ServeOptions {
+        &self.serve
+    }
+
+    /// Upstreams that are down and why.
+    pub fn problems(&self) -> Vec<(String, String)> {
+        self.upstreams
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter_map(|u| u.last_error.clone().map(|e| (u.config.name.clone(), e)))
+            .collect()
+    }
+
+    /// Makes sure every upstream runs (restarting dead ones whose backoff passed) and
+    /// re-lists those that are new or said their tools changed. Returns whether the tool
+    /// set changed.
+    fn refresh(&self, force: bool) -> bool {
+        let mut relist: Vec<(ServerConfig, Arc<StdioSession>)> = Vec::new();
+        {
+            let mut upstreams = self
+                .upstreams
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            for u in upstreams.iter_mut() {
+                if let Some(s) = &u.session
+                    && let Some(e) = s.dead()
+                {
+                    u.last_error = Some(e.to_string());
+                    u.session = None;
+                    u.failures += 1;
+                    let backoff = Duration::from_secs(1 << u.failures.min(5).saturating_sub(1))
+                        .min(Duration::from_secs(30));
+                    u.retry_at = Some(Instant::now() + backoff);
+                }
+                if u.session.is_none() && u.retry_at.is_none_or(|t| Instant::now() >= t) {
+                    let command = u.config.command.clone().unwrap_or_default();
+                    match StdioSession::start(
+                        &command,
+                        &u.config.args,
+                        &child_env(&u.config),
+                        timeout_of(&self.config, &u.config),
+                    ) {
+                        Ok(s) => {
+                            let s = Arc::new(s);
+                            u.session = Some(Arc::clone(&s));
+                            u.last_error = None;
+                            relist.push((u.config.clone(), s));
+                        }
+                        Err(e) => {
+                            u.last_error = Some(e.to_string());
+                            u.failures += 1;
+                            let backoff =
+                                Duration::from_secs(1 << u.failures.min(5).saturating_sub(1))
+                                    .min(Duration::from_secs(30));
+                            u.retry_at = Some(Instant::now() + backoff);
+                        }
+                    }
+                    continue;
+                }
+                if let Some(s) = &u.session
+                    && (force || s.take_list_changed())
+                {
+                    relist.push((u.config.clone(), Arc::clone(s)));
+                }
+            }
+        }
+        let mut changed = false;
+        for (server, session) in relist {
+            let listed = match session.list_tools(timeout_of(&self.config, &server)) {
+                Ok(l) => l,
+                Err(e) => {
+                    self.mark_failed(&server.name, &e);
+                    continue;
+                }
+            };
+            changed |= self.replace_tools(&server, listed);
+        }
+        changed
+    }
+
+    fn mark_failed(&self, server: &str, e: &UpstreamError) {
+        let mut upstreams = self
+            .upstreams
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(u) = upstreams.iter_mut().find(|u| u.config.name == server) {
+            if let Some(s) = u.session.take() {
+                s.kill();
+            }
+            u.last_error = Some(e.to_string());
+            u.failures += 1;
+            u.retry_at = Some(Instant::now() + Duration::from_secs(1));
+        }
+    }
+
+    /// Replaces a server's tools with what it listed (pinning, registering); whether the
+    /// set changed.
+    fn replace_tools(&self, server: &ServerConfig, listed: Vec<Value>) -> bool {
+        let mut pins = self.pins.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = pins.reload();
+        let mut tools = self.tools.lock().unwrap_or_else(PoisonError::into_inner);
+        let before: Vec<(String, String, bool)> = tools
+            .iter()
+            .filter(|t| t.server == server.name)
+            .map(|t| (t.tool.clone(), t.hash.clone(), t.quarantined))
+            .collect();
+        tools.retain(|t| t.server != server.name);
+        let mut added = Vec::new();
+        for def in listed {
+            let Some(name) = def.get("name").and_then(Value::as_str).map(str::to_string) else {
+                continue;
+            };
+            let state = pins.check(&server.name, &def).unwrap_or(PinState::Pinned);
+            let capability = format!("mcp.{}.{}", server.name, name);
+            let taken = |n: &str| {
+                tools
+                    .iter()
+                    .chain(added.iter())
+                    .any(|t: &GatewayTool| t.downstream == n)
+            };
+            let downstream = downstream_name(&server.name, &name, server.prefix, &taken);
+            let hidden = hidden_characters(
+                &[def.get("description"), def.get("title")]
+                    .iter()
+                    .filter_map(|v| v.and_then(Value::as_str))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            );
+            let mut governance = capability_policy::Governance::new(CapabilityKind::McpTool);
+            governance.risk = server
+                .risk
+                .as_deref()
+                .and_then(|r| RiskLevel::parse(r).ok())
+                .unwrap_or(RiskLevel::Medium);
+            governance.description = def
+                .get("description")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            governance.input_schema = def.get("inputSchema").cloned();
+            let mut registered =
+                GovernedCapability::with_governance(capability.clone(), governance);
+            registered.declared_effects = effects_of(server, &def);
+            self.host.governor().register_capability(registered);
+            added.push(GatewayTool {
+                server: server.name.clone(),
+                tool: name,
+                downstream,
+                capability,
+                hash: definition_hash(&def),
+                quarantined: matches!(state, PinState::Changed { .. }),
+                hidden,
+                definition: def,
+            });
+        }
+        let after: Vec<(String, String, bool)> = added
+            .iter()
+            .map(|t| (t.tool.clone(), t.hash.clone(), t.quarantined))
+            .collect();
+        tools.extend(added);
+        before != after
+    }
+
+    /// Re-checks pins (a human may have accepted some) for every known tool.
+    fn recheck_pins(&self) {
+        let mut pins = self.pins.lock().unwrap_or_else(PoisonError::into_inner);
+        if pins.reload().is_err() {
+            return;
+        }
+        let mut tools = self.tools.lock().unwrap_or_else(PoisonError::into_inner);
+        for t in tools.iter_mut() {
+            if t.quarantined {
+                t.quarantined =
+                    !matches!(pins.check(&t.server, &t.definition), Ok(PinState::Pinned));
+            }
+        }
+    }
+
+    fn visible_by_config(&self, t: &GatewayTool) -> bool {
+        self.config
+            .servers
+            .iter()
+            .find(|s| s.name == t.server)
+            .is_some_and(|s| {
+                (s.include.is_empty() || glob(&s.include, &t.tool)) && !glob(&s.exclude, &t.tool)
+            })
+    }
+
+    fn request(&self, t: &GatewayTool, arguments: Value, actor: &Actor) -> InterceptRequest {
+        let mut req =
+            InterceptRequest::new(t.capability.clone(), ActionType::McpToolCall, arguments)
+                .actor(actor.clone())
+                .label("surface", "mcp-gateway")
+                .label("mcp.server", t.server.clone())
+                .label("mcp.tool", t.tool.clone());
+        req.metadata.insert("mcpServer".into(), json!(t.server));
+        req.metadata.insert("mcpTool".into(), json!(t.tool));
+        req.metadata.insert("definitionHash".into(), json!(t.hash));
+        if !t.hidden.is_empty() {
+            req.metadata
+                .insert("hiddenCharacters".into(), json!(t.hidden));
+        }
+        req
+    }
+
+    /// The tools `actor` may see.
+    pub fn list(&self, actor: &Actor) -> Vec<Value> {
+        if self.refresh(false) {
+            // Another caller's list will see the same change; tell connected clients.
+        }
+        self.recheck_pins();
+        let tools = self
+            .tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let governor = self.host.governor();
+        tools
+            .iter()
+            .filter(|t| !t.quarantined && self.visible_by_config(t))
+            .filter(|t| {
+                let req = self.request(t, json!({}), actor);
+                match governor.evaluate(&req, Stage::BeforeCapability) {
+                    Ok(verdict) => self.config.shadow || verdict.kind != DecisionType::Deny,
+                    Err(_) => false,
+                }
+            })
+            .map(|t| {
+                let mut def = t.definition.clone();
+                if let Value::Object(m) = &mut def {
+                    m.insert("name".into(), json!(t.downstream));
+                    // Policies may redact or transform results, so the gateway does not
+                    // promise the upstream's output schema; it is kept in `_meta`.
+                    let output_schema = m.remove("outputSchema");
+                    let mut meta = m
+                        .get("_meta")
+                        .and_then(Value::as_object)
+                        .cloned()
+                        .unwrap_or_default();
+                    meta.insert("capability/id".into(), json!(t.capability));
+                    meta.insert("mcp/server".into(), json!(t.server));
+                    meta.insert("mcp/tool".into(), json!(t.tool));
+                    meta.insert("mcp/definitionHash".into(), json!(t.hash));
+                    if let Some(o) = output_schema {
+                        meta.insert("mcp/outputSchema".into(), o);
+                    }
+                    m.insert("_meta".into(), Value::Object(meta));
+                }
+                def
+            })
+            .collect()
+    }
+
+    fn session(&self, server: &str) -> Result<Arc<StdioSession>, String> {
+        self.refresh(false);
+        let upstreams = self
+            .upstreams
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let u = upstreams
+            .iter()
+            .find(|u| u.config.name == server)
+            .ok_or_else(|| format!("no upstream {server}"))?;
+        u.session.clone().ok_or_else(|| {
+            format!(
+                "upstream {server} is unavailable ({}); it is restarted with backoff",
+                u.last_error.clone().unwrap_or_else(|| "not started".into())
+            )
+        })
+    }
+
+    /// Calls a downstream tool as `actor`; always a tool result. Blocking.
+    pub fn call(&self, name: &str, arguments: Value, meta: Option<&Value>, actor: &Actor) -> Value {
+        *self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) += 1;
+        let result = self.call_inner(name, arguments, meta, actor);
+        *self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) -= 1;
+        result
+    }
+
+    pub(crate) fn idle(&self) -> bool {
+        *self
+            .in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            == 0
+    }
+
+    fn call_inner(
+        &self,
+        name: &str,
+        arguments: Value,
+        meta: Option<&Value>,
+        actor: &Actor,
+    ) -> Value {
+        self.refresh(false);
+        self.recheck_pins();
+        let found = self
+            .tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|t| t.downstream == name)
+            .cloned();
+        let Some(t) = found.filter(|t| self.visible_by_config(t)) else {
+            return error_result(format!("Unknown tool: {name}"), None, None);
+        };
+        if t.quarantined {
+            return error_result(
+                format!(
+                    "The definition of {}/{} changed since it was pinned; it is quarantined until a human accepts it with `cap mcp-pins accept {} {}`",
+                    t.server, t.tool, t.server, t.tool
+                ),
+                Some(json!({"error": "quarantined", "server": t.server, "tool": t.tool})),
+                None,
+            );
+        }
+        let mut arguments = match arguments {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        let declares = t
+            .definition
+            .pointer("/inputSchema/properties/approvalToken")
+            .is_some();
+        let token = take_approval_token(&mut arguments, meta, declares);
+        let arguments = Value::Object(arguments);
+        let mut req = self.request(&t, arguments.clone(), actor);
+        req.metadata
+            .insert("argumentsSha256".into(), json!(canonical_hash(&arguments)));
+        req.plan_fingerprint = Some(canonical_hash(&json!({
+            "server": t.server, "tool": t.tool,
+            "arguments": canonical_hash(&arguments), "definition": t.hash,
+        })));
+        if let Some(tp) = meta
+            .and_then(|m| m.get("traceparent"))
+            .and_then(Value::as_str)
+        {
+            req.trace_id = Some(tp.to_string());
+        }
+        if let Some(token) = token {
+            req.approval_token = Some(token);
+        }
+        let timeout = self
+            .config
+            .servers
+            .iter()
+            .find(|s| s.name == t.server)
+            .map(|s| timeout_of(&self.config, s))
+            .unwrap_or(Duration::from_secs(30));
+        let intercepted = self.host.governor().intercept_with(req, |exec| {
+            // A `route` may have moved the call to another upstream tool.
+            let target = if exec.capability.name == t.capability {
+                t.clone()
+            } else {
+                self.tools
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .iter()
+                    .find(|x| x.capability == exec.capability.name)
+                    .cloned()
+                    .ok_or_else(|| format!("routed to an unknown tool {}", exec.capability.name))?
+            };
+            let session = self.session(&target.server)?;
+            let started = Instant::now();
+            let raw = session
+                .call_tool(&target.tool, exec.input.clone(), timeout)
+                .map_err(|e| {
+                    let message = e.to_string();
+                    if matches!(
+                        e,
+                        UpstreamError::TooLarge
+                            | UpstreamError::Timeout(_)
+                            | UpstreamError::Exited { .. }
+                    ) {
+                        self.mark_failed(&target.server, &e);
+                    }
+                    message
+                })?;
+            let latency_ms = started.elapsed().as_millis();
+            let output = map_tool_result(&raw)?;
+            Ok((output, Called { raw, latency_ms }))
+        });
+        let mut meta = json!({"capabilityId": t.capability, "definitionHash": t.hash});
+        match intercepted.result {
+            Ok(done) => {
+                let called = intercepted.executed;
+                if let Some(c) = &called {
+                    meta["latencyMs"] = json!(c.latency_ms as u64);
+                }
+                meta["actionId"] = json!(done.action.action_id);
+                let untouched = called
+                    .as_ref()
+                    .is_some_and(|c| map_tool_result(&c.raw).ok().as_ref() == Some(&done.output));
+                let mut result = match (untouched, called) {
+                    (true, Some(c)) => c.raw,
+                    _ => {
+                        let text = capability_core::json::to_js_string(&done.output);
+                        let mut r = json!({"content": [{"type": "text", "text": text}]});
+                        if done.output.is_object() {
+                            r["structuredContent"] = done.output.clone();
+                        }
+                        r
+                    }
+                };
+                if let Value::Object(m) = &mut result {
+                    m.insert("_meta".into(), meta);
+                }
+                result
+            }
+            Err(InterceptError::Denied(denial)) => {
+                meta["errorCode"] = json!("PERMISSION_DENIED");
+                meta["policyId"] = json!(denial.decision.policy_id);
+                error_result(
+                    denial.reason().unwrap_or("denied by policy").to_string(),
+                    Some(json!({"error": denial.reason().unwrap_or("denied by policy")})),
+                    Some(meta),
+                )
+            }
+            Err(InterceptError::ApprovalRequired {
+                approval,
+                decision,
+                action,
+            }) => {
+                let record = approval.map(|a| a.to_json()).unwrap_or(Value::Null);
+                let doc = json!({"approval": {
+                    "id": record.get("approvalId"),
+                    "reason": decision.reason,
+                    "expiresAt": record.get("expiresAtIso"),
+                    "planFingerprint": action.plan_fingerprint,
+                    "capability": t.capability,
+                    "policyId": decision.policy_id,
+                }});
+                crate::approval_result(doc, &t.capability)
+            }
+            Err(InterceptError::Execution { error, .. }) => {
+                meta["errorCode"] = json!("EXECUTION_FAILED");
+                error_result(
+                    error,
+                    Some(json!({"error": "upstream call failed"})),
+                    Some(meta),
+                )
+            }
+            Err(other) => {
+                meta["errorCode"] = json!("PERMISSION_DENIED");
+                error_result(other.to_string(), None, Some(meta))
+            }
+        }
+    }
+
+    /// Polls upstreams for `list_changed` and pin acceptance; tells connected clients when
+    /// the tools changed.
+    pub async fn watch(self: Arc<Self>) {
+        let mut last: Vec<(String, bool)> = Vec::new();
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let me = Arc::clone(&self);
+            let now = tokio::task::spawn_blocking(move || {
+                me.refresh(false);
+                me.recheck_pins();
+                me.tools
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .iter()
+                    .map(|t| (format!("{}:{}", t.downstream, t.hash), t.quarantined))
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_default();
+            if now != last {
+                if !last.is_empty() {
+                    self.peers.notify_tool_list_changed().await;
+                }
+                last = now;
+            }
+        }
+    }
+}
+
+/// `cap mcp-import`: the reference's `capabilitiesFromMcpTools` over a stdio server.
+pub fn import_stdio(
+    command: &str,
+    args: &[String],
+    namespace: Option<&str>,
+    version: Option<&str>,
+    effects_complete: bool,
+) -> Result<Vec<Value>, String> {
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let session = StdioSession::start(command, args, &env, Duration::from_secs(30))
+        .map_err(|e| e.to_string())?;
+    let tools = session
+        .list_tools(Duration::from_secs(30))
+        .map_err(|e| e.to_string())?;
+    session.kill();
+    Ok(capabilities_from_mcp_tools(
+        &tools,
+        namespace,
+        version,
+        &["process.spawn".to_string(), "environment.read".to_string()],
+        effects_complete,
+        Some("stdio"),
+    ))
+}
+
+use capability_core::manifest::legacy_slugify as slugify;
+
+/// Whether `v` starts with `\d+.\d+.\d+`.
+fn starts_with_semver(v: &str) -> bool {
+    let mut rest = v;
+    for i in 0..3 {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return false;
+        }
+        rest = &rest[digits..];
+        if i < 2 {
+            match rest.strip_prefix('.') {
+                Some(r) => rest = r,
+                None => return false,
+            }
+        }
+    }
+    true
+}
+
+/// The reference `capabilitiesFromMcpTools` (manifests; see §2.17 of the reference).
+pub fn capabilities_from_mcp_tools(
+    tools: &[Value],
+    namespace: Option<&str>,
+    version: Option<&str>,
+    base_effects: &[String],
+    effects_complete: bool,
+    transport: Option<&str>,
+) -> Vec<Value> {
+    let ns = slugify(namespace.unwrap_or("mcp"));
+    let version = version.filter(|v| starts_with_semver(v)).unwrap_or("0.0.0");
+    let mut seen: HashMap<String, ()> = HashMap::new();
+    tools
+        .iter()
+        .filter_map(|tool| {
+            let name = tool.get("name").and_then(Value::as_str)?;
+            let id = format!("{ns}/{}", slugify(name));
+            if seen.insert(id.clone(), ()).is_some() {
+                return None;
+            }
+            let hint = |k: &str| tool.pointer(&format!("/annotations/{k}")) == Some(&Value::Bool(true));
+            let mut effects: Vec<String> = Vec::new();
+            let mut add = |e: &str| {
+                if !effects.iter().any(|x| x == e) {
+                    effects.push(e.to_string());
+                }
+            };
+            for e in base_effects {
+                add(e);
+            }
+            if hint("openWorldHint") {
+                add("network.connect");
+            }
+            if hint("destructiveHint") {
+                add("custom:mcp.destructive");
+            }
+            if !effects_complete {
+                add("custom:mcp.opaque-effects");
+            }
+            let input = tool
+                .get("inputSchema")
+                .filter(|v| v.is_object())
+                .cloned()
+                .unwrap_or_else(|| json!({"type": "object"}));
+            let mut manifest = json!({
+                "specVersion": "0.1",
+                "id": id,
+                "version": version,
+                "name": tool.get("title").and_then(Value::as_str).unwrap_or(name),
+                "description": tool.get("description").and_then(Value::as_str).map(str::to_string)
+                    .unwrap_or_else(|| format!("Imported MCP tool {name}")),
+                "input": input,
+            });
+            if let Some(o) = tool.get("outputSchema").filter(|v| v.is_object()) {
+                manifest["output"] = o.clone();
+            }
+            manifest["effects"] = json!(effects);
+            manifest["behavior"] = json!({"deterministic": false, "idempotent": hint("idempotentHint"), "reversible": false});
+            let mut tags = vec![json!("mcp"), json!("imported")];
+            if let Some(t) = transport {
+                tags.push(json!(t));
+            }
+            manifest["tags"] = Value::Array(tags);
+            manifest["metadata"] = json!({
+                "mcpTool": tool,
+                "transport": transport.unwrap_or("host-provided"),
+                "authorityComplete": effects_complete,
+            });
+            Some(manifest)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn downstream_names_are_valid_and_collision_free() {
+        let none = |_: &str| false;
+        assert_eq!(
+            downstream_name("everything", "get-sum", true, &none),
+            "everything__get-sum"
+        );
+        assert_eq!(
+            downstream_name("fs", "read.file", true, &none),
+            "fs__read_file"
+        );
+        assert_eq!(
+            downstream_name("fs", "read.file", false, &none),
+            "read_file"
+        );
+        let long = downstream_name("s", &"x".repeat(100), true, &none);
+        assert_eq!(long.len(), 64);
+        let taken = |n: &str| n == "fs__read_file";
+        let other = downstream_name("fs", "read/file", true, &taken);
+        assert_ne!(other, "fs__read_file");
+        let re = |n: &str| {
+            n.len() <= 64
+                && n.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        };
+        assert!(re(&long) && re(&other));
+    }
+
+    #[test]
+    fn import_follows_the_reference_example() {
+        // §8.9: stdio tool `Send.Mail` (destructive, open world), namespace `My Server`,
+        // version `2.1.0-beta`.
+        let tool = json!({"name": "Send.Mail", "annotations": {"destructiveHint": true, "openWorldHint": true}});
+        let caps = capabilities_from_mcp_tools(
+            &[tool],
+            Some("My Server"),
+            Some("2.1.0-beta"),
+            &["process.spawn".into(), "environment.read".into()],
+            false,
+            Some("stdio"),
+        );
+        let m = &caps[0];
+        assert_eq!(m["id"], "my-server/send.mail");
+        assert_eq!(m["version"], "2.1.0-beta");
+        assert_eq!(
+            m["effects"],
+            json!([
+                "process.spawn",
+                "environment.read",
+                "network.connect",
+                "custom:mcp.destructive",
+                "custom:mcp.opaque-effects"
+            ])
+        );
+        assert_eq!(m["tags"], json!(["mcp", "imported", "stdio"]));
+        assert_eq!(m["description"], "Imported MCP tool Send.Mail");
+        let v =
+            capabilities_from_mcp_tools(&[json!({"name": "a"})], None, Some("v1"), &[], true, None);
+        assert_eq!(v[0]["version"], "0.0.0");
+        assert_eq!(v[0]["id"], "mcp/a");
+    }
+}

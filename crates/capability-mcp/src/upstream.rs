@@ -1,0 +1,499 @@
+//! A client of one upstream MCP server over stdio (the reference's `StdioMcpSession`, made
+//! safe against hostile servers): line-delimited JSON-RPC 2.0 with numeric ids from 1, the
+//! `initialize` handshake (2025-11-25), `tools/list` and `tools/call`.
+//!
+//! A server that crashes fails the calls in flight with its exit status and the tail of its
+//! stderr; one that never answers is cut by the call's timeout; a line longer than
+//! [`MAX_LINE`] (a 50 MB answer) fails the call and the session; invalid JSON-RPC and floods
+//! of notifications are dropped and counted, never buffered. Blocking API: a reader thread
+//! per session hands responses to the waiting callers.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// The longest line accepted from an upstream (a larger answer fails the session).
+pub const MAX_LINE: usize = 8 << 20;
+
+/// How much of a crashed server's stderr is kept for the error.
+const STDERR_TAIL: usize = 16 << 10;
+
+/// Why an upstream call failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("cannot start the MCP server: {0}")]
+    Spawn(String),
+    #[error("MCP server exited{status}: {stderr}")]
+    Exited { status: String, stderr: String },
+    #[error("MCP server did not answer within {0} ms")]
+    Timeout(u128),
+    #[error("MCP server sent a message larger than {MAX_LINE} bytes")]
+    TooLarge,
+    #[error("MCP server error {code}: {message}")]
+    Rpc { code: i64, message: String },
+}
+
+type Reply = Result<Value, UpstreamError>;
+
+struct Shared {
+    pending: Mutex<HashMap<u64, Sender<Reply>>>,
+    /// Set once the session is unusable, with the reason every later call gets.
+    dead: Mutex<Option<UpstreamError>>,
+    stderr: Mutex<Vec<u8>>,
+    notifications: AtomicU64,
+    list_changed: AtomicBool,
+    invalid: AtomicU64,
+}
+
+impl Shared {
+    fn fail_all(&self, error: UpstreamError) {
+        let mut dead = self.dead.lock().unwrap_or_else(PoisonError::into_inner);
+        if dead.is_none() {
+            *dead = Some(error.clone());
+        }
+        let reason = dead.clone().unwrap_or(error);
+        drop(dead);
+        let pending: Vec<Sender<Reply>> = self
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .drain()
+            .map(|(_, s)| s)
+            .collect();
+        for s in pending {
+            let _ = s.send(Err(reason.clone()));
+        }
+    }
+}
+
+/// One running upstream server.
+pub struct StdioSession {
+    child: Mutex<Child>,
+    stdin: Mutex<ChildStdin>,
+    shared: Arc<Shared>,
+    next_id: AtomicU64,
+    /// What `initialize` answered.
+    pub server_info: Value,
+}
+
+impl std::fmt::Debug for StdioSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StdioSession")
+            .field("server_info", &self.server_info)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Reads one line of at most `MAX_LINE` bytes; `Ok(None)` at end of stream.
+fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>) -> Result<Option<()>, UpstreamError> {
+    buf.clear();
+    let mut limited = reader.take(MAX_LINE as u64 + 1);
+    match limited.read_until(b'\n', buf) {
+        Ok(0) => Ok(None),
+        Ok(_) if buf.len() > MAX_LINE => Err(UpstreamError::TooLarge),
+        Ok(_) => Ok(Some(())),
+        Err(_) => Ok(None),
+    }
+}
+
+fn reader_loop(stdout: impl Read, shared: Arc<Shared>) {
+    let mut reader = BufReader::with_capacity(64 << 10, stdout);
+    let mut buf = Vec::new();
+    loop {
+        match read_line(&mut reader, &mut buf) {
+            Ok(Some(())) => {}
+            Ok(None) => return,
+            Err(e) => {
+                shared.fail_all(e);
+                return;
+            }
+        }
+        let Ok(msg) = serde_json::from_slice::<Value>(&buf) else {
+            if !buf.iter().all(u8::is_ascii_whitespace) {
+                shared.invalid.fetch_add(1, Ordering::Relaxed);
+            }
+            continue;
+        };
+        let id = msg.get("id").and_then(Value::as_u64);
+        match (id, msg.get("method")) {
+            (Some(id), None) => {
+                let sender = shared
+                    .pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&id);
+                if let Some(s) = sender {
+                    let reply = match msg.get("error") {
+                        Some(e) => Err(UpstreamError::Rpc {
+                            code: e.get("code").and_then(Value::as_i64).unwrap_or(0),
+                            message: e
+                                .get("message")
+                                .and_then(Value::as_str)
+                                .unwrap_or("error")
+                                .to_string(),
+                        }),
+                        None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
+                    };
+                    let _ = s.send(reply);
+                }
+            }
+            (None, Some(method)) => {
+                shared.notifications.fetch_add(1, Ordering::Relaxed);
+                if method == "notifications/tools/list_changed" {
+                    shared.list_changed.store(true, Ordering::Relaxed);
+                }
+            }
+            // A server-to-client request (sampling, roots, ping): not offered; dropped.
+            _ => {
+                shared.invalid.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl StdioSession {
+    /// Starts `command args` with `env` (only these variables) and performs the handshake.
+    pub fn start(
+        command: &str,
+        args: &[String],
+        env: &[(String, String)],
+        timeout: Duration,
+    ) -> Result<StdioSession, UpstreamError> {
+        let mut cmd = Command::new(command);
+        cmd.args(args)
+            .env_clear()
+            .envs(env.iter().cloned())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| UpstreamError::Spawn(format!("{command}: {e}")))?;
+        let (Some(stdin), Some(stdout), Some(mut stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            let _ = child.kill();
+            return Err(UpstreamError::Spawn("no pipes".into()));
+        };
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(HashMap::new()),
+            dead: Mutex::new(None),
+            stderr: Mutex::new(Vec::new()),
+            notifications: AtomicU64::new(0),
+            list_changed: AtomicBool::new(false),
+            invalid: AtomicU64::new(0),
+        });
+        {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("mcp-upstream-reader".into())
+                .spawn(move || {
+                    reader_loop(stdout, Arc::clone(&shared));
+                    let stderr = String::from_utf8_lossy(
+                        &shared.stderr.lock().unwrap_or_else(PoisonError::into_inner),
+                    )
+                    .to_string();
+                    shared.fail_all(UpstreamError::Exited {
+                        status: String::new(),
+                        stderr,
+                    });
+                })
+                .map_err(|e| UpstreamError::Spawn(e.to_string()))?;
+        }
+        {
+            let shared = Arc::clone(&shared);
+            let _ = std::thread::Builder::new()
+                .name("mcp-upstream-stderr".into())
+                .spawn(move || {
+                    let mut chunk = [0u8; 4096];
+                    while let Ok(n) = stderr.read(&mut chunk) {
+                        if n == 0 {
+                            break;
+                        }
+                        let mut tail = shared.stderr.lock().unwrap_or_else(PoisonError::into_inner);
+                        tail.extend_from_slice(&chunk[..n]);
+                        if tail.len() > STDERR_TAIL {
+                            let cut = tail.len() - STDERR_TAIL;
+                            tail.drain(..cut);
+                        }
+                    }
+                });
+        }
+        let mut session = StdioSession {
+            child: Mutex::new(child),
+            stdin: Mutex::new(stdin),
+            shared,
+            next_id: AtomicU64::new(1),
+            server_info: Value::Null,
+        };
+        let init = session.request(
+            "initialize",
+            json!({
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "capability-mcp-gateway", "version": env!("CARGO_PKG_VERSION")},
+            }),
+            timeout,
+        );
+        match init {
+            Ok(info) => session.server_info = info,
+            Err(e) => {
+                session.kill();
+                return Err(e);
+            }
+        }
+        session.notify("notifications/initialized", json!({}));
+        Ok(session)
+    }
+
+    fn send(&self, msg: &Value) -> Result<(), UpstreamError> {
+        let mut line = msg.to_string();
+        line.push('\n');
+        let mut stdin = self.stdin.lock().unwrap_or_else(PoisonError::into_inner);
+        stdin
+            .write_all(line.as_bytes())
+            .and_then(|()| stdin.flush())
+            .map_err(|_| self.exit_error())
+    }
+
+    fn notify(&self, method: &str, params: Value) {
+        let _ = self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    fn exit_error(&self) -> UpstreamError {
+        if let Some(e) = self
+            .shared
+            .dead
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
+            return e;
+        }
+        let status = self
+            .child
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .try_wait()
+            .ok()
+            .flatten()
+            .map(|s| format!(" with {s}"))
+            .unwrap_or_default();
+        UpstreamError::Exited {
+            status,
+            stderr: String::from_utf8_lossy(
+                &self
+                    .shared
+                    .stderr
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            )
+            .to_string(),
+        }
+    }
+
+    /// Sends a request and waits for its result.
+    pub fn request(&self, method: &str, params: Value, timeout: Duration) -> Reply {
+        if let Some(e) = self.dead() {
+            return Err(e);
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx): (Sender<Reply>, Receiver<Reply>) = mpsc::channel();
+        self.shared
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, tx);
+        let sent =
+            self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        if let Err(e) = sent {
+            self.shared
+                .pending
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&id);
+            return Err(e);
+        }
+        match rx.recv_timeout(timeout) {
+            Ok(reply) => reply,
+            Err(RecvTimeoutError::Timeout) => {
+                self.shared
+                    .pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&id);
+                self.notify(
+                    "notifications/cancelled",
+                    json!({"requestId": id, "reason": "timeout"}),
+                );
+                Err(UpstreamError::Timeout(timeout.as_millis()))
+            }
+            Err(RecvTimeoutError::Disconnected) => Err(self.exit_error()),
+        }
+    }
+
+    /// Why the session can no longer be used, if it cannot.
+    pub fn dead(&self) -> Option<UpstreamError> {
+        let dead = self
+            .shared
+            .dead
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(UpstreamError::Exited { stderr, .. }) = &dead {
+            // Name the exit status once the process is reaped.
+            let status = self
+                .child
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .try_wait()
+                .ok()
+                .flatten()
+                .map(|s| format!(" with {s}"))
+                .unwrap_or_default();
+            return Some(UpstreamError::Exited {
+                status,
+                stderr: stderr.clone(),
+            });
+        }
+        dead
+    }
+
+    /// Every tool, following `nextCursor`.
+    pub fn list_tools(&self, timeout: Duration) -> Result<Vec<Value>, UpstreamError> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..100 {
+            let params = match &cursor {
+                Some(c) => json!({"cursor": c}),
+                None => json!({}),
+            };
+            let page = self.request("tools/list", params, timeout)?;
+            if let Some(list) = page.get("tools").and_then(Value::as_array) {
+                tools.extend(list.iter().cloned());
+            }
+            cursor = page
+                .get("nextCursor")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            if cursor.is_none() {
+                break;
+            }
+        }
+        Ok(tools)
+    }
+
+    /// `tools/call`, wrapping a non-object input as `{value: input}` (the reference).
+    pub fn call_tool(&self, name: &str, arguments: Value, timeout: Duration) -> Reply {
+        let arguments = match arguments {
+            Value::Object(_) => arguments,
+            other => json!({ "value": other }),
+        };
+        self.request(
+            "tools/call",
+            json!({"name": name, "arguments": arguments}),
+            timeout,
+        )
+    }
+
+    /// Whether the server said its tools changed since the last call of this function.
+    pub fn take_list_changed(&self) -> bool {
+        self.shared.list_changed.swap(false, Ordering::Relaxed)
+    }
+
+    /// Notifications received (floods are counted, never kept).
+    pub fn notifications(&self) -> u64 {
+        self.shared.notifications.load(Ordering::Relaxed)
+    }
+
+    /// Stops the server.
+    pub fn kill(&self) {
+        let mut child = self.child.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for StdioSession {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The reference's tool-result mapping: `isError` → the joined text (or `MCP tool returned
+/// an error`) as an error; else `structuredContent`; else one text item JSON-parsed (or
+/// the raw text); several text items as an array of texts; otherwise the raw result.
+pub fn map_tool_result(result: &Value) -> Result<Value, String> {
+    let texts: Vec<&str> = result
+        .get("content")
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter(|i| i.get("type").and_then(Value::as_str) == Some("text"))
+                .filter_map(|i| i.get("text").and_then(Value::as_str))
+                .collect()
+        })
+        .unwrap_or_default();
+    if result.get("isError") == Some(&Value::Bool(true)) {
+        let joined = texts.join("\n");
+        return Err(if joined.is_empty() {
+            "MCP tool returned an error".into()
+        } else {
+            joined
+        });
+    }
+    if let Some(s) = result.get("structuredContent") {
+        return Ok(s.clone());
+    }
+    match texts.as_slice() {
+        [one] => Ok(serde_json::from_str(one).unwrap_or_else(|_| Value::String(one.to_string()))),
+        [] => Ok(result.clone()),
+        many => Ok(json!(many)),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_mapping_follows_the_reference() {
+        let text = |t: &str| json!({"content": [{"type": "text", "text": t}]});
+        assert_eq!(
+            map_tool_result(&text("{\"a\":1}")).unwrap(),
+            json!({"a": 1})
+        );
+        assert_eq!(map_tool_result(&text("plain")).unwrap(), json!("plain"));
+        assert_eq!(
+            map_tool_result(&json!({"content": [], "structuredContent": {"x": 2}})).unwrap(),
+            json!({"x": 2})
+        );
+        assert_eq!(
+            map_tool_result(&json!({"isError": true, "content": []})).unwrap_err(),
+            "MCP tool returned an error"
+        );
+        let two =
+            json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]});
+        assert_eq!(map_tool_result(&two).unwrap(), json!(["a", "b"]));
+    }
+
+    #[test]
+    fn a_long_line_is_refused_without_buffering_it_all() {
+        let big = vec![b'x'; MAX_LINE + 10];
+        let mut reader = std::io::Cursor::new(big);
+        let mut buf = Vec::new();
+        assert_eq!(
+            read_line(&mut reader, &mut buf).unwrap_err(),
+            UpstreamError::TooLarge
+        );
+        assert!(buf.len() <= MAX_LINE + 1);
+    }
+}
