@@ -1259,7 +1259,7 @@ fn mcp_import_of_a_real_server() {
         .iter()
         .find(|c| c["id"] == "everything/get-sum")
         .unwrap();
-    assert_eq!(sum["version"], "0.0.0");
+    assert_eq!(sum["version"], "2026.8.31");
     assert_eq!(sum["executable"], false);
     assert_eq!(sum["tags"], json!(["mcp", "imported", "stdio"]));
     assert_eq!(sum["effects"][0], "process.spawn");
