@@ -38,7 +38,8 @@ fn cap_bin() -> PathBuf {
     bin
 }
 
-fn report(name: &str, samples: &mut [u128]) {
+/// Prints n, p50 and p99; returns the p50 in µs.
+fn report(name: &str, samples: &mut [u128]) -> f64 {
     samples.sort_unstable();
     let p = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
     println!(
@@ -47,24 +48,43 @@ fn report(name: &str, samples: &mut [u128]) {
         p(0.50) as f64 / 1000.0,
         p(0.99) as f64 / 1000.0
     );
+    p(0.50) as f64 / 1000.0
 }
 
-fn call_request(id: u64) -> Value {
+/// The call a bench repeats and how its answer is checked.
+#[derive(Clone, Copy)]
+struct Call {
+    tool: &'static str,
+    arguments: fn() -> Value,
+    ok: fn(&Value) -> bool,
+}
+
+const SLUGIFY: Call = Call {
+    tool: "text__slugify",
+    arguments: || json!({"text": "Hello Capability World"}),
+    ok: |r| r["result"]["structuredContent"]["slug"] == "hello-capability-world",
+};
+
+fn echo(tool: &'static str) -> Call {
+    Call {
+        tool,
+        arguments: || json!({"message": "hello"}),
+        ok: |r| r["result"]["content"][0]["text"] == "Echo: hello",
+    }
+}
+
+fn call_request(call: Call, id: u64) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
-           "params": {"name": "text__slugify", "arguments": {"text": "Hello Capability World"}}})
+           "params": {"name": call.tool, "arguments": (call.arguments)()}})
 }
 
-fn check(response: &Value) {
-    assert_eq!(
-        response["result"]["structuredContent"]["slug"], "hello-capability-world",
-        "{response}"
-    );
+fn check(call: Call, response: &Value) {
+    assert!((call.ok)(response), "{response}");
 }
 
-fn stdio(home: &std::path::Path) {
-    let mut child = Command::new(cap_bin())
-        .args(["mcp-serve", "--expose", "text/slugify", "--home"])
-        .arg(home)
+/// p50 of `call` over stdio against `command` (µs).
+fn stdio(name: &str, command: &mut Command, call: Call) -> f64 {
+    let mut child = command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -94,21 +114,20 @@ fn stdio(home: &std::path::Path) {
         false,
     );
     for i in 0..500 {
-        check(&send(&call_request(i + 1), true).unwrap());
+        check(call, &send(&call_request(call, i + 1), true).unwrap());
     }
     let mut samples = Vec::with_capacity(5_000);
     for i in 0..5_000 {
         let t = Instant::now();
-        let r = send(&call_request(1_000 + i), true).unwrap();
+        let r = send(&call_request(call, 1_000 + i), true).unwrap();
         samples.push(t.elapsed().as_nanos());
-        check(&r);
+        check(call, &r);
     }
-    report(
-        "stdio tools/call text/slugify (cap mcp-serve)",
-        &mut samples,
-    );
+    let p50 = report(name, &mut samples);
     drop(stdin);
+    let _ = child.kill();
     let _ = child.wait();
+    p50
 }
 
 struct Server {
@@ -123,17 +142,9 @@ impl Drop for Server {
     }
 }
 
-fn http_server(home: &std::path::Path) -> Server {
-    let mut child = Command::new(cap_bin())
-        .args([
-            "mcp-serve",
-            "--expose",
-            "text/slugify",
-            "--listen",
-            "127.0.0.1:0",
-            "--home",
-        ])
-        .arg(home)
+fn http_server(command: &mut Command) -> Server {
+    let mut child = command
+        .args(["--listen", "127.0.0.1:0"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -236,7 +247,7 @@ impl Session {
     }
 }
 
-async fn http(home: &std::path::Path) {
+async fn http(name: &str, home: &std::path::Path, command: &mut Command, call: Call) {
     let out = Command::new(cap_bin())
         .args(["tokens", "add", "--agent", "bench", "--home"])
         .arg(home)
@@ -244,20 +255,27 @@ async fn http(home: &std::path::Path) {
         .unwrap();
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
     let token = doc["token"].as_str().unwrap().to_string();
-    let server = http_server(home);
+    let server = http_server(command);
 
     let mut one = Session::open(&server.addr, &token).await;
     for i in 0..300 {
-        check(&one.post(&call_request(i + 1)).await.unwrap().unwrap());
+        check(
+            call,
+            &one.post(&call_request(call, i + 1)).await.unwrap().unwrap(),
+        );
     }
     let mut samples = Vec::with_capacity(3_000);
     for i in 0..3_000 {
         let t = Instant::now();
-        let r = one.post(&call_request(1_000 + i)).await.unwrap().unwrap();
+        let r = one
+            .post(&call_request(call, 1_000 + i))
+            .await
+            .unwrap()
+            .unwrap();
         samples.push(t.elapsed().as_nanos());
-        check(&r);
+        check(call, &r);
     }
-    report("http tools/call text/slugify (one client)", &mut samples);
+    report(&format!("{name} over HTTP (one client)"), &mut samples);
 
     let clients = 64;
     let ok = Arc::new(AtomicU64::new(0));
@@ -275,10 +293,8 @@ async fn http(home: &std::path::Path) {
             while Instant::now() < deadline {
                 i += 1;
                 let t = Instant::now();
-                match s.post(&call_request(c * 1_000_000 + i)).await {
-                    Ok(Some(r))
-                        if r["result"]["structuredContent"]["slug"] == "hello-capability-world" =>
-                    {
+                match s.post(&call_request(call, c * 1_000_000 + i)).await {
+                    Ok(Some(r)) if (call.ok)(&r) => {
                         samples.push(t.elapsed().as_nanos());
                         ok.fetch_add(1, Ordering::Relaxed);
                     }
@@ -299,10 +315,14 @@ async fn http(home: &std::path::Path) {
     let elapsed = started.elapsed().as_secs_f64();
     let (ok, failed) = (ok.load(Ordering::Relaxed), failed.load(Ordering::Relaxed));
     println!(
-        "http tools/call text/slugify, {clients} concurrent clients: {:.0} calls/s, {ok} ok, {failed} failed",
+        "{name} over HTTP, {clients} concurrent clients: {:.0} calls/s, {ok} ok, {failed} failed",
         ok as f64 / elapsed
     );
     report("  latency under load", &mut all);
+}
+
+fn tools_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/mcp")
 }
 
 fn main() {
@@ -311,10 +331,72 @@ fn main() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    stdio(&dir.path().join("stdio-home"));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
-    runtime.block_on(http(&dir.path().join("http-home")));
+    let serve = |home: &std::path::Path| {
+        let mut c = Command::new(cap_bin());
+        c.args(["mcp-serve", "--expose", "text/slugify", "--home"])
+            .arg(home);
+        c
+    };
+    let home = dir.path().join("serve");
+    stdio(
+        "cap mcp-serve: tools/call text/slugify over stdio",
+        &mut serve(&home),
+        SLUGIFY,
+    );
+    runtime.block_on(http(
+        "cap mcp-serve: tools/call text/slugify",
+        &home,
+        &mut serve(&home),
+        SLUGIFY,
+    ));
+
+    // The gateway in front of server-everything: the same call direct and through it.
+    let everything =
+        tools_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    if !everything.exists() {
+        println!("gateway: skipped (install tools/mcp: see .ci/run)");
+        return;
+    }
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[server]]\nname = \"everything\"\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n",
+            everything.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let direct = stdio(
+        "server-everything direct: tools/call echo over stdio",
+        Command::new("node").arg(&everything).arg("stdio"),
+        echo("echo"),
+    );
+    let home = dir.path().join("gateway");
+    let gateway = |home: &std::path::Path| {
+        let mut c = Command::new(cap_bin());
+        c.args(["mcp-gateway", "--config"])
+            .arg(&config)
+            .arg("--home")
+            .arg(home);
+        c
+    };
+    let through = stdio(
+        "cap mcp-gateway: tools/call everything__echo over stdio",
+        &mut gateway(&home),
+        echo("everything__echo"),
+    );
+    println!(
+        "gateway added latency over stdio, p50: {:.1} µs",
+        through - direct
+    );
+    runtime.block_on(http(
+        "cap mcp-gateway: tools/call everything__echo",
+        &home,
+        &mut gateway(&home),
+        echo("everything__echo"),
+    ));
 }
