@@ -97,16 +97,7 @@ pub fn mcp_serve(args: McpServeArgs) -> Result<i32, String> {
                 .into(),
         );
     }
-    if let (Some(_), Some(addr)) = (&args.anonymous_agent, &args.listen) {
-        let loopback = addr
-            .parse::<std::net::SocketAddr>()
-            .is_ok_and(|a| a.ip().is_loopback());
-        if !loopback {
-            return Err(format!(
-                "mcp-serve: --anonymous-agent needs a loopback --listen address, not {addr}"
-            ));
-        }
-    }
+    check_anonymous(&args.anonymous_agent, &args.listen).map_err(|e| format!("mcp-serve: {e}"))?;
     let host = Arc::new(args.options.open(sources(&args.packages)?)?);
     let options = ServeOptions {
         expose: args.expose.clone(),
@@ -291,7 +282,8 @@ fn check_anonymous(anonymous: &Option<String>, listen: &Option<String>) -> Resul
 
 pub fn mcp_gateway(args: McpGatewayArgs) -> Result<i32, String> {
     use capability_mcp::{Gateway, GatewayConfig, GatewayServer};
-    check_anonymous(&args.anonymous_agent, &args.listen)?;
+    check_anonymous(&args.anonymous_agent, &args.listen)
+        .map_err(|e| format!("mcp-gateway: {e}"))?;
     let config = GatewayConfig::load(&args.config)?;
     let mut options = args.options.clone();
     options.policies.extend(config.policy.iter().cloned());
