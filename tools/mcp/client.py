@@ -63,15 +63,30 @@ async def main() -> int:
                 result = await client.call_tool(op["name"], op.get("arguments"), meta=op.get("meta"))
                 results.append(dump(result))
             elif kind == "wait_list_changed":
-                if op.get("touch"):
-                    path = op["touch"]
-                    with open(path, "w") as f:
-                        f.write(op["content"])
-                try:
-                    await asyncio.wait_for(changed.wait(), op.get("timeout", 10))
-                    ok = True
-                except asyncio.TimeoutError:
-                    ok = False
+                def touch():
+                    if op.get("touch"):
+                        with open(op["touch"], "w") as f:
+                            f.write(op["content"])
+                if str(client.protocol_version) >= "2026-07-28":
+                    # The 2026-07-28 way: a subscriptions/listen stream.
+                    async with client.listen(tools_list_changed=True) as sub:
+                        touch()
+
+                        async def first():
+                            async for _event in sub:
+                                return True
+                            return False
+                        try:
+                            ok = await asyncio.wait_for(first(), op.get("timeout", 10))
+                        except asyncio.TimeoutError:
+                            ok = False
+                else:
+                    touch()
+                    try:
+                        await asyncio.wait_for(changed.wait(), op.get("timeout", 10))
+                        ok = True
+                    except asyncio.TimeoutError:
+                        ok = False
                 tools = await client.list_tools()
                 results.append({"changed": ok, "tools": dump(tools)["tools"]})
             else:

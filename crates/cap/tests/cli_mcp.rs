@@ -625,31 +625,35 @@ fn a_changed_package_sends_tools_list_changed() {
     doc["capability"]["exports"]["fixture/plus"] = twin;
     let h = home.to_str().unwrap();
     let m = manifest.to_str().unwrap();
-    // Under 2026-07-28 notifications need `subscriptions/listen` (not built): the legacy
-    // session receives them.
-    let mut serve = vec!["--mode", "legacy"];
-    serve.extend(stdio_args(h, &["--package", m, "--expose", "fixture/*"]));
-    let out = py_client(
-        &serve,
-        &json!([
-            {"op": "list"},
-            {"op": "call", "name": "fixture__add", "arguments": {"a": 2, "b": 40}},
-            {"op": "wait_list_changed", "touch": m, "content": doc.to_string(), "timeout": 15},
-        ]),
-    );
-    let r = out["results"].as_array().unwrap();
-    assert_eq!(names(&r[0])[13..], ["fixture__add"]);
-    assert_eq!(r[1]["structuredContent"], json!({"result": 42}), "{}", r[1]);
-    let receipt = receipt_of(&home, &r[1]);
-    assert!(receipt["governance"].is_object() || receipt["execution"].is_object());
-    assert_eq!(r[2]["changed"], true);
-    let after: Vec<&str> = r[2]["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(after[13..], ["fixture__add", "fixture__plus"]);
+    // A legacy session gets the notification on its stream; a 2026-07-28 client through
+    // `subscriptions/listen`.
+    for (mode, version) in [("legacy", "2025-11-25"), ("auto", "2026-07-28")] {
+        std::fs::write(&manifest, &original).unwrap();
+        let mut serve = vec!["--mode", mode];
+        serve.extend(stdio_args(h, &["--package", m, "--expose", "fixture/*"]));
+        let out = py_client(
+            &serve,
+            &json!([
+                {"op": "list"},
+                {"op": "call", "name": "fixture__add", "arguments": {"a": 2, "b": 40}},
+                {"op": "wait_list_changed", "touch": m, "content": doc.to_string(), "timeout": 15},
+            ]),
+        );
+        assert_eq!(out["protocolVersion"], version);
+        let r = out["results"].as_array().unwrap();
+        assert_eq!(names(&r[0])[13..], ["fixture__add"]);
+        assert_eq!(r[1]["structuredContent"], json!({"result": 42}), "{}", r[1]);
+        let receipt = receipt_of(&home, &r[1]);
+        assert!(receipt["governance"].is_object() || receipt["execution"].is_object());
+        assert_eq!(r[2]["changed"], true);
+        let after: Vec<&str> = r[2]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(after[13..], ["fixture__add", "fixture__plus"]);
+    }
 }
 
 /// SIGTERM lets the call in flight finish: its receipt is kept and the process exits 0.

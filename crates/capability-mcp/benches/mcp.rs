@@ -217,6 +217,7 @@ impl Session {
         let req = req
             .body(Full::new(Bytes::from(msg.to_string())))
             .map_err(|e| e.to_string())?;
+        self.sender.ready().await.map_err(|e| e.to_string())?;
         let res = self
             .sender
             .send_request(req)

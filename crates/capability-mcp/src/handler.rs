@@ -7,7 +7,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
     PaginatedRequestParams, ProtocolVersion, ResultType, ServerCapabilities, ServerConfig,
 };
-use rmcp::service::{NotificationContext, RequestContext};
+use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
 use serde_json::Value;
 
@@ -24,9 +24,10 @@ pub(crate) enum Transport {
     Http,
 }
 
-/// Connected clients that receive `notifications/tools/list_changed`.
+/// Connected clients that receive `notifications/tools/list_changed`: legacy sessions
+/// (after `initialize`) and 2026-07-28 `subscriptions/listen` streams.
 #[derive(Default)]
-pub(crate) struct Peers(Mutex<Vec<Peer<RoleServer>>>);
+pub(crate) struct Peers(Mutex<Vec<Peer<RoleServer>>>, Mutex<Vec<SubscriptionSink>>);
 
 impl Peers {
     fn add(&self, peer: Peer<RoleServer>) {
@@ -34,6 +35,20 @@ impl Peers {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(peer);
+    }
+
+    fn listen(&self, sink: SubscriptionSink) {
+        self.1
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(sink);
+    }
+
+    fn unlisten(&self, id: &rmcp::model::RequestId) {
+        self.1
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|s| s.id() != id);
     }
 
     pub(crate) async fn notify_tool_list_changed(&self) {
@@ -49,6 +64,16 @@ impl Peers {
             }
         }
         *self.0.lock().unwrap_or_else(PoisonError::into_inner) = alive;
+        let sinks: Vec<SubscriptionSink> = self
+            .1
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        for sink in sinks {
+            if sink.notify_tool_list_changed().await.is_err() {
+                self.unlisten(sink.id());
+            }
+        }
     }
 }
 
@@ -148,5 +173,23 @@ impl<S: Surface> ServerHandler for Handler<S> {
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         self.surface.peers().add(context.peer);
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &rmcp::model::SubscriptionFilter,
+    ) -> Option<rmcp::model::SubscriptionFilter> {
+        let mut accepted = rmcp::model::SubscriptionFilter::new();
+        accepted.tools_list_changed = requested.tools_list_changed;
+        Some(accepted)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        let sink = context.sink().clone();
+        let id = sink.id().clone();
+        self.surface.peers().listen(sink);
+        context.cancelled().await;
+        self.surface.peers().unlisten(&id);
+        Ok(())
     }
 }

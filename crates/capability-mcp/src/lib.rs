@@ -31,7 +31,8 @@
 //!   ([`capability_core::mcp::to_mcp_tool`]). A call is governed with the Cedar action
 //!   `mcp_tool_call`; success gives `{content: [{type: "text", text: JSON of the output}],
 //!   structuredContent: output, _meta: {receiptId, capabilityId}}`. When the exposed set
-//!   changes ([`McpServer::set_host`]), connected clients get `tools/list_changed`.
+//!   changes ([`McpServer::set_host`]), connected clients get `tools/list_changed` (legacy
+//!   sessions on their stream, 2026-07-28 clients through `subscriptions/listen`).
 //!
 //! ## Callers and approvals
 //!
