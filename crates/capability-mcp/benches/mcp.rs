@@ -99,9 +99,15 @@ fn stdio(name: &str, command: &mut Command, call: Call) -> f64 {
         if !wait {
             return None;
         }
-        line.clear();
-        stdout.read_line(&mut line).unwrap();
-        Some(serde_json::from_str(&line).unwrap())
+        // Skip the server's notifications (server-everything sends some).
+        loop {
+            line.clear();
+            stdout.read_line(&mut line).unwrap();
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if v.get("id").is_some() {
+                return Some(v);
+            }
+        }
     };
     send(
         &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {

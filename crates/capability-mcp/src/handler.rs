@@ -101,6 +101,20 @@ fn internal(e: impl std::fmt::Display) -> McpError {
     McpError::internal_error(e.to_string(), None)
 }
 
+/// Runs blocking work (a capability may run sandboxed code for seconds): in place on a
+/// multi-threaded runtime (no hand-off to another thread; the runtime moves its other tasks
+/// away), else on the blocking pool.
+async fn blocking<R: Send + 'static>(
+    f: impl FnOnce() -> R + Send + 'static,
+) -> Result<R, McpError> {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
+        Ok(tokio::task::block_in_place(f))
+    } else {
+        tokio::task::spawn_blocking(f).await.map_err(internal)
+    }
+}
+
 impl<S: Surface> Handler<S> {
     fn actor(&self, context: &RequestContext<RoleServer>) -> Result<Actor, McpError> {
         match self.transport {
@@ -136,9 +150,7 @@ impl<S: Surface> ServerHandler for Handler<S> {
     ) -> Result<ListToolsResult, McpError> {
         let actor = self.actor(&context)?;
         let surface = self.surface.clone();
-        let tools = tokio::task::spawn_blocking(move || surface.list(&actor))
-            .await
-            .map_err(internal)?;
+        let tools = blocking(move || surface.list(&actor)).await?;
         let tools = Value::Array(tools);
         let mut result: ListToolsResult =
             serde_json::from_value(serde_json::json!({ "tools": tools })).map_err(internal)?;
@@ -160,12 +172,8 @@ impl<S: Surface> ServerHandler for Handler<S> {
             Some(m) if !m.0.0.is_empty() => Some(Value::Object(m.0.0)),
             _ => Some(Value::Object(context.meta.0.0.clone())),
         };
-        // The capability runs on a blocking thread: sandboxed code may take seconds.
-        let result = tokio::task::spawn_blocking(move || {
-            surface.call(&name, arguments, meta.as_ref(), &actor)
-        })
-        .await
-        .map_err(internal)?;
+        let result =
+            blocking(move || surface.call(&name, arguments, meta.as_ref(), &actor)).await?;
         let mut result: CallToolResult = serde_json::from_value(result).map_err(internal)?;
         result.result_type = Some(ResultType::COMPLETE);
         Ok(CallToolResponse::Complete(result))

@@ -211,6 +211,11 @@ pub(crate) async fn serve_http<S: Surface>(
     let ct = CancellationToken::new();
     let router = http_router(surface, ct.child_token());
     let stop = ct.clone();
+    // Responses are written in pieces (SSE): without TCP_NODELAY, Nagle's algorithm and
+    // the client's delayed ACK hold each answer ~40 ms.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             shutdown.await;
