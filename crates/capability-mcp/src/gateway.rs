@@ -581,7 +581,21 @@ impl Gateway {
     }
 
     fn session(&self, server: &str) -> Result<Arc<StdioSession>, String> {
-        self.refresh(false);
+        let alive = {
+            let upstreams = self
+                .upstreams
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            upstreams
+                .iter()
+                .find(|u| u.config.name == server)
+                .and_then(|u| u.session.as_ref())
+                .is_some_and(|s| s.dead().is_none())
+        };
+        if !alive {
+            // Restart a dead upstream now if its backoff has passed.
+            self.refresh(false);
+        }
         let upstreams = self
             .upstreams
             .lock()
@@ -627,15 +641,22 @@ impl Gateway {
         meta: Option<&Value>,
         actor: &Actor,
     ) -> Value {
-        self.refresh(false);
-        self.recheck_pins();
-        let found = self
-            .tools
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .find(|t| t.downstream == name)
-            .cloned();
+        // Upstream changes are picked up by `watch` (and by `list`); a call only re-reads
+        // the pins when its tool is quarantined, so that an accepted pin counts at once.
+        let find = || {
+            self.tools
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .find(|t| t.downstream == name)
+                .cloned()
+        };
+        let mut found = find();
+        if found.as_ref().is_none_or(|t| t.quarantined) {
+            self.refresh(false);
+            self.recheck_pins();
+            found = find();
+        }
         let Some(t) = found.filter(|t| self.visible_by_config(t)) else {
             return error_result(format!("Unknown tool: {name}"), None, None);
         };
