@@ -2,8 +2,10 @@
 
 use serde_json::{Map, Value, json};
 
+use std::path::Path;
+
 use crate::error::{GuestError, SandboxError};
-use crate::types::{Grants, Invocation, effects};
+use crate::types::{Grants, Invocation, ModuleKind, effects};
 
 /// Builds the request envelope: `{"op", "input", "plan", "output"?, "receipt"?, "manifest",
 /// "effects", "secrets"?}`. Secrets are included only when `secrets.read` is granted.
@@ -112,6 +114,52 @@ fn guest_error(err: Value) -> GuestError {
     }
 }
 
+/// Whether the module file the host loaded must report a manifest in the shim's handshake.
+/// The host decides this from what it loaded, never from what the guest says: a node module
+/// must export one (the shim refuses a module without it, so a `null` handshake can only be
+/// the guest writing it), a python module must when its source assigns a top-level
+/// `MANIFEST`. Native executables have no handshake.
+pub(crate) fn manifest_required(kind: ModuleKind, module: &Path) -> bool {
+    match kind {
+        ModuleKind::Node => true,
+        ModuleKind::Python => std::fs::read(module).map_or(true, |b| python_defines_manifest(&b)),
+        ModuleKind::Native | ModuleKind::Wasm => false,
+    }
+}
+
+/// A line `MANIFEST = ...` or `MANIFEST: ... = ...` at the top level of python source.
+fn python_defines_manifest(source: &[u8]) -> bool {
+    source.split(|&b| b == b'\n').any(|line| {
+        line.strip_prefix(b"MANIFEST").is_some_and(|rest| {
+            let rest = trim_ascii(rest);
+            rest.first().is_some_and(|&c| c == b'=' || c == b':')
+        })
+    })
+}
+
+/// Checks the manifest of a shim's handshake against the inert manifest's canonical hash.
+/// `null` passes only when `required` is false (see [`manifest_required`]); anything else
+/// must hash equal.
+pub(crate) fn check_handshake_manifest(
+    loaded: &Value,
+    required: bool,
+    id: &str,
+    expected: &str,
+) -> Result<(), SandboxError> {
+    if loaded.is_null() && !required {
+        return Ok(());
+    }
+    let loaded_hash = capability_core::json::canonical_hash(loaded);
+    if loaded_hash != expected {
+        return Err(SandboxError::ManifestMismatch {
+            id: id.to_string(),
+            expected: expected.to_string(),
+            loaded: loaded_hash,
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn trim_ascii(bytes: &[u8]) -> &[u8] {
     let start = bytes
         .iter()
@@ -190,6 +238,33 @@ mod tests {
                 ),
                 "{:?}",
                 String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    #[test]
+    fn the_host_decides_whether_a_manifest_is_required() {
+        assert!(python_defines_manifest(b"import os\nMANIFEST = {}\n"));
+        assert!(python_defines_manifest(b"MANIFEST: dict = {}"));
+        assert!(python_defines_manifest(b"MANIFEST={}"));
+        assert!(!python_defines_manifest(b"def f():\n    MANIFEST = {}\n"));
+        assert!(!python_defines_manifest(b"MANIFESTO = 1\n# MANIFEST = 2\n"));
+        let expected = capability_core::json::canonical_hash(&json!({"id": "a/b"}));
+        let check = |v: Value, required| check_handshake_manifest(&v, required, "a/b", &expected);
+        assert!(check(json!({"id": "a/b"}), true).is_ok());
+        assert!(check(Value::Null, false).is_ok());
+        for (v, required) in [
+            (Value::Null, true),
+            (json!({"id": "a/c"}), true),
+            (json!({"id": "a/c"}), false),
+            (json!(false), false),
+        ] {
+            assert!(
+                matches!(
+                    check(v, required),
+                    Err(SandboxError::ManifestMismatch { .. })
+                ),
+                "{required}"
             );
         }
     }
