@@ -56,7 +56,7 @@ pub fn parse_response(bytes: &[u8]) -> Result<Response, SandboxError> {
     if text.is_empty() {
         return Err(violation("the guest wrote no response on stdout".into()));
     }
-    let value = capability_core::json::parse(text).map_err(|e| {
+    let value = capability_core::json::parse_message(text).map_err(|e| {
         violation(format!(
             "stdout is not exactly one JSON object ({e}): {}",
             preview(text)

@@ -80,13 +80,14 @@ pub fn approvals_cmd(args: ApprovalsArgs) -> Result<i32, String> {
             let status = status
                 .map(|s| ApprovalStatus::parse(&s).map_err(|e| e.to_string()))
                 .transpose()?;
-            let list = manager
-                .list(&ApprovalFilter {
+            let (list, skipped) = manager
+                .list_checked(&ApprovalFilter {
                     status,
                     tenant,
                     limit,
                 })
                 .map_err(|e| e.to_string())?;
+            crate::commands::runtime::warn_skipped(&skipped);
             print_json(&Value::Array(list.iter().map(|r| r.to_json()).collect()))?;
         }
         ApprovalsCommand::Show { id } => {
