@@ -294,6 +294,11 @@ impl HostKey {
     fn sign(&self, bytes: &[u8]) -> Signature {
         self.signing.sign(bytes)
     }
+
+    /// Signs `bytes` (audit checkpoints).
+    pub(crate) fn sign_bytes(&self, bytes: &[u8]) -> Signature {
+        self.sign(bytes)
+    }
 }
 
 /// A signed, single-use approval token.

@@ -75,6 +75,12 @@ CREATE TABLE IF NOT EXISTS approval_requests (
     record TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS approval_requests_by_status ON approval_requests (status, created_at);
+CREATE TABLE IF NOT EXISTS audit_checkpoints (
+    counter INTEGER PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
 ";
 
 /// An event ready to be written: its canonical JSON text (serialized once, by the caller)
@@ -542,6 +548,37 @@ impl AuditStore for SqliteStore {
              ORDER BY seq LIMIT ?2",
             &[&from, &limit],
         )
+    }
+
+    fn record_checkpoint(&self, seq: u64, hash: &str, created_at: &str) -> Result<u64, StoreError> {
+        let (hash, created_at) = (hash.to_string(), created_at.to_string());
+        let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+        let counter = self
+            .db
+            .call(move |conn| {
+                conn.query_row(
+                    "INSERT INTO audit_checkpoints (counter, seq, hash, created_at)
+                     SELECT COALESCE(MAX(counter), 0) + 1, ?1, ?2, ?3 FROM audit_checkpoints
+                     RETURNING counter",
+                    params![seq, hash, created_at],
+                    |r| r.get::<_, i64>(0),
+                )
+            })
+            .map_err(|_| StoreError::WriterGone)?
+            .map_err(|e| self.db(e))?;
+        Ok(u64::try_from(counter).unwrap_or(0))
+    }
+
+    fn checkpoints_issued(&self) -> Result<u64, StoreError> {
+        let conn = lock(&self.conn);
+        let n: i64 = conn
+            .query_row(
+                "SELECT COALESCE(MAX(counter), 0) FROM audit_checkpoints",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.db(e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
     }
 
     fn head(&self) -> Result<Option<(u64, String)>, StoreError> {
