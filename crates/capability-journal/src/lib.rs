@@ -198,7 +198,7 @@ impl<E: std::fmt::Debug + std::fmt::Display> std::error::Error for RecoverError<
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::panic)]
     use super::*;
 
     #[test]

@@ -392,38 +392,34 @@ impl WasmEngine {
 
     /// Compiles once per digest (concurrent loads wait for the first) and caches the module.
     fn compile_and_cache(&self, bytes: &[u8], digest: [u8; 32]) -> Result<WasmModule, WasmError> {
+        let gate = self
+            .lock_cache()
+            .compiling
+            .entry(digest)
+            .or_default()
+            .clone();
+        let _compiling = gate.lock().unwrap_or_else(PoisonError::into_inner);
+        // Another thread may have compiled it while this one waited.
+        let again = self.lock_cache().get(&digest);
+        let compiled = match again {
+            Some(m) => Ok(m),
+            None => self.compile(bytes, digest),
+        };
+        let mut cache = self.lock_cache();
+        cache.compiling.remove(&digest);
+        let m = compiled?;
+        if !cache.entries.contains_key(&digest)
+            && cache.entries.len() >= self.inner.config.cache_capacity
+            && let Some(oldest) = cache
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| *k)
         {
-            {
-                let gate = self
-                    .lock_cache()
-                    .compiling
-                    .entry(digest)
-                    .or_default()
-                    .clone();
-                let _compiling = gate.lock().unwrap_or_else(PoisonError::into_inner);
-                // Another thread may have compiled it while this one waited.
-                let again = self.lock_cache().get(&digest);
-                let compiled = match again {
-                    Some(m) => Ok(m),
-                    None => self.compile(&bytes, digest),
-                };
-                let mut cache = self.lock_cache();
-                cache.compiling.remove(&digest);
-                let m = compiled?;
-                if !cache.entries.contains_key(&digest)
-                    && cache.entries.len() >= self.inner.config.cache_capacity
-                    && let Some(oldest) = cache
-                        .entries
-                        .iter()
-                        .min_by_key(|(_, (_, used))| *used)
-                        .map(|(k, _)| *k)
-                {
-                    cache.entries.remove(&oldest);
-                }
-                let now = cache.clock;
-                Ok(cache.entries.entry(digest).or_insert((m, now)).0.clone())
-            }
+            cache.entries.remove(&oldest);
         }
+        let now = cache.clock;
+        Ok(cache.entries.entry(digest).or_insert((m, now)).0.clone())
     }
 
     /// Reads a module file of at most `max_module_bytes`: a larger file is refused from its
