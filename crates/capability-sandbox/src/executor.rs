@@ -105,18 +105,14 @@ fn refused(message: String) -> HookError {
 /// guest saying `APPROVAL_REQUIRED` (or any other code the host itself uses) must not make the
 /// host's answer say so: the run failed with `EXECUTION_FAILED`, and the guest's code and
 /// message are in the details under `guest`.
-pub fn guest_hook_error(capability: &str, message: &str, code: Option<&str>) -> HookError {
+pub fn guest_hook_error(message: &str, code: Option<&str>) -> HookError {
     let mut guest = serde_json::Map::new();
     guest.insert("message".into(), message.into());
     if let Some(code) = code {
         guest.insert("code".into(), code.into());
     }
-    let what = match code {
-        Some(code) => format!("{capability} failed ({code}): {message}"),
-        None => format!("{capability} failed: {message}"),
-    };
     HookError::Capability(
-        CapabilityError::new(ErrorCode::ExecutionFailed, what)
+        CapabilityError::new(ErrorCode::ExecutionFailed, message)
             .with_details(serde_json::json!({"guest": guest})),
     )
 }
@@ -126,7 +122,7 @@ pub fn guest_hook_error(capability: &str, message: &str, code: Option<&str>) -> 
 /// [`guest_hook_error`]); boundary failures name the limit or refusal that stopped the run.
 pub fn hook_error(capability: &str, e: SandboxError) -> HookError {
     match e {
-        SandboxError::Guest(g) => guest_hook_error(capability, &g.message, g.code.as_deref()),
+        SandboxError::Guest(g) => guest_hook_error(&g.message, g.code.as_deref()),
         e
         @ (SandboxError::IntegrityMismatch { .. } | SandboxError::UnsupportedIntegrity { .. }) => {
             HookError::Capability(

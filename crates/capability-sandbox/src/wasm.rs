@@ -49,11 +49,11 @@ fn shared_engine() -> Result<WasmEngine, String> {
         .clone()
 }
 
-fn to_hook(capability: &str, e: WasmError) -> HookError {
+fn to_hook(e: WasmError) -> HookError {
     match e.kind() {
         WasmErrorKind::Guest => {
             let code = e.guest_error().and_then(|g| g.code.as_deref());
-            crate::executor::guest_hook_error(capability, e.message(), code)
+            crate::executor::guest_hook_error(e.message(), code)
         }
         WasmErrorKind::Integrity | WasmErrorKind::ManifestMismatch => HookError::Capability(
             CapabilityError::new(ErrorCode::InvalidPackageDeclaration, e.message()),
@@ -139,9 +139,7 @@ impl WasmExecutor {
         if let Some(i) = &m.integrity {
             wasm = wasm.with_integrity(i.clone());
         }
-        self.engine
-            .load_for_run(&wasm, limits)
-            .map_err(|e| to_hook(capability.id(), e))
+        self.engine.load_for_run(&wasm, limits).map_err(to_hook)
     }
 
     fn limits_for(&self, request: Option<&ExecutionRequest<'_>>) -> Limits {
@@ -166,12 +164,9 @@ impl WasmExecutor {
         let outcome = self
             .engine
             .run(&module, invocation, &self.grants(granted), &limits)
-            .map_err(|e| to_hook(capability.id(), e))?;
+            .map_err(to_hook)?;
         let boundary = outcome.boundary.to_isolation();
-        Ok((
-            outcome.result.map_err(|e| to_hook(capability.id(), e)),
-            boundary,
-        ))
+        Ok((outcome.result.map_err(to_hook), boundary))
     }
 }
 
