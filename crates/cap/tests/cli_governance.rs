@@ -444,3 +444,165 @@ when { context.input has amount_usd && context.input.amount_usd > 100 };
         "{text}"
     );
 }
+
+/// A home with `before` governed runs, a checkpoint taken (kept outside the home), then
+/// `after` more runs. Returns the home, the checkpoint file and the checkpoint's seq.
+fn checkpointed(before: usize, after: usize) -> (tempfile::TempDir, PathBuf, u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let run = |i: usize| {
+        let out = cap(
+            &home,
+            &["exec", "data/sha256", &format!(r#"{{"value":{i}}}"#)],
+        );
+        assert_eq!(out.status.code(), Some(0));
+    };
+    (0..before).for_each(run);
+    let out = cap(&home, &["audit", "checkpoint"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let checkpoint = stdout_json(&out);
+    let seq = checkpoint["seq"].as_u64().unwrap();
+    assert!(seq >= before as u64, "{checkpoint}");
+    assert!(checkpoint["signature"].is_string(), "{checkpoint}");
+    let file = dir.path().join("checkpoint.json");
+    std::fs::write(&file, checkpoint.to_string()).unwrap();
+    (before..before + after).for_each(run);
+    (dir, file, seq)
+}
+
+fn verify(home: &Path, checkpoint: Option<&Path>) -> (Option<i32>, Value) {
+    let mut args = vec!["audit", "verify"];
+    if let Some(c) = checkpoint {
+        args.extend(["--checkpoint", c.to_str().unwrap()]);
+    }
+    let out = cap(home, &args);
+    (out.status.code(), stdout_json(&out))
+}
+
+/// Rewrites the chain from `from` on with recomputed hashes (as someone who can write the
+/// database would), and moves the head to its end.
+fn rechain(db: &rusqlite::Connection, from: u64) {
+    let rows: Vec<(i64, String)> = db
+        .prepare("SELECT seq, event FROM audit_events WHERE seq >= ?1 ORDER BY seq")
+        .unwrap()
+        .query_map([from as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let mut prev: String = db
+        .query_row(
+            "SELECT hash FROM audit_events WHERE seq = ?1",
+            [from as i64 - 1],
+            |r| r.get(0),
+        )
+        .unwrap_or_else(|_| capability_policy::audit::GENESIS_HASH.to_string());
+    for (seq, event) in rows {
+        let hash = capability_policy::audit::chain_hash_text(seq as u64, &prev, &event);
+        db.execute(
+            "UPDATE audit_events SET prev_hash = ?1, hash = ?2 WHERE seq = ?3",
+            rusqlite::params![prev, hash, seq],
+        )
+        .unwrap();
+        prev = hash;
+    }
+    db.execute_batch(
+        "UPDATE audit_head SET seq = (SELECT MAX(seq) FROM audit_events),
+         hash = (SELECT hash FROM audit_events WHERE seq = (SELECT MAX(seq) FROM audit_events))",
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_signed_checkpoint_holds_while_the_log_grows() {
+    let (dir, file, seq) = checkpointed(2, 3);
+    let home = dir.path().join("home");
+    let (code, report) = verify(&home, Some(&file));
+    assert_eq!(code, Some(0), "{report}");
+    assert_eq!(report["checkpoint"]["ok"], true);
+    assert_eq!(report["checkpoint"]["seq"], seq);
+    assert_eq!(report["checkpoint"]["counter"], 1);
+    assert!(report["headSeq"].as_u64().unwrap() > seq, "{report}");
+    // The next checkpoint counts on.
+    let next = stdout_json(&cap(&home, &["audit", "checkpoint"]));
+    assert_eq!(next["counter"], 2);
+    assert_eq!(next["seq"], report["headSeq"]);
+    // A checkpoint edited by hand, or signed by another home's key, is refused.
+    let mut forged = json::parse(&std::fs::read(&file).unwrap()).unwrap();
+    forged["seq"] = json!(1);
+    std::fs::write(&file, forged.to_string()).unwrap();
+    let out = cap(
+        &home,
+        &["audit", "verify", "--checkpoint", file.to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("signature"), "{said}");
+    let (other, other_file, _) = checkpointed(1, 0);
+    let out = cap(
+        &home,
+        &[
+            "audit",
+            "verify",
+            "--checkpoint",
+            other_file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("not by this home's key"), "{said}");
+    drop(other);
+}
+
+#[test]
+fn a_signed_checkpoint_catches_truncation_and_a_rebuilt_chain() {
+    // Truncation: the newest events deleted (the checkpoint's among them), the head moved
+    // back. The chain alone is consistent again.
+    let (dir, file, seq) = checkpointed(3, 2);
+    let home = dir.path().join("home");
+    let db = rusqlite::Connection::open(home.join("capability.db")).unwrap();
+    let deleted = db
+        .execute("DELETE FROM audit_events WHERE seq >= ?1", [seq as i64 - 1])
+        .unwrap();
+    assert_eq!(deleted as u64, 10 - (seq - 2), "seq {seq}");
+    rechain(&db, seq - 1);
+    drop(db);
+    let (code, report) = verify(&home, None);
+    assert_eq!(code, Some(0), "the chain alone misses it: {report}");
+    let (code, report) = verify(&home, Some(&file));
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(report["ok"], false);
+    assert_eq!(report["checkpoint"]["ok"], false);
+    let problem = report["checkpoint"]["problem"].as_str().unwrap();
+    assert!(problem.contains("removed"), "{problem}");
+
+    // Re-chaining: an event before the checkpoint edited, every later hash recomputed.
+    let (dir, file, _) = checkpointed(3, 2);
+    let home = dir.path().join("home");
+    let db = rusqlite::Connection::open(home.join("capability.db")).unwrap();
+    let event = |db: &rusqlite::Connection| -> String {
+        db.query_row("SELECT event FROM audit_events WHERE seq = 3", [], |r| {
+            r.get(0)
+        })
+        .unwrap()
+    };
+    let before = event(&db);
+    db.execute(
+        "UPDATE audit_events SET event = replace(event, '\"allowed\"', '\"denied_before_execution\"') WHERE seq = 3",
+        [],
+    )
+    .unwrap();
+    assert_ne!(event(&db), before, "the event was edited");
+    rechain(&db, 3);
+    drop(db);
+    let (code, report) = verify(&home, None);
+    assert_eq!(code, Some(0), "the chain alone misses it: {report}");
+    let (code, report) = verify(&home, Some(&file));
+    assert_eq!(code, Some(1), "{report}");
+    let problem = report["checkpoint"]["problem"].as_str().unwrap();
+    assert!(problem.contains("edited"), "{problem}");
+}

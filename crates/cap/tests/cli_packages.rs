@@ -427,3 +427,203 @@ fn a_dangling_symlink_home_is_named_clearly() {
     assert!(stderr.contains("symbolic link"), "{stderr}");
     assert!(!stderr.contains("os error 17"), "{stderr}");
 }
+
+/// A package whose `fixture/deep` returns a value nested `input.n` levels deep (and whose
+/// input may nest as it likes).
+fn deep_package(dir: &std::path::Path) -> std::path::PathBuf {
+    let manifest = json!({
+        "specVersion": "0.1", "id": "fixture/deep", "version": "1.0.0", "name": "Deep",
+        "description": "Returns deeply nested output.", "effects": [],
+    });
+    std::fs::write(
+        dir.join("deep.mjs"),
+        format!(
+            "export const manifest = {manifest};\nexport default {{ manifest, async execute(input) {{ let v = 1; for (let i = 0; i < (input.n ?? 0); i++) v = {{ d: v }}; return v; }} }};\n"
+        ),
+    )
+    .unwrap();
+    let package = json!({
+        "name": "@fixture/deep", "version": "1.0.0", "type": "module",
+        "capability": {"specVersion": "0.1", "exports": {"fixture/deep": {"module": "./deep.mjs", "manifest": manifest}}},
+    });
+    let path = dir.join("package.json");
+    std::fs::write(&path, package.to_string()).unwrap();
+    path
+}
+
+/// `{"n": 0, "x": {"d": {"d": ...}}}` with the innermost object `levels` deep in the input.
+fn deep_input(levels: usize) -> String {
+    format!(
+        "{{\"n\":0,\"x\":{}1{}}}",
+        "{\"d\":".repeat(levels - 1),
+        "}".repeat(levels - 1)
+    )
+}
+
+fn depth(v: &Value) -> usize {
+    capability_core::json::depth(v)
+}
+
+const DEEP_APPROVAL: &str = r#"
+permit(principal, action, resource);
+@id("deep-needs-approval")
+@reason("deep inputs need a human")
+@decision("approval_required")
+forbid(principal, action == Action::"tool_call", resource == Capability::"fixture/deep")
+when { context.input has x };
+"#;
+
+#[test]
+fn what_is_accepted_nested_is_read_back_and_one_bad_record_never_stops_a_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let package = deep_package(dir.path());
+    let p = package.to_str().unwrap();
+    let home = dir.path().join("home");
+    let limit = capability_core::json::MAX_DEPTH;
+    assert_eq!(limit, 128);
+    // A guest output nested as deep as the limit is stored and read back.
+    let out = cap(
+        &home,
+        &["run", p, "fixture/deep", &format!("{{\"n\":{limit}}}")],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let deep_id = stdout_json(&out)["receiptId"].as_str().unwrap().to_string();
+    // Deeper than the limit: the run fails (with a receipt) instead of storing it.
+    for n in [limit + 1, 200] {
+        let out = cap(
+            &home,
+            &["run", p, "fixture/deep", &format!("{{\"n\":{n}}}")],
+        );
+        assert_eq!(out.status.code(), Some(1), "{n}");
+        assert!(stdout_json(&out)["error"]["code"].is_string());
+    }
+    // A caller input as deep as the limit is accepted; one deeper is refused up front.
+    let policy = dir.path().join("deep.cedar");
+    std::fs::write(&policy, DEEP_APPROVAL).unwrap();
+    let pol = policy.to_str().unwrap();
+    let out = cap(
+        &home,
+        &[
+            "run",
+            p,
+            "fixture/deep",
+            &deep_input(limit),
+            "--policy",
+            pol,
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let approval = stdout_json(&out)["approval"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for levels in [limit + 1, 200] {
+        let out = cap(
+            &home,
+            &[
+                "run",
+                p,
+                "fixture/deep",
+                &deep_input(levels),
+                "--policy",
+                pol,
+            ],
+        );
+        assert_eq!(out.status.code(), Some(1), "{levels}");
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(text.contains("nesting deeper than 128"), "{text}");
+    }
+    // Everything accepted reads back: show, list, export, approvals list and show, and a
+    // later approval request.
+    let shown = stdout_json(&cap(&home, &["receipts", "show", &deep_id]));
+    assert_eq!(depth(&shown["output"]), limit);
+    let listed = stdout_json(&cap(&home, &["receipts", "list"]));
+    assert_eq!(listed.as_array().unwrap().len(), 3, "{listed}");
+    let out = cap(&home, &["receipts", "export"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 3);
+    let approvals = stdout_json(&cap(&home, &["approvals", "list"]));
+    assert_eq!(approvals[0]["approvalId"], approval.as_str(), "{approvals}");
+    let out = cap(&home, &["approvals", "show", &approval]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cap(
+        &home,
+        &["run", p, "fixture/deep", &deep_input(3), "--policy", pol],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    // The audit log verifies and exports.
+    assert_eq!(cap(&home, &["audit", "verify"]).status.code(), Some(0));
+    assert_eq!(cap(&home, &["audit", "export"]).status.code(), Some(0));
+
+    // One corrupt record of each kind: the others are still listed, with a warning.
+    let db = rusqlite::Connection::open(home.join("capability.db")).unwrap();
+    db.execute(
+        "UPDATE receipts SET body = '{\"receiptId\": [' WHERE id = ?1",
+        [&deep_id],
+    )
+    .unwrap();
+    db.execute(
+        "UPDATE approval_requests SET record = 'not json' WHERE approval_id = ?1",
+        [&approval],
+    )
+    .unwrap();
+    drop(db);
+    let out = cap(&home, &["receipts", "list"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout_json(&out).as_array().unwrap().len(), 2);
+    let warning = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(
+        warning.contains("warning") && warning.contains(&deep_id),
+        "{warning}"
+    );
+    let out = cap(&home, &["receipts", "export"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 2);
+    let out = cap(&home, &["approvals", "list"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let listed = stdout_json(&out);
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&approval));
+    // ... and new approval requests still work.
+    let out = cap(
+        &home,
+        &["run", p, "fixture/deep", &deep_input(4), "--policy", pol],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}

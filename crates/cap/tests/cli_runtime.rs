@@ -298,3 +298,165 @@ fn the_readme_main_command_works() {
     assert_eq!(result["receipt"]["status"], "succeeded", "{result}");
     assert_eq!(result["capability"]["id"], args[1]);
 }
+
+/// A small xorshift generator: the kill -9 storm is random, but its seed is printed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Receipt ids in what a `cap exec` printed (the whole receipt, or the part before a kill).
+fn printed_receipt_ids(stdout: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(stdout);
+    text.match_indices("\"receiptId\": \"")
+        .filter_map(|(at, m)| {
+            let rest = &text[at + m.len()..];
+            rest.find('"').map(|end| rest[..end].to_string())
+        })
+        .collect()
+}
+
+/// Several `cap` processes against one home, a third of them killed with SIGKILL at random
+/// moments (while they open the home, replay a dead process's journals, execute, commit):
+/// every receipt any of them printed is found afterwards with its audit events, no process
+/// that was not killed failed, and the audit chain verifies.
+#[test]
+fn a_kill_9_storm_loses_no_receipt_and_fails_no_survivor() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let home = tempfile::tempdir().unwrap();
+    let seed = std::env::var("CAP_STORM_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    eprintln!("kill -9 storm seed: {seed} (CAP_STORM_SEED={seed} repeats it)");
+    let storm = Duration::from_secs(
+        std::env::var("CAP_STORM_SECS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(20),
+    );
+    let started = Instant::now();
+    let workers: Vec<_> = (0..4u64)
+        .map(|w| {
+            let home = home.path().to_path_buf();
+            std::thread::spawn(move || {
+                let mut rng = Rng(seed.wrapping_mul(w + 1) | 1);
+                let (mut printed, mut failures, mut killed, mut runs) =
+                    (Vec::new(), Vec::new(), 0, 0);
+                while started.elapsed() < storm {
+                    runs += 1;
+                    let text = format!("Storm {w} run {runs} {}", rng.next());
+                    let mut child = Command::new(env!("CARGO_BIN_EXE_cap"))
+                        .env("CAP_HOME", &home)
+                        .args(["exec", "text/slugify", &json!({"text": text}).to_string()])
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::piped())
+                        .spawn()
+                        .unwrap();
+                    if rng.below(3) == 0 {
+                        std::thread::sleep(Duration::from_millis(rng.below(120)));
+                        let _ = child.kill(); // SIGKILL; it may have exited already
+                    }
+                    let out = child.wait_with_output().unwrap();
+                    printed.extend(printed_receipt_ids(&out.stdout));
+                    if out.status.signal() == Some(libc_sigkill()) {
+                        killed += 1;
+                    } else if !out.status.success() {
+                        failures.push(format!(
+                            "{:?}: {}{}",
+                            out.status,
+                            String::from_utf8_lossy(&out.stdout),
+                            String::from_utf8_lossy(&out.stderr)
+                        ));
+                    }
+                }
+                (printed, failures, killed, runs)
+            })
+        })
+        .collect();
+    let (mut printed, mut failures, mut killed, mut runs) = (Vec::new(), Vec::new(), 0, 0);
+    for w in workers {
+        let (p, f, k, r) = w.join().unwrap();
+        printed.extend(p);
+        failures.extend(f);
+        killed += k;
+        runs += r;
+    }
+    eprintln!(
+        "{runs} runs, {killed} killed, {} receipts printed, {} failures, in {:?}",
+        printed.len(),
+        failures.len(),
+        started.elapsed()
+    );
+    assert!(
+        failures.is_empty(),
+        "surviving processes failed: {failures:#?}"
+    );
+    assert!(
+        killed > 0 && !printed.is_empty(),
+        "{runs} runs, {killed} killed"
+    );
+    // Every printed receipt is there, and its execution is in the audit log.
+    let listed = stdout_json(&cap(home.path(), &["receipts", "list"]));
+    let stored: std::collections::HashSet<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["receiptId"].as_str())
+        .collect();
+    let lost: Vec<&String> = printed
+        .iter()
+        .filter(|id| !stored.contains(id.as_str()))
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{} of {} printed receipts lost: {lost:?}",
+        lost.len(),
+        printed.len()
+    );
+    let audit = cap(home.path(), &["audit", "export"]);
+    assert_eq!(audit.status.code(), Some(0));
+    let mut executed = std::collections::HashSet::new();
+    for line in String::from_utf8_lossy(&audit.stdout).lines() {
+        let event = json::parse_record(line.as_bytes()).unwrap();
+        if event["outcome"] == "executed"
+            && let Some(id) = event["receipt_id"].as_str()
+        {
+            executed.insert(id.to_string());
+        }
+    }
+    let unaudited: Vec<&String> = printed
+        .iter()
+        .filter(|id| !executed.contains(*id))
+        .collect();
+    assert!(
+        unaudited.is_empty(),
+        "printed receipts without an audit event: {unaudited:?}"
+    );
+    let out = cap(home.path(), &["audit", "verify"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+fn libc_sigkill() -> i32 {
+    9
+}

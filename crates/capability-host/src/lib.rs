@@ -637,6 +637,31 @@ impl Host {
         capability_policy::audit::verify_store(self.audit.as_ref()).map_err(store_err)
     }
 
+    /// A signed checkpoint of the audit chain's head (see [`capability_policy::checkpoint`]),
+    /// to be kept elsewhere and given to [`Host::verify_audit_against`] later.
+    pub fn audit_checkpoint(&self) -> Result<Value, String> {
+        let now = capability_core::js::iso_from_millis(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        );
+        capability_policy::checkpoint::take(self.audit.as_ref(), self.approvals.key(), &now)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Verifies the audit chain and that it still extends a checkpoint signed by this home's
+    /// key (truncation, a rebuilt chain and an older database all fail).
+    pub fn verify_audit_against(
+        &self,
+        checkpoint: &Value,
+    ) -> Result<capability_policy::checkpoint::CheckpointReport, String> {
+        let checkpoint =
+            capability_policy::checkpoint::Checkpoint::verify(checkpoint, self.approvals.key())
+                .map_err(|e| e.to_string())?;
+        capability_policy::checkpoint::verify_against(self.audit.as_ref(), checkpoint)
+            .map_err(|e| e.to_string())
+    }
+
     /// Approvals: list, show, approve (the token), deny.
     pub fn approvals(&self) -> &Arc<ApprovalManager> {
         &self.approvals

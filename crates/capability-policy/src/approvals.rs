@@ -135,8 +135,17 @@ pub struct ApprovalFilter {
 pub trait ApprovalStore: Send + Sync {
     fn insert_approval(&self, record: &ApprovalRecord) -> Result<(), StoreError>;
     fn get_approval(&self, id: &str) -> Result<Option<ApprovalRecord>, StoreError>;
-    /// Newest first.
+    /// Newest first. A stored record that cannot be read is left out (see
+    /// [`ApprovalStore::list_approvals_checked`]), never failing the list.
     fn list_approvals(&self, filter: &ApprovalFilter) -> Result<Vec<ApprovalRecord>, StoreError>;
+    /// [`ApprovalStore::list_approvals`], and one message per record left out because it could
+    /// not be read.
+    fn list_approvals_checked(
+        &self,
+        filter: &ApprovalFilter,
+    ) -> Result<(Vec<ApprovalRecord>, Vec<String>), StoreError> {
+        Ok((self.list_approvals(filter)?, Vec::new()))
+    }
     /// Replaces the record if its stored status is still `expected`; returns whether it did.
     fn update_approval(
         &self,
@@ -285,6 +294,11 @@ impl HostKey {
     fn sign(&self, bytes: &[u8]) -> Signature {
         self.signing.sign(bytes)
     }
+
+    /// Signs `bytes` (audit checkpoints).
+    pub(crate) fn sign_bytes(&self, bytes: &[u8]) -> Signature {
+        self.sign(bytes)
+    }
 }
 
 /// A signed, single-use approval token.
@@ -425,6 +439,16 @@ impl ApprovalManager {
     pub fn list(&self, filter: &ApprovalFilter) -> Result<Vec<ApprovalRecord>, ApprovalError> {
         self.expire_stale()?;
         Ok(self.store.list_approvals(filter)?)
+    }
+
+    /// [`ApprovalManager::list`], and one message per stored record that could not be read
+    /// (left out of the list).
+    pub fn list_checked(
+        &self,
+        filter: &ApprovalFilter,
+    ) -> Result<(Vec<ApprovalRecord>, Vec<String>), ApprovalError> {
+        self.expire_stale()?;
+        Ok(self.store.list_approvals_checked(filter)?)
     }
 
     /// Marks pending approvals past their expiry as expired; returns how many.

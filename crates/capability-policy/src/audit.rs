@@ -692,6 +692,11 @@ pub trait AuditStore: Send + Sync {
     fn records(&self, from_seq: u64, limit: usize) -> Result<Vec<AuditRecord>, StoreError>;
     /// The head: last seq and hash.
     fn head(&self) -> Result<Option<(u64, String)>, StoreError>;
+    /// Records that a checkpoint of the head (`seq`, `hash`) was issued; returns its counter
+    /// (1 for the first, then one more each time). See [`crate::checkpoint`].
+    fn record_checkpoint(&self, seq: u64, hash: &str, created_at: &str) -> Result<u64, StoreError>;
+    /// How many checkpoints this store has issued.
+    fn checkpoints_issued(&self) -> Result<u64, StoreError>;
 }
 
 /// Verifies a store's whole chain, page by page.

@@ -156,6 +156,7 @@ pub mod action;
 pub mod approvals;
 pub mod audit;
 pub mod cedar;
+pub mod checkpoint;
 pub mod clock;
 pub mod decision;
 pub mod engine;

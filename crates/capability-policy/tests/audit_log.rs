@@ -229,6 +229,7 @@ fn other_tables_in_the_file_are_left_alone() {
         tables,
         [
             "approval_requests",
+            "audit_checkpoints",
             "audit_events",
             "audit_head",
             "receipts"

@@ -373,6 +373,18 @@ impl CapabilityRuntime {
         capability: &Arc<Capability>,
         input: Value,
     ) -> Result<Plan, CapabilityError> {
+        // One nesting limit on the way in and out: what is accepted can be stored and read
+        // back (receipts, pending plans and approvals hold the input).
+        let depth = capability_core::json::depth(&input);
+        if depth > capability_core::json::MAX_DEPTH {
+            return Err(CapabilityError::new(
+                ErrorCode::InvalidInput,
+                format!(
+                    "Input nests {depth} levels, deeper than the {} allowed",
+                    capability_core::json::MAX_DEPTH
+                ),
+            ));
+        }
         let issues = capability.validate_input(&input);
         if !issues.is_empty() {
             return Err(CapabilityError::new(
@@ -888,6 +900,17 @@ impl CapabilityRuntime {
             .execute(request)
             .map_err(|f| (f.error, f.isolation))?;
         capability_core::json::normalize_numbers(&mut executed.output);
+        let depth = capability_core::json::depth(&executed.output);
+        if depth > capability_core::json::MAX_DEPTH {
+            let e = CapabilityError::new(
+                ErrorCode::InvalidOutput,
+                format!(
+                    "Output nests {depth} levels, deeper than the {} allowed",
+                    capability_core::json::MAX_DEPTH
+                ),
+            );
+            return Err((HookError::Capability(e), Some(executed.isolation)));
+        }
         let issues = capability.validate_output(&executed.output);
         if !issues.is_empty() {
             let e =

@@ -182,3 +182,42 @@ fn a_live_store_journal_is_left_alone_and_receipts_wait_in_it_while_the_database
         "only the other store's journal is left"
     );
 }
+
+/// A value nested `levels` deep.
+fn nested(levels: usize) -> serde_json::Value {
+    let mut v = json!(1);
+    for _ in 0..levels {
+        v = json!({ "d": v });
+    }
+    v
+}
+
+#[test]
+fn a_journaled_receipt_as_deep_as_accepted_is_replayed_not_dropped() {
+    let home = tempfile::tempdir().unwrap();
+    drop(SqliteReceiptStore::open(home.path()).unwrap());
+    let journal = home.path().join("journal").join("receipts-4243-dead.jsonl");
+    let limit = capability_core::json::MAX_DEPTH;
+    let mut deep = receipt(
+        "r-deep",
+        "a/x",
+        ReceiptStatus::Succeeded,
+        "2026-01-01T00:00:00.000Z",
+    );
+    deep.input = nested(limit);
+    deep.output = Some(nested(limit));
+    std::fs::write(&journal, serde_json::to_string(&deep).unwrap() + "\n").unwrap();
+    let store = SqliteReceiptStore::open(home.path()).unwrap();
+    let back = store
+        .get("r-deep")
+        .unwrap()
+        .expect("the deep receipt was replayed");
+    assert_eq!(
+        capability_core::json::depth(back.output.as_ref().unwrap()),
+        limit
+    );
+    assert_eq!(back.input, nested(limit));
+    let listing = store.list_checked(&ReceiptQuery::default()).unwrap();
+    assert_eq!(listing.receipts.len(), 1);
+    assert!(listing.skipped.is_empty(), "{:?}", listing.skipped);
+}

@@ -101,24 +101,28 @@ fn refused(message: String) -> HookError {
     HookError::Capability(CapabilityError::new(ErrorCode::ExecutionFailed, message))
 }
 
-/// Maps a sandbox failure to what the capability "threw": guest errors keep their message
-/// (and their code when it is a capability error code); boundary failures name the limit or
-/// refusal that stopped the run.
+/// What a guest reported, as the run's error: the code is the guest's, never the run's. A
+/// guest saying `APPROVAL_REQUIRED` (or any other code the host itself uses) must not make the
+/// host's answer say so: the run failed with `EXECUTION_FAILED`, and the guest's code and
+/// message are in the details under `guest`.
+pub fn guest_hook_error(message: &str, code: Option<&str>) -> HookError {
+    let mut guest = serde_json::Map::new();
+    guest.insert("message".into(), message.into());
+    if let Some(code) = code {
+        guest.insert("code".into(), code.into());
+    }
+    HookError::Capability(
+        CapabilityError::new(ErrorCode::ExecutionFailed, message)
+            .with_details(serde_json::json!({"guest": guest})),
+    )
+}
+
+/// Maps a sandbox failure to what the capability "threw": guest errors become
+/// `EXECUTION_FAILED` with the guest's code and message in the details (see
+/// [`guest_hook_error`]); boundary failures name the limit or refusal that stopped the run.
 pub fn hook_error(capability: &str, e: SandboxError) -> HookError {
     match e {
-        SandboxError::Guest(g) => {
-            let code = g
-                .code
-                .as_deref()
-                .and_then(|c| ErrorCode::ALL.iter().copied().find(|k| k.as_str() == c));
-            match code {
-                Some(code) => HookError::Capability(CapabilityError::new(code, g.message)),
-                None => HookError::Other {
-                    name: "Error".into(),
-                    message: g.message,
-                },
-            }
-        }
+        SandboxError::Guest(g) => guest_hook_error(&g.message, g.code.as_deref()),
         e
         @ (SandboxError::IntegrityMismatch { .. } | SandboxError::UnsupportedIntegrity { .. }) => {
             HookError::Capability(

@@ -364,6 +364,9 @@ pub struct OciRun {
     pub env: Vec<(String, String)>,
     pub container_name: String,
     pub uses_shim: bool,
+    /// Whether the shim's handshake must carry a manifest (decided from the module file the
+    /// host loaded, see `protocol::manifest_required`).
+    pub manifest_required: bool,
 }
 
 /// Builds the `docker run` arguments (reference order, plus rlimits and no log driver):
@@ -507,6 +510,7 @@ fn build_args(
         env,
         container_name: container_name.to_string(),
         uses_shim,
+        manifest_required: uses_shim && protocol::manifest_required(kind, &module.host_path),
     })
 }
 
@@ -705,6 +709,7 @@ impl OciExecutor {
         let manifest_hash = capability_core::json::canonical_hash(&spec.manifest);
         let id = spec.id().to_string();
         let uses_shim = run.uses_shim;
+        let manifest_required = run.manifest_required;
         let initial = capability_core::json::to_js_string(&envelope) + "\n";
         let max_output = limits.max_output_bytes;
         let overflow = Arc::new(AtomicBool::new(false));
@@ -730,16 +735,12 @@ impl OciExecutor {
                         if value.get("error").is_some() {
                             return Ok(Body::Complete(line));
                         }
-                        if let Some(loaded) = value.get("manifest").filter(|v| !v.is_null()) {
-                            let loaded_hash = capability_core::json::canonical_hash(loaded);
-                            if loaded_hash != manifest_hash {
-                                return Err(SandboxError::ManifestMismatch {
-                                    id,
-                                    expected: manifest_hash,
-                                    loaded: loaded_hash,
-                                });
-                            }
-                        }
+                        protocol::check_handshake_manifest(
+                            value.get("manifest").unwrap_or(&serde_json::Value::Null),
+                            manifest_required,
+                            &id,
+                            &manifest_hash,
+                        )?;
                         let _ = stdin.write_all(b"{\"proceed\":true}\n");
                         drop(stdin);
                     } else {

@@ -704,6 +704,7 @@ impl ProcessSandbox {
         }
         let mut hello_error: Option<SandboxError> = None;
         let manifest_hash = capability_core::json::canonical_hash(&spec.manifest);
+        let manifest_required = protocol::manifest_required(target.kind, &module.host_path);
         let id = spec.id().to_string();
         let module_name = spec.module.clone();
         let mut hello = |line: &[u8]| -> Result<Vec<u8>, SandboxError> {
@@ -725,17 +726,12 @@ impl ProcessSandbox {
                 return Ok(Vec::new());
             }
             match value.get("manifest") {
-                Some(Value::Null) => {}
-                Some(loaded) => {
-                    let loaded_hash = capability_core::json::canonical_hash(loaded);
-                    if loaded_hash != manifest_hash {
-                        return Err(SandboxError::ManifestMismatch {
-                            id: id.clone(),
-                            expected: manifest_hash.clone(),
-                            loaded: loaded_hash,
-                        });
-                    }
-                }
+                Some(loaded) => protocol::check_handshake_manifest(
+                    loaded,
+                    manifest_required,
+                    &id,
+                    &manifest_hash,
+                )?,
                 None => {
                     return Err(SandboxError::ProtocolViolation {
                         detail: format!(

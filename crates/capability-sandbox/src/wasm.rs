@@ -52,14 +52,8 @@ fn shared_engine() -> Result<WasmEngine, String> {
 fn to_hook(e: WasmError) -> HookError {
     match e.kind() {
         WasmErrorKind::Guest => {
-            let code = e
-                .guest_error()
-                .and_then(|g| g.code.as_deref())
-                .and_then(|c| ErrorCode::ALL.iter().copied().find(|k| k.as_str() == c));
-            match code {
-                Some(code) => HookError::Capability(CapabilityError::new(code, e.message())),
-                None => HookError::msg(e.message()),
-            }
+            let code = e.guest_error().and_then(|g| g.code.as_deref());
+            crate::executor::guest_hook_error(e.message(), code)
         }
         WasmErrorKind::Integrity | WasmErrorKind::ManifestMismatch => HookError::Capability(
             CapabilityError::new(ErrorCode::InvalidPackageDeclaration, e.message()),
@@ -117,7 +111,12 @@ impl WasmExecutor {
         g
     }
 
-    fn module(&self, capability: &dyn CapabilityView) -> Result<WasmModule, HookError> {
+    /// The module, compiled within `limits.timeout`, and the limits left for its run.
+    fn module(
+        &self,
+        capability: &dyn CapabilityView,
+        limits: &Limits,
+    ) -> Result<(WasmModule, Limits), HookError> {
         let Some(m) = capability.module_source() else {
             return Err(HookError::msg(format!(
                 "{} is not a package module",
@@ -140,7 +139,7 @@ impl WasmExecutor {
         if let Some(i) = &m.integrity {
             wasm = wasm.with_integrity(i.clone());
         }
-        self.engine.load(&wasm).map_err(to_hook)
+        self.engine.load_for_run(&wasm, limits).map_err(to_hook)
     }
 
     fn limits_for(&self, request: Option<&ExecutionRequest<'_>>) -> Limits {
@@ -161,15 +160,10 @@ impl WasmExecutor {
         granted: &[String],
         request: Option<&ExecutionRequest<'_>>,
     ) -> Result<(Result<Value, HookError>, Value), HookError> {
-        let module = self.module(capability)?;
+        let (module, limits) = self.module(capability, &self.limits_for(request))?;
         let outcome = self
             .engine
-            .run(
-                &module,
-                invocation,
-                &self.grants(granted),
-                &self.limits_for(request),
-            )
+            .run(&module, invocation, &self.grants(granted), &limits)
             .map_err(to_hook)?;
         let boundary = outcome.boundary.to_isolation();
         Ok((outcome.result.map_err(to_hook), boundary))

@@ -231,6 +231,50 @@ fn connecting_is_not_listening() {
 }
 
 #[test]
+fn connecting_is_not_binding() {
+    let grants = Grants::none().effect("network.connect");
+    // Ports that are free now, for each family and protocol; the guest binds them without
+    // listening (a UDP socket bound to a port receives from anyone: a server).
+    let udp4 = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let udp6 = std::net::UdpSocket::bind("[::1]:0").unwrap();
+    let tcp6 = std::net::TcpListener::bind("[::1]:0").unwrap();
+    let ports = [
+        ("udp4", udp4.local_addr().unwrap().port()),
+        ("udp6", udp6.local_addr().unwrap().port()),
+        ("tcp6", tcp6.local_addr().unwrap().port()),
+        ("tcp4", udp4.local_addr().unwrap().port()),
+    ];
+    drop((udp4, udp6, tcp6));
+    for lang in ALL {
+        for (kind, port) in ports {
+            for p in [port, 0] {
+                let out = run(
+                    lang,
+                    json!({"action": "bind", "arg": kind, "port": p}),
+                    &grants,
+                );
+                let message =
+                    assert_refused(&out, &format!("{lang:?} {kind} bind {p}"), &["EACCES"]);
+                if lang == Lang::Native {
+                    assert!(message.starts_with("bind"), "{kind}: {message}");
+                }
+            }
+        }
+    }
+    // Nothing was left bound: the host can still take every one of the ports.
+    for (kind, port) in ports {
+        match kind {
+            "udp4" => drop(std::net::UdpSocket::bind(("127.0.0.1", port)).unwrap()),
+            "udp6" => drop(std::net::UdpSocket::bind(("::1", port)).unwrap()),
+            "tcp6" => drop(std::net::TcpListener::bind(("::1", port)).unwrap()),
+            _ => drop(std::net::TcpListener::bind(("127.0.0.1", port)).unwrap()),
+        }
+    }
+    // Connecting still works over UDP: python's and native's sendto bind no port themselves
+    // (the kernel picks one for the reply), as the DNS test in hostile_network.rs shows.
+}
+
+#[test]
 fn no_new_program_image_without_process_spawn() {
     let probes = [
         (

@@ -260,3 +260,40 @@ fn without_a_memory_cgroup_shared_memory_is_still_bounded() {
     assert!(!applied.enforced, "{applied:?}");
     assert!(applied.note.as_deref().unwrap_or("").contains("node"));
 }
+
+#[test]
+fn without_a_memory_cgroup_the_receipt_never_claims_what_only_holds_per_process() {
+    let sandbox = ProcessSandbox::new(SandboxConfig {
+        disable_cgroup: true,
+        ..SandboxConfig::default()
+    });
+    let spawn = Grants::none().effect("process.spawn");
+    for lang in [Lang::Js, Lang::Py, Lang::Native] {
+        let pkg = Package::new(lang);
+        for grants in [Grants::none(), spawn.clone()] {
+            let out = sandbox
+                .run(
+                    &pkg.spec,
+                    &Invocation::execute(json!({"action": "ok"})),
+                    &grants,
+                    &memory_limits(lang),
+                )
+                .unwrap();
+            assert_eq!(out.boundary.cgroup, "unavailable");
+            let applied = out.boundary.limit("memoryBytes").unwrap();
+            // Named by what held it, never by a cgroup that was not there.
+            assert!(!applied.mechanism.contains("cgroup"), "{applied:?}");
+            assert!(applied.mechanism.contains("rlimit"), "{applied:?}");
+            // Held for the whole sandbox only by one process of a runner that fits RLIMIT_AS:
+            // with process.spawn every child has its own, and node's RLIMIT_AS is above it.
+            let whole = lang != Lang::Js && !grants.has("process.spawn");
+            assert_eq!(applied.enforced, whole, "{lang:?} {applied:?}");
+            if !whole {
+                assert!(applied.note.as_deref().is_some_and(|n| !n.is_empty()));
+            }
+            // The process limit is named by its mechanism the same way.
+            let pids = out.boundary.limit("maxPids").unwrap();
+            assert!(!pids.mechanism.contains("cgroup"), "{pids:?}");
+        }
+    }
+}

@@ -85,10 +85,17 @@ fn dns_responder(socket: UdpSocket, answers: usize) -> std::thread::JoinHandle<u
                 break;
             };
             seen += 1;
-            let mut reply = buf[..n].to_vec();
+            // The header and the question only (a resolver may add an EDNS record).
+            let mut end = 12;
+            while end < n && buf[end] != 0 {
+                end += 1 + buf[end] as usize;
+            }
+            let mut reply = buf[..(end + 5).min(n)].to_vec();
             reply[2] = 0x81; // response, recursion desired
             reply[3] = 0x80; // recursion available, no error
             reply[7] = 1; // one answer
+            reply[10] = 0; // no additional records
+            reply[11] = 0;
             reply.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 127, 0, 0, 2]);
             socket.send_to(&reply, from).unwrap();
         }

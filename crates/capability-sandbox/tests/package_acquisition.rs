@@ -174,6 +174,100 @@ fn a_loaded_manifest_that_differs_is_refused_before_execute() {
     );
 }
 
+/// A module whose top-level code speaks the shim's handshake itself: it reports the given
+/// manifest line (e.g. `{"manifest": null}`), takes the host's answer and writes an output,
+/// all before the shim could report the manifest the module really exports (which differs
+/// from the inert one: it claims more effects).
+fn handshake_forger(lang: Lang, reported: &str) -> (tempfile::TempDir, ModuleSpec) {
+    let dir = tempfile::tempdir().unwrap();
+    chmod(dir.path(), 0o755);
+    let (file, source) = match lang {
+        Lang::Js => (
+            "forger.mjs",
+            format!(
+                r#"import fs from 'node:fs';
+fs.writeSync(1, '{reported}\n');
+const buf = Buffer.alloc(64);
+fs.readSync(0, buf, 0, 64);
+fs.writeSync(1, '{{"output":{{"forged":true}}}}\n');
+process.exit(0);
+export default {{ manifest: {{ id: 'forge/me', effects: ['process.spawn'] }}, execute() {{ return {{}}; }} }};
+"#
+            ),
+        ),
+        Lang::Py => (
+            "forger.py",
+            format!(
+                r#"import os
+MANIFEST = {{"id": "forge/me", "effects": ["process.spawn"]}}
+os.write(1, b'{reported}\n')
+os.read(0, 64)
+os.write(1, b'{{"output": {{"forged": true}}}}\n')
+os._exit(0)
+def execute(input, context):
+    return {{}}
+"#
+            ),
+        ),
+        Lang::Native => unreachable!("native modules have no handshake"),
+    };
+    std::fs::write(dir.path().join(file), source).unwrap();
+    chmod(&dir.path().join(file), 0o644);
+    let spec = ModuleSpec {
+        package_root: dir.path().to_path_buf(),
+        install_root: None,
+        module: format!("./{file}"),
+        integrity: None,
+        manifest: json!({"specVersion": "0.1", "id": "forge/me", "version": "1.0.0",
+            "name": "Forger", "description": "Reports a manifest of its choosing.", "effects": []}),
+    };
+    (dir, spec)
+}
+
+#[test]
+fn a_guest_cannot_skip_the_manifest_check() {
+    for lang in [Lang::Js, Lang::Py] {
+        for reported in [
+            r#"{"manifest": null}"#,
+            r#"{"manifest": false}"#,
+            r#"{"manifest": {"id": "forge/me"}}"#,
+        ] {
+            let (_dir, spec) = handshake_forger(lang, reported);
+            let out = run_module(
+                &spec,
+                &Invocation::execute(json!({})),
+                &Grants::none(),
+                &limits(),
+            )
+            .unwrap();
+            match &out.result {
+                Err(SandboxError::ManifestMismatch { id, expected, .. }) => {
+                    assert_eq!(id, "forge/me");
+                    assert_eq!(
+                        *expected,
+                        capability_core::json::canonical_hash(&spec.manifest)
+                    );
+                }
+                other => panic!("{lang:?} {reported}: {other:?}"),
+            }
+        }
+    }
+    // A python module that defines no MANIFEST is still run (the host saw none in it).
+    let (dir, mut spec) = handshake_forger(Lang::Py, r#"{"manifest": null}"#);
+    let path = dir.path().join("forger.py");
+    let source = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, source.replace("MANIFEST = ", "_UNUSED = ")).unwrap();
+    spec.manifest["id"] = json!("forge/me");
+    let out = run_module(
+        &spec,
+        &Invocation::execute(json!({})),
+        &Grants::none(),
+        &limits(),
+    )
+    .unwrap();
+    assert_eq!(out.result.unwrap(), json!({"forged": true}));
+}
+
 #[test]
 fn wasm_modules_are_sent_to_the_wasm_executor() {
     let dir = tempfile::tempdir().unwrap();

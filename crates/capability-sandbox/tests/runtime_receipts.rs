@@ -287,3 +287,61 @@ fn a_tampered_module_is_refused_before_it_runs() {
     assert_eq!(err.code, ErrorCode::InvalidPackageDeclaration, "{err:?}");
     assert_eq!(err.message, "Integrity check failed for hostile/tampered");
 }
+
+#[test]
+fn a_guest_error_code_is_the_guests_never_the_runs() {
+    for lang in common::ALL {
+        let pkg = common::Package::new(lang);
+        let executor = ModuleExecutor::new(Choice::Process).with_limits(limits());
+        let rt = CapabilityRuntime::builder()
+            .policy(EffectPolicy::permissive())
+            .executor(Arc::new(executor))
+            .build();
+        let source = ModuleSource {
+            package_root: pkg.dir.path().to_path_buf(),
+            module: pkg.spec.module.clone(),
+            integrity: None,
+        };
+        rt.register(Capability::module(&pkg.spec.manifest, source).unwrap())
+            .unwrap();
+        let id = pkg.spec.manifest["id"].as_str().unwrap().to_string();
+        // Codes the host itself answers with: a guest saying them must not make the host say so.
+        for code in [
+            "APPROVAL_REQUIRED",
+            "PERMISSION_DENIED",
+            "INVALID_INPUT",
+            "EWHATEVER",
+        ] {
+            let err = rt
+                .invoke(
+                    &id,
+                    json!({"action": "throw", "arg": code, "data": "guest says no"}),
+                    &ExecuteOptions::approved(),
+                )
+                .unwrap_err();
+            assert_eq!(
+                err.code,
+                ErrorCode::ExecutionFailed,
+                "{lang:?} {code}: {err:?}"
+            );
+            let details = err.details.clone().unwrap_or(Value::Null);
+            assert_eq!(details["guest"]["code"], code, "{lang:?}: {details}");
+            assert!(
+                details["guest"]["message"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("guest says no"),
+                "{lang:?}: {details}"
+            );
+            // The native program answers every op alike, so it already fails its plan (no
+            // receipt, the same top-level code); the shims' modules fail in execute.
+            let Some(receipt_id) = err.receipt_id.as_deref() else {
+                assert_eq!(lang, common::Lang::Native, "no receipt: {err:?}");
+                continue;
+            };
+            let receipt = rt.get_receipt(receipt_id).unwrap().unwrap();
+            let stored = receipt.error.as_ref().unwrap();
+            assert_eq!(stored.code.as_deref(), Some("EXECUTION_FAILED"), "{lang:?}");
+        }
+    }
+}

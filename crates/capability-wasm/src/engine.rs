@@ -291,6 +291,20 @@ impl WasmEngine {
     /// and link (an import the host does not provide fails here, as [`WasmErrorKind::Link`]);
     /// finally compare the embedded manifest with the spec's by canonical hash.
     pub fn load(&self, spec: &WasmModuleSpec) -> Result<WasmModule, WasmError> {
+        self.load_within(spec, None)
+    }
+
+    /// [`WasmEngine::load`] with a deadline for compiling: a module not in the cache is
+    /// compiled on a worker thread, and when `deadline` passes first the load is refused with
+    /// [`WasmErrorKind::Timeout`] ("compiling the module ..."). Compilation itself cannot be
+    /// interrupted: the worker finishes in the background (one per module digest at a time)
+    /// and caches the module, so the refusal comes on time while the host's CPU keeps being
+    /// spent for at most one compile of a module no larger than `max_module_bytes`.
+    pub fn load_within(
+        &self,
+        spec: &WasmModuleSpec,
+        deadline: Option<Instant>,
+    ) -> Result<WasmModule, WasmError> {
         let bytes: Arc<[u8]> = match &spec.source {
             ModuleSource::Bytes(b) => b.clone(),
             ModuleSource::Path(p) => self.read_module(p)?.into(),
@@ -310,38 +324,10 @@ impl WasmEngine {
         }
         let digest = integrity::sha256(&bytes);
         let cached = self.lock_cache().get(&digest);
-        let module = match cached {
-            Some(m) => m,
-            None => {
-                let gate = self
-                    .lock_cache()
-                    .compiling
-                    .entry(digest)
-                    .or_default()
-                    .clone();
-                let _compiling = gate.lock().unwrap_or_else(PoisonError::into_inner);
-                // Another thread may have compiled it while this one waited.
-                let again = self.lock_cache().get(&digest);
-                let compiled = match again {
-                    Some(m) => Ok(m),
-                    None => self.compile(&bytes, digest),
-                };
-                let mut cache = self.lock_cache();
-                cache.compiling.remove(&digest);
-                let m = compiled?;
-                if !cache.entries.contains_key(&digest)
-                    && cache.entries.len() >= self.inner.config.cache_capacity
-                    && let Some(oldest) = cache
-                        .entries
-                        .iter()
-                        .min_by_key(|(_, (_, used))| *used)
-                        .map(|(k, _)| *k)
-                {
-                    cache.entries.remove(&oldest);
-                }
-                let now = cache.clock;
-                cache.entries.entry(digest).or_insert((m, now)).0.clone()
-            }
+        let module = match (cached, deadline) {
+            (Some(m), _) => m,
+            (None, None) => self.compile_and_cache(&bytes, digest)?,
+            (None, Some(deadline)) => self.compile_before(bytes, digest, deadline)?,
         };
         if let (Some(inert), Some(embedded)) = (&spec.manifest, module.embedded_manifest()) {
             let inert_hash = capability_core::json::canonical_hash(inert);
@@ -354,6 +340,86 @@ impl WasmEngine {
             }
         }
         Ok(module)
+    }
+
+    /// Compiles on a worker thread and waits for it until `deadline`.
+    fn compile_before(
+        &self,
+        bytes: Arc<[u8]>,
+        digest: [u8; 32],
+        deadline: Instant,
+    ) -> Result<WasmModule, WasmError> {
+        let started = Instant::now();
+        let budget = deadline.saturating_duration_since(started);
+        let too_slow = || {
+            WasmError::new(
+                WasmErrorKind::Timeout,
+                format!(
+                    "compiling the module ({} bytes) did not finish within the {} ms left of \
+                     the timeout: refused before it ran",
+                    bytes.len(),
+                    millis(budget)
+                ),
+            )
+        };
+        if budget.is_zero() {
+            return Err(too_slow());
+        }
+        let (tx, rx) = mpsc::sync_channel(1);
+        let engine = self.clone();
+        let work = bytes.clone();
+        std::thread::Builder::new()
+            .name("capability-wasm-compile".into())
+            .spawn(move || {
+                // The receiver is gone when the deadline passed: the module stays cached.
+                let _ = tx.send(engine.compile_and_cache(&work, digest));
+            })
+            .map_err(|e| {
+                WasmError::new(
+                    WasmErrorKind::Internal,
+                    format!("cannot start a compile thread: {e}"),
+                )
+            })?;
+        match rx.recv_timeout(budget) {
+            Ok(result) => result,
+            Err(RecvTimeoutError::Timeout) => Err(too_slow()),
+            Err(RecvTimeoutError::Disconnected) => Err(WasmError::new(
+                WasmErrorKind::Internal,
+                "the compile thread ended without a result",
+            )),
+        }
+    }
+
+    /// Compiles once per digest (concurrent loads wait for the first) and caches the module.
+    fn compile_and_cache(&self, bytes: &[u8], digest: [u8; 32]) -> Result<WasmModule, WasmError> {
+        let gate = self
+            .lock_cache()
+            .compiling
+            .entry(digest)
+            .or_default()
+            .clone();
+        let _compiling = gate.lock().unwrap_or_else(PoisonError::into_inner);
+        // Another thread may have compiled it while this one waited.
+        let again = self.lock_cache().get(&digest);
+        let compiled = match again {
+            Some(m) => Ok(m),
+            None => self.compile(bytes, digest),
+        };
+        let mut cache = self.lock_cache();
+        cache.compiling.remove(&digest);
+        let m = compiled?;
+        if !cache.entries.contains_key(&digest)
+            && cache.entries.len() >= self.inner.config.cache_capacity
+            && let Some(oldest) = cache
+                .entries
+                .iter()
+                .min_by_key(|(_, (_, used))| *used)
+                .map(|(k, _)| *k)
+        {
+            cache.entries.remove(&oldest);
+        }
+        let now = cache.clock;
+        Ok(cache.entries.entry(digest).or_insert((m, now)).0.clone())
     }
 
     /// Reads a module file of at most `max_module_bytes`: a larger file is refused from its
@@ -459,8 +525,26 @@ impl WasmEngine {
         grants: &Grants,
         limits: &Limits,
     ) -> Result<RunOutcome, WasmError> {
-        let module = self.load(spec)?;
-        self.run(&module, invocation, grants, limits)
+        let (module, limits) = self.load_for_run(spec, limits)?;
+        self.run(&module, invocation, grants, &limits)
+    }
+
+    /// Loads `spec` within `limits.timeout` (see [`WasmEngine::load_within`]) and returns the
+    /// limits for the run with the time the load took taken off the timeout: compiling and
+    /// running together stay within it.
+    pub fn load_for_run(
+        &self,
+        spec: &WasmModuleSpec,
+        limits: &Limits,
+    ) -> Result<(WasmModule, Limits), WasmError> {
+        let started = Instant::now();
+        let module = self.load_within(spec, Some(started + limits.timeout))?;
+        let mut left = limits.clone();
+        left.timeout = limits
+            .timeout
+            .saturating_sub(started.elapsed())
+            .max(Duration::from_millis(1));
+        Ok((module, left))
     }
 
     /// Runs one invocation in a fresh instance.

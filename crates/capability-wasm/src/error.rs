@@ -163,17 +163,13 @@ impl WasmError {
         v
     }
 
-    /// The reference error code a failed receipt should carry: the guest's code when it named
-    /// one of the 13 reference codes, `INVALID_MANIFEST` / `INVALID_PACKAGE_DECLARATION` for
-    /// bad artifacts, `PERMISSION_DENIED` for bad grants, `EXECUTION_FAILED` otherwise.
+    /// The reference error code a failed receipt should carry: `INVALID_MANIFEST` /
+    /// `INVALID_PACKAGE_DECLARATION` for bad artifacts, `PERMISSION_DENIED` for bad grants,
+    /// `EXECUTION_FAILED` otherwise — also for a guest's error: a guest's code (even one of
+    /// the reference codes, such as `APPROVAL_REQUIRED`) is the guest's, reported as
+    /// `guestCode`, never the host's.
     pub fn error_code(&self) -> ErrorCode {
         match self.kind {
-            WasmErrorKind::Guest => self
-                .guest
-                .as_ref()
-                .and_then(|g| g.code.as_deref())
-                .and_then(|code| ErrorCode::ALL.into_iter().find(|c| c.as_str() == code))
-                .unwrap_or(ErrorCode::ExecutionFailed),
             WasmErrorKind::ManifestMismatch => ErrorCode::InvalidManifest,
             WasmErrorKind::Integrity | WasmErrorKind::InvalidModule | WasmErrorKind::Link => {
                 ErrorCode::InvalidPackageDeclaration

@@ -72,13 +72,14 @@ fn plan_verify_and_rollback() {
         e.guest_error().unwrap().code.as_deref(),
         Some("ROLLBACK_UNAVAILABLE")
     );
-    assert_eq!(e.error_code(), ErrorCode::RollbackUnavailable);
+    // The guest's code is the guest's: the host's code stays EXECUTION_FAILED.
+    assert_eq!(e.error_code(), ErrorCode::ExecutionFailed);
     assert_eq!(
         e.to_value(),
         json!({
             "kind": "guest",
             "message": "math/add has nothing to roll back",
-            "code": "ROLLBACK_UNAVAILABLE",
+            "code": "EXECUTION_FAILED",
             "guestCode": "ROLLBACK_UNAVAILABLE",
         })
     );
@@ -89,7 +90,11 @@ fn bad_input_is_a_guest_error_with_its_code() {
     let e = add(Op::Execute, json!({"a": "two", "b": 3}), None).unwrap_err();
     assert_eq!(e.kind(), WasmErrorKind::Guest);
     assert_eq!(e.message(), "input.a must be a number");
-    assert_eq!(e.error_code(), ErrorCode::InvalidInput);
+    assert_eq!(
+        e.guest_error().unwrap().code.as_deref(),
+        Some("INVALID_INPUT")
+    );
+    assert_eq!(e.error_code(), ErrorCode::ExecutionFailed);
 }
 
 #[test]

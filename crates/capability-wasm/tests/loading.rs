@@ -5,11 +5,11 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use capability_wasm::{
-    EngineConfig, Grants, Invocation, Limits, WasmEngine, WasmErrorKind, WasmModuleSpec,
+    EngineConfig, Grants, Invocation, Limits, Op, WasmEngine, WasmErrorKind, WasmModuleSpec,
     verify_integrity,
 };
 use common::*;
@@ -249,4 +249,92 @@ fn a_full_pool_refuses_new_runs_until_a_slot_frees() {
         .run(&add, &call, &Grants::none(), &Limits::default())
         .unwrap();
     assert_eq!(out.result.unwrap(), json!({"result": 2}));
+}
+
+/// A valid command module of `functions` functions of `ops` additions each: slow to compile.
+fn many_functions(functions: usize, ops: usize) -> Arc<[u8]> {
+    let mut text = String::from("(module (func (export \"_start\"))\n");
+    for _ in 0..functions {
+        text.push_str("(func (param i32) (result i32) local.get 0\n");
+        for i in 0..ops {
+            text.push_str(&format!("i32.const {i} i32.add\n"));
+        }
+        text.push_str(")\n");
+    }
+    text.push(')');
+    Arc::from(wat::parse_str(&text).unwrap())
+}
+
+#[test]
+fn compiling_past_the_timeout_is_refused_on_time() {
+    let bytes = many_functions(60, 100);
+    // A fresh engine: nothing cached, and the compile left running is its own.
+    let engine = WasmEngine::new(EngineConfig::default()).unwrap();
+    let spec = WasmModuleSpec::from_bytes(bytes.clone());
+    let limits = Limits {
+        timeout: Duration::from_millis(30),
+        ..Limits::default()
+    };
+    let started = Instant::now();
+    let e = engine
+        .run_spec(
+            &spec,
+            &Invocation::new(Op::Execute, json!({})),
+            &Grants::none(),
+            &limits,
+        )
+        .unwrap_err();
+    let waited = started.elapsed();
+    assert_eq!(e.kind(), WasmErrorKind::Timeout, "{e}");
+    assert!(e.message().contains("compiling"), "{}", e.message());
+    assert!(e.message().contains("timeout"), "{}", e.message());
+    assert!(
+        waited < Duration::from_millis(1500),
+        "refused after {waited:?}"
+    );
+    // Given the time, the same module compiles (the abandoned compile finished and cached it,
+    // or this one does).
+    let started = Instant::now();
+    let module = engine
+        .load_within(&spec, Some(Instant::now() + Duration::from_secs(300)))
+        .unwrap();
+    eprintln!(
+        "{} byte module: compiled after {:?} more",
+        bytes.len(),
+        started.elapsed()
+    );
+    assert_eq!(module.size(), bytes.len());
+    // A deadline already passed refuses at once, unless the module is cached.
+    let other = many_functions(3, 3);
+    let e = engine
+        .load_within(&WasmModuleSpec::from_bytes(other), Some(Instant::now()))
+        .unwrap_err();
+    assert_eq!(e.kind(), WasmErrorKind::Timeout);
+    assert!(engine.load_within(&spec, Some(Instant::now())).is_ok());
+}
+
+#[test]
+fn a_module_above_the_size_limit_is_refused_before_it_is_compiled() {
+    let engine = WasmEngine::new(EngineConfig {
+        max_module_bytes: 64 << 10,
+        ..EngineConfig::default()
+    })
+    .unwrap();
+    let bytes = many_functions(120, 200);
+    assert!(bytes.len() > 64 << 10, "{}", bytes.len());
+    let e = engine
+        .load(&WasmModuleSpec::from_bytes(bytes.clone()))
+        .unwrap_err();
+    assert_eq!(e.kind(), WasmErrorKind::InvalidModule);
+    assert!(e.message().contains("byte limit"), "{}", e.message());
+    // From a file: refused from its size (a sparse file far above the limit is never read).
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("big.wasm");
+    let f = std::fs::File::create(&path).unwrap();
+    f.set_len(8 << 30).unwrap();
+    let started = Instant::now();
+    let e = engine.load(&WasmModuleSpec::from_path(path)).unwrap_err();
+    assert!(e.message().contains("byte limit"), "{}", e.message());
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(engine.cached_modules(), 0);
 }

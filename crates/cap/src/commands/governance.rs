@@ -80,13 +80,14 @@ pub fn approvals_cmd(args: ApprovalsArgs) -> Result<i32, String> {
             let status = status
                 .map(|s| ApprovalStatus::parse(&s).map_err(|e| e.to_string()))
                 .transpose()?;
-            let list = manager
-                .list(&ApprovalFilter {
+            let (list, skipped) = manager
+                .list_checked(&ApprovalFilter {
                     status,
                     tenant,
                     limit,
                 })
                 .map_err(|e| e.to_string())?;
+            crate::commands::runtime::warn_skipped(&skipped);
             print_json(&Value::Array(list.iter().map(|r| r.to_json()).collect()))?;
         }
         ApprovalsCommand::Show { id } => {
@@ -145,8 +146,14 @@ pub enum AuditCommand {
     },
     /// One event with its chain position and hashes.
     Show { event_id: String },
-    /// Verify the hash chain; exits 1 with the first bad record.
-    Verify,
+    /// Verify the hash chain; exits 1 with the first bad record. With --checkpoint, also
+    /// that the log still extends a signed checkpoint (from `cap audit checkpoint`).
+    Verify {
+        #[arg(long)]
+        checkpoint: Option<PathBuf>,
+    },
+    /// Print a signed checkpoint of the chain's head, to keep somewhere else.
+    Checkpoint,
     /// Export every event.
     Export {
         #[arg(long, value_enum, default_value = "jsonl")]
@@ -175,16 +182,33 @@ pub fn audit_cmd(args: AuditArgs) -> Result<i32, String> {
             }
             None => Err(format!("audit event not found: {event_id}")),
         },
-        AuditCommand::Verify => {
+        AuditCommand::Verify { checkpoint: None } => {
             let report = host.verify_audit().map_err(|e| e.to_string())?;
-            let mut out =
-                json!({"ok": report.ok, "records": report.records, "headSeq": report.head_seq});
-            if let Some(bad) = &report.first_bad {
-                out["firstBad"] =
-                    json!({"seq": bad.seq, "eventId": bad.event_id, "problem": bad.problem});
-            }
-            print_json(&out)?;
+            print_json(&verify_json(&report))?;
             Ok(if report.ok { 0 } else { 1 })
+        }
+        AuditCommand::Verify {
+            checkpoint: Some(path),
+        } => {
+            let doc = read_json(&path)?;
+            let report = host
+                .verify_audit_against(&doc)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let mut out = verify_json(&report.chain);
+            out["ok"] = Value::Bool(report.ok());
+            out["checkpoint"] = json!({
+                "seq": report.checkpoint.seq,
+                "counter": report.checkpoint.counter,
+                "createdAt": report.checkpoint.created_at,
+                "ok": report.problem.is_none(),
+                "problem": report.problem,
+            });
+            print_json(&out)?;
+            Ok(if report.ok() { 0 } else { 1 })
+        }
+        AuditCommand::Checkpoint => {
+            print_json(&host.audit_checkpoint()?)?;
+            Ok(0)
         }
         AuditCommand::Export { format, out } => {
             let mut records = Vec::new();
@@ -225,6 +249,14 @@ pub fn audit_cmd(args: AuditArgs) -> Result<i32, String> {
             Ok(0)
         }
     }
+}
+
+fn verify_json(report: &capability_policy::audit::VerifyReport) -> Value {
+    let mut out = json!({"ok": report.ok, "records": report.records, "headSeq": report.head_seq});
+    if let Some(bad) = &report.first_bad {
+        out["firstBad"] = json!({"seq": bad.seq, "eventId": bad.event_id, "problem": bad.problem});
+    }
+    out
 }
 
 #[derive(Args, Debug)]

@@ -190,14 +190,24 @@ impl ReceiptFilter {
     }
 }
 
+/// One `warning:` line on stderr per stored record that could not be read (and was skipped).
+pub(crate) fn warn_skipped(skipped: &[String]) {
+    for s in skipped {
+        crate::output::error_line(&format!("warning: skipped unreadable {s}"));
+    }
+}
+
 pub fn receipts(args: ReceiptsArgs) -> Result<i32, String> {
     let host = open_home(&args.home)?;
     let store = host.receipts();
     match args.command {
         ReceiptsCommand::List(filter) => {
-            let receipts = store.list(&filter.query()?).map_err(|e| e.to_string())?;
+            let listing = store
+                .list_checked(&filter.query()?)
+                .map_err(|e| e.to_string())?;
+            warn_skipped(&listing.skipped);
             print_json(&Value::Array(
-                receipts.iter().map(|r| r.to_value()).collect(),
+                listing.receipts.iter().map(|r| r.to_value()).collect(),
             ))?;
             Ok(0)
         }
@@ -216,14 +226,19 @@ pub fn receipts(args: ReceiptsArgs) -> Result<i32, String> {
                 Some(path) => {
                     let mut file = std::fs::File::create(&path)
                         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-                    let n = export_jsonl(store.as_ref(), &query, &mut file)
+                    let (n, skipped) = export_jsonl(store.as_ref(), &query, &mut file)
                         .map_err(|e| e.to_string())?;
-                    print_json(&json!({"output": crate::output::absolute(&path), "receipts": n}))?;
+                    warn_skipped(&skipped);
+                    print_json(
+                        &json!({"output": crate::output::absolute(&path), "receipts": n, "skipped": skipped.len()}),
+                    )?;
                 }
                 None => {
                     let mut stdout = std::io::stdout().lock();
-                    export_jsonl(store.as_ref(), &query, &mut stdout).map_err(|e| e.to_string())?;
+                    let (_, skipped) = export_jsonl(store.as_ref(), &query, &mut stdout)
+                        .map_err(|e| e.to_string())?;
                     stdout.flush().map_err(|e| e.to_string())?;
+                    warn_skipped(&skipped);
                 }
             }
             Ok(0)

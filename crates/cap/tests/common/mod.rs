@@ -16,9 +16,10 @@ pub fn cap(home: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
-/// The JSON `cap` printed, or a panic showing stdout and stderr.
+/// The JSON `cap` printed (a record, which may hold accepted values a few levels down), or a
+/// panic showing stdout and stderr.
 pub fn stdout_json(out: &Output) -> Value {
-    capability_core::json::parse(&out.stdout).unwrap_or_else(|e| {
+    capability_core::json::parse_record(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "{e}: {} / {}",
             String::from_utf8_lossy(&out.stdout),

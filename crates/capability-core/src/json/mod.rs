@@ -16,7 +16,7 @@
 mod parse;
 mod write;
 
-pub use parse::{JsString, JsonNode, MAX_DEPTH, parse_node};
+pub use parse::{JsString, JsonNode, MAX_DEPTH, RECORD_DEPTH, parse_node, parse_node_within};
 pub(crate) use write::with_scratch;
 pub use write::{
     canonical_hash, canonical_node_string, canonical_string, compare_keys, compare_utf16,
@@ -85,6 +85,46 @@ pub fn parse(text: &[u8]) -> Result<Value, JsonError> {
 /// [`parse`] for text already known to be UTF-8.
 pub fn parse_str(text: &str) -> Result<Value, JsonError> {
     parse(text.as_bytes())
+}
+
+/// Parses a protocol message that wraps one value (`{"output": <value>}`): one level more
+/// than [`MAX_DEPTH`], so that the value inside may nest as deep as any accepted value.
+pub fn parse_message(text: &[u8]) -> Result<Value, JsonError> {
+    node_to_value(parse_node_within(text, MAX_DEPTH + 1)?)
+}
+
+/// Parses a stored record (nested at most [`RECORD_DEPTH`] levels: it holds values accepted
+/// with [`MAX_DEPTH`] a few levels down).
+pub fn parse_record(text: &[u8]) -> Result<Value, JsonError> {
+    node_to_value(parse_node_within(text, RECORD_DEPTH)?)
+}
+
+/// A stored record as `T`: [`parse_record`], then `serde_json::from_value` (which, unlike
+/// serde_json's text parser, has no 128-level limit of its own).
+pub fn from_record<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
+    let value = parse_record(text.as_bytes()).map_err(|e| e.to_string())?;
+    serde_json::from_value(value).map_err(|e| e.to_string())
+}
+
+/// How deeply arrays and objects nest in `value` (a scalar is 0, `[]` is 1); computed without
+/// recursion, so any value can be measured.
+pub fn depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, d)) = stack.pop() {
+        match v {
+            Value::Array(items) => {
+                deepest = deepest.max(d + 1);
+                stack.extend(items.iter().map(|i| (i, d + 1)));
+            }
+            Value::Object(members) => {
+                deepest = deepest.max(d + 1);
+                stack.extend(members.values().map(|i| (i, d + 1)));
+            }
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Canonical JSON of raw JSON text, accepting all that `JSON.parse` accepts.

@@ -7,8 +7,15 @@
 
 use super::JsonError;
 
-/// The deepest nesting of arrays and objects the parser accepts.
-pub const MAX_DEPTH: usize = 512;
+/// The deepest nesting of arrays and objects accepted in JSON from outside (documents, inputs,
+/// guest output): one limit on the way in and out. It is serde_json's own recursion limit, so
+/// whatever is accepted can also be handled by code that reads JSON with serde_json.
+pub const MAX_DEPTH: usize = 128;
+
+/// The deepest nesting accepted when reading back a stored record (a receipt, an approval, an
+/// audit event), which holds accepted values a few levels down: [`MAX_DEPTH`] plus room for
+/// the record's own structure, so that everything accepted can be read back.
+pub const RECORD_DEPTH: usize = MAX_DEPTH + 32;
 
 /// A string as JavaScript sees it: UTF-8, except that lone surrogates (which only an escape can
 /// produce) are kept as their generalized UTF-8 (WTF-8) three-byte sequences.
@@ -40,9 +47,18 @@ pub enum JsonNode {
     Object(Vec<(JsString, JsonNode)>),
 }
 
-/// Parses JSON text with `JSON.parse` semantics.
+/// Parses JSON text with `JSON.parse` semantics, nested at most [`MAX_DEPTH`] levels.
 pub fn parse_node(text: &[u8]) -> Result<JsonNode, JsonError> {
-    let mut p = Parser { s: text, i: 0 };
+    parse_node_within(text, MAX_DEPTH)
+}
+
+/// [`parse_node`] with another nesting limit.
+pub fn parse_node_within(text: &[u8], max_depth: usize) -> Result<JsonNode, JsonError> {
+    let mut p = Parser {
+        s: text,
+        i: 0,
+        max_depth,
+    };
     p.skip_ws();
     let v = p.value(0)?;
     p.skip_ws();
@@ -55,6 +71,7 @@ pub fn parse_node(text: &[u8]) -> Result<JsonNode, JsonError> {
 struct Parser<'a> {
     s: &'a [u8],
     i: usize,
+    max_depth: usize,
 }
 
 impl<'a> Parser<'a> {
@@ -85,6 +102,10 @@ impl<'a> Parser<'a> {
         }
     }
 
+    fn too_deep(&self) -> JsonError {
+        self.err(&format!("nesting deeper than {} levels", self.max_depth))
+    }
+
     fn value(&mut self, depth: usize) -> Result<JsonNode, JsonError> {
         match self.peek() {
             None => Err(self.err("unexpected end of input, expected a value")),
@@ -93,8 +114,8 @@ impl<'a> Parser<'a> {
             Some(b'f') => self.expect_lit(b"false").map(|_| JsonNode::Bool(false)),
             Some(b'"') => self.string().map(JsonNode::String),
             Some(b'[') => {
-                if depth >= MAX_DEPTH {
-                    return Err(self.err(&format!("nesting deeper than {MAX_DEPTH} levels")));
+                if depth >= self.max_depth {
+                    return Err(self.too_deep());
                 }
                 self.i += 1;
                 let mut items = Vec::new();
@@ -118,8 +139,8 @@ impl<'a> Parser<'a> {
                 }
             }
             Some(b'{') => {
-                if depth >= MAX_DEPTH {
-                    return Err(self.err(&format!("nesting deeper than {MAX_DEPTH} levels")));
+                if depth >= self.max_depth {
+                    return Err(self.too_deep());
                 }
                 self.i += 1;
                 let mut members: Vec<(JsString, JsonNode)> = Vec::new();

@@ -24,6 +24,7 @@ struct Inner {
     ids: HashSet<String>,
     head: Option<(u64, String)>,
     approvals: Vec<ApprovalRecord>,
+    checkpoints: u64,
 }
 
 impl Inner {
@@ -164,6 +165,17 @@ impl AuditStore for MemoryStore {
 
     fn head(&self) -> Result<Option<(u64, String)>, StoreError> {
         Ok(self.settled(|i| i.head.clone()))
+    }
+
+    fn record_checkpoint(&self, _: u64, _: &str, _: &str) -> Result<u64, StoreError> {
+        Ok(self.settled(|i| {
+            i.checkpoints += 1;
+            i.checkpoints
+        }))
+    }
+
+    fn checkpoints_issued(&self) -> Result<u64, StoreError> {
+        Ok(self.settled(|i| i.checkpoints))
     }
 }
 

@@ -75,6 +75,12 @@ CREATE TABLE IF NOT EXISTS approval_requests (
     record TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS approval_requests_by_status ON approval_requests (status, created_at);
+CREATE TABLE IF NOT EXISTS audit_checkpoints (
+    counter INTEGER PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
 ";
 
 /// An event ready to be written: its canonical JSON text (serialized once, by the caller)
@@ -249,7 +255,7 @@ impl SqliteStore {
                     // skipped.
                     let entries: Vec<Entry> = lines
                         .iter()
-                        .filter_map(|l| capability_core::json::parse_str(l).ok())
+                        .filter_map(|l| capability_core::json::parse_record(l.as_bytes()).ok())
                         .filter_map(|v| AuditEvent::from_json(&v).ok())
                         .map(|e| Entry::new(&e))
                         .collect();
@@ -402,7 +408,7 @@ impl Drop for SqliteStore {
 }
 
 fn parse_event(text: &str) -> Result<Value, StoreError> {
-    capability_core::json::parse_str(text).map_err(|e| StoreError::Corrupt {
+    capability_core::json::parse_record(text.as_bytes()).map_err(|e| StoreError::Corrupt {
         table: "audit_events",
         message: e.to_string(),
     })
@@ -544,6 +550,37 @@ impl AuditStore for SqliteStore {
         )
     }
 
+    fn record_checkpoint(&self, seq: u64, hash: &str, created_at: &str) -> Result<u64, StoreError> {
+        let (hash, created_at) = (hash.to_string(), created_at.to_string());
+        let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+        let counter = self
+            .db
+            .call(move |conn| {
+                conn.query_row(
+                    "INSERT INTO audit_checkpoints (counter, seq, hash, created_at)
+                     SELECT COALESCE(MAX(counter), 0) + 1, ?1, ?2, ?3 FROM audit_checkpoints
+                     RETURNING counter",
+                    params![seq, hash, created_at],
+                    |r| r.get::<_, i64>(0),
+                )
+            })
+            .map_err(|_| StoreError::WriterGone)?
+            .map_err(|e| self.db(e))?;
+        Ok(u64::try_from(counter).unwrap_or(0))
+    }
+
+    fn checkpoints_issued(&self) -> Result<u64, StoreError> {
+        let conn = lock(&self.conn);
+        let n: i64 = conn
+            .query_row(
+                "SELECT COALESCE(MAX(counter), 0) FROM audit_checkpoints",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.db(e))?;
+        Ok(u64::try_from(n).unwrap_or(0))
+    }
+
     fn head(&self) -> Result<Option<(u64, String)>, StoreError> {
         self.flush()?;
         let conn = lock(&self.conn);
@@ -575,9 +612,9 @@ impl AuditSink for SqliteStore {
 }
 
 fn record_from_text(text: &str) -> Result<ApprovalRecord, StoreError> {
-    serde_json::from_str(text).map_err(|e| StoreError::Corrupt {
+    capability_core::json::from_record(text).map_err(|message| StoreError::Corrupt {
         table: "approval_requests",
-        message: e.to_string(),
+        message,
     })
 }
 
@@ -624,13 +661,20 @@ impl ApprovalStore for SqliteStore {
     }
 
     fn list_approvals(&self, filter: &ApprovalFilter) -> Result<Vec<ApprovalRecord>, StoreError> {
+        Ok(self.list_approvals_checked(filter)?.0)
+    }
+
+    fn list_approvals_checked(
+        &self,
+        filter: &ApprovalFilter,
+    ) -> Result<(Vec<ApprovalRecord>, Vec<String>), StoreError> {
         let conn = lock(&self.conn);
         let limit = filter
             .limit
             .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
         let mut stmt = conn
             .prepare_cached(
-                "SELECT record FROM approval_requests
+                "SELECT approval_id, record FROM approval_requests
                  WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR tenant = ?2)
                  ORDER BY created_at DESC, rowid DESC LIMIT ?3",
             )
@@ -638,14 +682,27 @@ impl ApprovalStore for SqliteStore {
         let rows = stmt
             .query_map(
                 params![filter.status.map(|s| s.as_str()), filter.tenant, limit],
-                |r| r.get::<_, String>(0),
+                |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, rusqlite::types::Value>(1)?,
+                    ))
+                },
             )
             .map_err(|e| self.db(e))?;
-        let mut out = Vec::new();
+        let (mut out, mut skipped) = (Vec::new(), Vec::new());
         for row in rows {
-            out.push(record_from_text(&row.map_err(|e| self.db(e))?)?);
+            // One unreadable record is reported and skipped; the others are listed.
+            match row {
+                Ok((id, rusqlite::types::Value::Text(text))) => match record_from_text(&text) {
+                    Ok(r) => out.push(r),
+                    Err(e) => skipped.push(format!("approval {id}: {e}")),
+                },
+                Ok((id, _)) => skipped.push(format!("approval {id}: the record is not text")),
+                Err(e) => skipped.push(format!("an approval row cannot be read: {e}")),
+            }
         }
-        Ok(out)
+        Ok((out, skipped))
     }
 
     fn update_approval(

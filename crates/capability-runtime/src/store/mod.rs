@@ -63,29 +63,46 @@ pub trait ReceiptStore: Send + Sync {
     fn put(&self, receipt: Arc<Receipt>) -> Result<(), StoreError>;
     /// The receipt with that id.
     fn get(&self, receipt_id: &str) -> Result<Option<Arc<Receipt>>, StoreError>;
-    /// Receipts matching the query, newest first.
+    /// Receipts matching the query, newest first. A stored receipt that cannot be read is
+    /// left out (see [`ReceiptStore::list_checked`] for which), never failing the list.
     fn list(&self, query: &ReceiptQuery) -> Result<Vec<Arc<Receipt>>, StoreError>;
+    /// [`ReceiptStore::list`], and what was left out because it could not be read.
+    fn list_checked(&self, query: &ReceiptQuery) -> Result<Listing, StoreError> {
+        Ok(Listing {
+            receipts: self.list(query)?,
+            skipped: Vec::new(),
+        })
+    }
     /// Keeps a plan (by fingerprint) while its approval is pending.
     fn put_plan(&self, plan: &Plan) -> Result<(), StoreError>;
     /// The plan kept under that fingerprint.
     fn get_plan(&self, fingerprint: &str) -> Result<Option<Plan>, StoreError>;
 }
 
-/// Writes the receipts matching a query as JSON lines.
+/// The receipts of a query, and the stored ones that could not be read.
+#[derive(Debug, Default)]
+pub struct Listing {
+    pub receipts: Vec<Arc<Receipt>>,
+    /// One message per stored receipt left out (its id, when readable, and why).
+    pub skipped: Vec<String>,
+}
+
+/// Writes the receipts matching a query as JSON lines: how many, and what was skipped
+/// because it could not be read.
 pub fn export_jsonl(
     store: &dyn ReceiptStore,
     query: &ReceiptQuery,
     out: &mut dyn Write,
-) -> Result<usize, StoreError> {
-    let receipts = store.list(query)?;
-    for r in &receipts {
+) -> Result<(usize, Vec<String>), StoreError> {
+    let listing = store.list_checked(query)?;
+    for r in &listing.receipts {
         writeln!(
             out,
             "{}",
             capability_core::json::to_js_string(&r.to_value())
         )?;
     }
-    Ok(receipts.len())
+    Ok((listing.receipts.len(), listing.skipped))
 }
 
 /// Receipt ids are random UUIDs made by the runtime, so a fast non-keyed hash is safe here.

@@ -23,7 +23,7 @@ use capability_core::receipt::Receipt;
 use capability_journal::{Database, Job, Journal, WriteFailure, WriterGone};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{ReceiptQuery, ReceiptStore, StoreError};
+use super::{Listing, ReceiptQuery, ReceiptStore, StoreError};
 
 /// How much a returned `put` is protected against.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -185,7 +185,7 @@ impl SqliteReceiptStore {
                 let tx = conn.transaction().map_err(db_err)?;
                 for r in lines
                     .iter()
-                    .filter_map(|l| serde_json::from_str::<Receipt>(l).ok())
+                    .filter_map(|l| capability_core::json::from_record::<Receipt>(l).ok())
                 {
                     insert(&tx, &r).map_err(db_err)?;
                 }
@@ -264,10 +264,8 @@ impl ReceiptStore for SqliteReceiptStore {
             )
             .optional()
             .map_err(db_err)?;
-        body.map(|b| {
-            serde_json::from_str::<Plan>(&b).map_err(|e| StoreError::Corrupt(e.to_string()))
-        })
-        .transpose()
+        body.map(|b| capability_core::json::from_record::<Plan>(&b).map_err(StoreError::Corrupt))
+            .transpose()
     }
 
     fn put(&self, receipt: Arc<Receipt>) -> Result<(), StoreError> {
@@ -302,7 +300,7 @@ impl ReceiptStore for SqliteReceiptStore {
             .optional()
             .map_err(db_err)?;
         body.map(|b| {
-            serde_json::from_str::<Receipt>(&b)
+            capability_core::json::from_record::<Receipt>(&b)
                 .map(Arc::new)
                 .map_err(|e| StoreError::Corrupt(format!("{receipt_id}: {e}")))
         })
@@ -310,11 +308,15 @@ impl ReceiptStore for SqliteReceiptStore {
     }
 
     fn list(&self, query: &ReceiptQuery) -> Result<Vec<Arc<Receipt>>, StoreError> {
+        Ok(self.list_checked(query)?.receipts)
+    }
+
+    fn list_checked(&self, query: &ReceiptQuery) -> Result<Listing, StoreError> {
         self.flush()?;
         let conn = lock(&self.reader);
         let mut stmt = conn
             .prepare_cached(
-                "SELECT body FROM receipts
+                "SELECT id, body FROM receipts
                  WHERE (?1 IS NULL OR capability_id = ?1)
                    AND (?2 IS NULL OR status = ?2)
                    AND (?3 IS NULL OR started_at >= ?3)
@@ -335,16 +337,34 @@ impl ReceiptStore for SqliteReceiptStore {
                     query.until,
                     limit
                 ],
-                |row| row.get::<_, String>(0),
+                |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, rusqlite::types::Value>(1)?,
+                    ))
+                },
             )
             .map_err(db_err)?;
-        let mut out = Vec::new();
-        for body in rows {
-            let body = body.map_err(db_err)?;
-            out.push(Arc::new(
-                serde_json::from_str::<Receipt>(&body)
-                    .map_err(|e| StoreError::Corrupt(e.to_string()))?,
-            ));
+        let mut out = Listing::default();
+        for row in rows {
+            // One unreadable row (not text, not JSON, not a receipt) is reported and skipped.
+            let (id, body) = match row {
+                Ok((id, rusqlite::types::Value::Text(body))) => (id, body),
+                Ok((id, _)) => {
+                    out.skipped
+                        .push(format!("receipt {id}: the stored body is not text"));
+                    continue;
+                }
+                Err(e) => {
+                    out.skipped
+                        .push(format!("a receipt row cannot be read: {e}"));
+                    continue;
+                }
+            };
+            match capability_core::json::from_record::<Receipt>(&body) {
+                Ok(r) => out.receipts.push(Arc::new(r)),
+                Err(e) => out.skipped.push(format!("receipt {id}: {e}")),
+            }
         }
         Ok(out)
     }

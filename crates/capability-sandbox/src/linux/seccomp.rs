@@ -19,6 +19,15 @@
 //! `accept` and `accept4` always answer `EACCES`: no effect grants listening, and `listen` on an
 //! unbound socket would bind a port without any `bind` that landlock could see.
 //!
+//! `bind` answers `EACCES` whenever its address is as long as a `sockaddr_in` (16 bytes) or
+//! longer. A filter cannot read the address, but it can read its length, and the kernel
+//! refuses shorter addresses for `AF_INET` (16) and `AF_INET6` (24): so no internet socket is
+//! ever bound explicitly, TCP or UDP, IPv4 or IPv6, whatever the port (landlock only sees TCP,
+//! and only from ABI 4). What stays: netlink (`sockaddr_nl`, 12 bytes, which the C library
+//! binds for `getaddrinfo`), unix autobind and unix paths up to 13 bytes. The kernel's own
+//! ephemeral port on `connect` or `sendto` is not a `bind` and stays too; node's `dgram`,
+//! which always binds (port 0) before it sends, does not work in the sandbox.
+//!
 //! Without `process.spawn`, `execve` and `execveat` return `SECCOMP_RET_USER_NOTIF`: the
 //! sandbox init lets exactly the first one through (the runner's own exec, before any guest
 //! code runs) and then closes the listener, after which every `execve`/`execveat` fails with
@@ -209,7 +218,22 @@ fn socket_rules(p: &mut Vec<Insn>, network: bool) {
         ));
     }
     on_syscall(p, libc::SYS_socketpair, block);
+    // bind(fd, addr, addrlen): nothing as long as an internet address (see the module docs).
+    on_syscall(
+        p,
+        libc::SYS_bind,
+        vec![
+            stmt(BPF_LD_W_ABS, arg_lo(2)),
+            jump(BPF_JMP_JGE_K, SHORTEST_INET_ADDR, 0, 1),
+            stmt(BPF_RET_K, eacces),
+            stmt(BPF_RET_K, allow),
+        ],
+    );
 }
+
+/// `sizeof(struct sockaddr_in)`: the kernel refuses shorter addresses for `AF_INET` and (at
+/// 24) `AF_INET6`, so a `bind` with a shorter one cannot bind an internet socket.
+const SHORTEST_INET_ADDR: u32 = 16;
 
 /// Builds the filter for `policy`.
 pub fn build_filter(policy: &Policy) -> Vec<libc::sock_filter> {
@@ -462,6 +486,17 @@ mod tests {
             }
             for n in [libc::SYS_listen, libc::SYS_accept, libc::SYS_accept4] {
                 assert_eq!(run(f, nr(n), AUDIT_ARCH, 3), eacces);
+            }
+            let bind = |len: u64| run_args(f, nr(libc::SYS_bind), AUDIT_ARCH, &[3, 0, len]);
+            let inet = std::mem::size_of::<libc::sockaddr_in>() as u64;
+            let inet6 = std::mem::size_of::<libc::sockaddr_in6>() as u64;
+            let storage = std::mem::size_of::<libc::sockaddr_storage>() as u64;
+            for len in [inet, 24, inet6, storage, u64::from(u32::MAX)] {
+                assert_eq!(bind(len), eacces, "bind with {len} bytes");
+            }
+            let netlink = std::mem::size_of::<libc::sockaddr_nl>() as u64;
+            for len in [2, netlink, inet - 1] {
+                assert_eq!(bind(len), allow, "bind with {len} bytes");
             }
         }
         let pair = |f: &[libc::sock_filter], d: i32, t: i32| {
