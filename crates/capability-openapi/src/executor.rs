@@ -495,15 +495,11 @@ fn scrub_text(s: &str, secrets: &[String]) -> String {
 }
 
 fn scrub(v: &mut Value, secrets: &[String]) {
+    if secrets.is_empty() {
+        return;
+    }
     match v {
-        Value::String(s) => {
-            if secrets
-                .iter()
-                .any(|x| x.len() >= 4 && s.contains(x.as_str()))
-            {
-                *s = scrub_text(s, secrets);
-            }
-        }
+        Value::String(s) => *s = scrub_text(s, secrets),
         Value::Array(items) => items.iter_mut().for_each(|i| scrub(i, secrets)),
         Value::Object(m) => m.values_mut().for_each(|i| scrub(i, secrets)),
         _ => {}
