@@ -128,8 +128,9 @@ pub enum Command {
     Probe(Pending),
     #[command(hide = true)]
     Install(Pending),
-    #[command(hide = true)]
-    Openapi(Pending),
+    /// Import an OpenAPI document as inspections, or keep one in the home (add, list,
+    /// remove) so that its operations run as governed HTTP calls.
+    Openapi(commands::openapi::OpenapiArgs),
 }
 
 fn pending(name: &str) -> Result<i32, String> {
@@ -187,7 +188,7 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::NpmInspect(_) => pending("npm-inspect"),
         C::Probe(_) => pending("probe"),
         C::Install(_) => pending("install"),
-        C::Openapi(_) => pending("openapi"),
+        C::Openapi(a) => commands::openapi::openapi_cmd(a),
     }
 }
 

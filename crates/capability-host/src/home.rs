@@ -23,6 +23,10 @@ pub const DATABASE: &str = "capability.db";
 pub const JOURNALS: &str = "journal";
 /// The host key file in a home.
 pub const HOST_KEY: &str = "host.key";
+/// The directory of OpenAPI documents added with `cap openapi add`.
+pub const OPENAPI: &str = "openapi";
+/// Named secrets (a JSON object), read only when `secrets.read` is granted.
+pub const SECRETS: &str = "secrets.json";
 
 /// A capability home that exists (created when it did not).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,5 +150,15 @@ impl Home {
     /// `host.key`.
     pub fn host_key(&self) -> PathBuf {
         self.root.join(HOST_KEY)
+    }
+
+    /// `openapi/`: the OpenAPI documents kept in the home.
+    pub fn openapi(&self) -> PathBuf {
+        self.root.join(OPENAPI)
+    }
+
+    /// `secrets.json`: named secrets for credentials.
+    pub fn secrets(&self) -> PathBuf {
+        self.root.join(SECRETS)
     }
 }

@@ -88,7 +88,7 @@ pub use capability_policy::{ActionType, Actor, Governor};
 pub use capability_runtime::{Caller, Outcome, PendingApproval};
 pub use capability_sandbox::{HostGrants, OciImages};
 pub use home::Home;
-pub use sources::{Builtins, CapabilitySource, LocalPackage, PackageFile};
+pub use sources::{Builtins, CapabilitySource, LocalPackage, OpenApiSource, PackageFile};
 pub use tokens::{AuthError, Role, TokenRecord, TokenSpec, Tokens};
 
 /// The agent the host acts as when a request names none.
@@ -420,15 +420,23 @@ impl Host {
         // its WASM engine, ~10 ms to create) is built only when package code is registered.
         let mut loaded = Vec::new();
         let mut entries = Vec::new();
-        for source in &config.sources {
+        // The OpenAPI documents kept in the home are sources of every host on it.
+        let kept: Vec<Arc<dyn CapabilitySource>> = OpenApiSource::from_home(&home)
+            .map_err(HostError::Source)?
+            .into_iter()
+            .map(|s| Arc::new(s) as Arc<dyn CapabilitySource>)
+            .collect();
+        for source in config.sources.iter().chain(&kept) {
             let capabilities = source.capabilities().map_err(HostError::Source)?;
             loaded.push((source.name(), capabilities));
             entries.extend(source.index_entries());
         }
-        let has_modules = loaded
-            .iter()
-            .flat_map(|(_, caps)| caps)
-            .any(|c| !c.is_native());
+        let has_modules = loaded.iter().flat_map(|(_, caps)| caps).any(|c| {
+            matches!(
+                c.implementation(),
+                capability_runtime::capability::Implementation::Module(_)
+            )
+        });
         let mut builder = CapabilityRuntime::builder()
             .policy(config.preset.policy())
             .store(Arc::clone(&stores.receipts))
@@ -495,9 +503,42 @@ impl Host {
             approved: request.approve_effects,
             metadata: request.metadata.clone(),
             timeout,
-            caller: Some(request.caller.clone()),
+            caller: Some(self.caller(request)),
             ..Default::default()
         }
+    }
+
+    /// The request's caller, with the facts of an HTTP operation as labels that policies
+    /// read (`context.labels.method`, `path`, `operationId`, `server`). They come from the
+    /// registered operation, never from the caller: a caller's labels of those names are
+    /// replaced.
+    fn caller(&self, request: &Request) -> Caller {
+        let mut caller = request.caller.clone();
+        let Some(capability) = self.runtime.registry().get(&request.capability) else {
+            return caller;
+        };
+        if !matches!(
+            capability.implementation(),
+            capability_runtime::capability::Implementation::Executor(_)
+        ) {
+            return caller;
+        }
+        let Some(meta) = capability.manifest().metadata.as_ref() else {
+            return caller;
+        };
+        if meta.get("openapiOperationId").is_none() {
+            return caller;
+        }
+        for (label, key) in [
+            ("method", "method"),
+            ("path", "path"),
+            ("operationId", "openapiOperationId"),
+            ("server", "server"),
+        ] {
+            let value = meta.get(key).and_then(Value::as_str).unwrap_or_default();
+            caller.labels.insert(label.into(), value.into());
+        }
+        caller
     }
 
     /// Refuses a module capability the trust policy does not accept.

@@ -65,6 +65,10 @@ pub enum Implementation {
     Native(Hooks),
     /// A package module, run by an isolating executor.
     Module(ModuleSource),
+    /// Run by its own executor: an operation of a remote API (an OpenAPI HTTP call, an MCP
+    /// upstream tool) that the executor reaches across its boundary. The executor's plan,
+    /// verify and rollback hooks apply.
+    Executor(Arc<dyn capability_exec::Executor>),
     /// Metadata only: inspectable, never executable.
     Inert,
 }
@@ -137,6 +141,17 @@ impl Capability {
         Capability::new(
             Manifest::from_value(manifest)?,
             Implementation::Module(source),
+        )
+    }
+
+    /// A capability run by its own executor (see [`Implementation::Executor`]).
+    pub fn with_executor(
+        manifest: &Value,
+        executor: Arc<dyn capability_exec::Executor>,
+    ) -> Result<Self, CapabilityError> {
+        Capability::new(
+            Manifest::from_value(manifest)?,
+            Implementation::Executor(executor),
         )
     }
 

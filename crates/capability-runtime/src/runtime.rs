@@ -337,7 +337,10 @@ impl CapabilityRuntime {
         self.registry.discover_with(query, ranker)
     }
 
-    fn executor_for(&self, capability: &Capability) -> Result<&dyn Executor, CapabilityError> {
+    fn executor_for<'a>(
+        &'a self,
+        capability: &'a Capability,
+    ) -> Result<&'a dyn Executor, CapabilityError> {
         match capability.implementation() {
             Implementation::Native(_) => Ok(&IN_PROCESS),
             Implementation::Module(_) => match &self.module_executor {
@@ -350,6 +353,7 @@ impl CapabilityRuntime {
                     ),
                 )),
             },
+            Implementation::Executor(e) => Ok(e.as_ref()),
             Implementation::Inert => Err(CapabilityError::new(
                 ErrorCode::ExecutionFailed,
                 format!(
@@ -407,7 +411,7 @@ impl CapabilityRuntime {
                 hook(&input, &ctx).map_err(hook_to_plan_error)?
             }
             None => match capability.implementation() {
-                Implementation::Module(_) => self
+                Implementation::Module(_) | Implementation::Executor(_) => self
                     .executor_for(capability)?
                     .plan(capability.as_ref(), &input, &cancel)
                     .map_err(hook_to_plan_error)?

@@ -1,0 +1,817 @@
+//! Operations as executable capabilities: the executable manifest of each operation and the
+//! [`Executor`] that plans and sends its HTTP request.
+//!
+//! The executable manifest is the reference manifest with what execution needs: schemas
+//! bundled so that they compile (local `$ref`s copied under `$defs`), a `cookies` input group
+//! for cookie parameters, an output schema that admits every `2xx` response, `secrets.read`
+//! declared next to `network.connect` when the operation carries credentials, and the server
+//! in `metadata.server`.
+//!
+//! Credentials come from [`SecretRef`]s (`env:NAME` or a name in the home's secrets file),
+//! are read at execution only when `secrets.read` was granted, and never appear in plans,
+//! receipts, audit events or errors: the plan names the scheme and where the credential goes,
+//! and any occurrence of a secret value in an error or output is replaced by `[redacted]`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use capability_core::binder::CancelToken;
+use capability_core::plan::PlanDetails;
+use capability_core::receipt::{Receipt, Verification};
+use capability_core::schema::CompiledSchema;
+use capability_core::{CapabilityError, ErrorCode};
+use capability_exec::{
+    CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor, HookError, HookResult,
+    IsolationTier, effects,
+};
+use serde_json::{Value, json};
+
+use crate::document::{Version, bundle_schema, deref_chain};
+use crate::error::ImportError;
+use crate::http::{HttpClient, Incoming, Origin, Outgoing, origin_of};
+use crate::import::{Import, ImportOptions, Location, Operation, import};
+use crate::request::{RequestSpec, build_request};
+
+/// Where a credential comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SecretRef {
+    /// An environment variable of the host.
+    Env(String),
+    /// A member of the home's secrets file.
+    Named(String),
+}
+
+impl SecretRef {
+    /// `env:NAME`, `secret:NAME` or `NAME` (a name in the secrets file).
+    pub fn parse(s: &str) -> Result<SecretRef, String> {
+        let (kind, name) = match s.split_once(':') {
+            Some(("env", n)) => ("env", n),
+            Some(("secret", n)) => ("secret", n),
+            Some((other, _)) => {
+                return Err(format!(
+                    "unknown secret kind {other:?}: use env:NAME or secret:NAME"
+                ));
+            }
+            None => ("secret", s),
+        };
+        if name.is_empty()
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+        {
+            return Err(format!("invalid secret name {name:?}"));
+        }
+        Ok(if kind == "env" {
+            SecretRef::Env(name.into())
+        } else {
+            SecretRef::Named(name.into())
+        })
+    }
+
+    /// The reference as written (`env:NAME` / `secret:NAME`): safe to show.
+    pub fn to_text(&self) -> String {
+        match self {
+            SecretRef::Env(n) => format!("env:{n}"),
+            SecretRef::Named(n) => format!("secret:{n}"),
+        }
+    }
+}
+
+/// Reads secrets: environment variables, and a JSON object of named secrets in a file.
+#[derive(Clone, Debug, Default)]
+pub struct Secrets {
+    pub file: Option<PathBuf>,
+}
+
+impl Secrets {
+    fn read(&self, r: &SecretRef) -> Result<String, String> {
+        match r {
+            SecretRef::Env(n) => {
+                std::env::var(n).map_err(|_| format!("the environment variable {n} is not set"))
+            }
+            SecretRef::Named(n) => {
+                let Some(file) = &self.file else {
+                    return Err(format!("no secrets file to read {n} from"));
+                };
+                let bytes = std::fs::read(file)
+                    .map_err(|e| format!("cannot read the secrets file {}: {e}", file.display()))?;
+                let doc: Value = serde_json::from_slice(&bytes).map_err(|_| {
+                    format!("the secrets file {} is not a JSON object", file.display())
+                })?;
+                doc.get(n)
+                    .and_then(Value::as_str)
+                    .map(String::from)
+                    .ok_or_else(|| format!("the secrets file has no secret named {n}"))
+            }
+        }
+    }
+}
+
+/// Where a credential goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Placement {
+    Header(String),
+    Query(String),
+    Cookie(String),
+    Bearer,
+    Basic,
+}
+
+/// One credential an operation sends.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Credential {
+    scheme: String,
+    placement: Placement,
+    secret: SecretRef,
+}
+
+impl Credential {
+    fn describe(&self) -> Value {
+        let (at, name) = match &self.placement {
+            Placement::Header(n) => ("header", n.as_str()),
+            Placement::Query(n) => ("query", n.as_str()),
+            Placement::Cookie(n) => ("cookie", n.as_str()),
+            Placement::Bearer => ("header", "Authorization (Bearer)"),
+            Placement::Basic => ("header", "Authorization (Basic)"),
+        };
+        json!({"scheme": self.scheme, "in": at, "name": name, "secret": self.secret.to_text()})
+    }
+}
+
+/// How a document was added: the import options and the execution settings.
+#[derive(Clone, Debug, Default)]
+pub struct ApiOptions {
+    pub namespace: Option<String>,
+    /// Overrides the document's servers (and is allowed as a destination).
+    pub base_url: Option<String>,
+    /// Security scheme name → secret.
+    pub auth: Vec<(String, SecretRef)>,
+    /// Where the document came from, for relative server URLs.
+    pub document_url: Option<String>,
+}
+
+/// A document ready to execute: its operations share the client, the server and secrets.
+#[derive(Debug)]
+pub struct Api {
+    pub import: Import,
+    pub server: url::Url,
+    pub allowed: Vec<Origin>,
+    operations: Vec<Arc<HttpOperation>>,
+}
+
+impl Api {
+    /// The executable operations, in document order.
+    pub fn operations(&self) -> &[Arc<HttpOperation>] {
+        &self.operations
+    }
+}
+
+struct Shared {
+    server: url::Url,
+    allowed: Vec<Origin>,
+    client: Arc<HttpClient>,
+    secrets: Secrets,
+}
+
+/// One operation: its facts, its executable manifest, the schemas of its responses and the
+/// credentials it sends. It is the [`Executor`] of its capability.
+pub struct HttpOperation {
+    pub operation: Operation,
+    /// The executable manifest.
+    pub manifest: Value,
+    responses: Vec<(String, CompiledSchema)>,
+    credentials: Vec<Credential>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for HttpOperation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpOperation")
+            .field("id", &self.operation.id())
+            .finish_non_exhaustive()
+    }
+}
+
+fn substitute_variables(server: &Value) -> Option<String> {
+    let mut url = server.get("url")?.as_str()?.to_string();
+    if let Some(vars) = server.get("variables").and_then(Value::as_object) {
+        for (k, v) in vars {
+            if let Some(d) = v.get("default").and_then(Value::as_str) {
+                url = url.replace(&format!("{{{k}}}"), d);
+            }
+        }
+    }
+    Some(url)
+}
+
+fn absolute(url: &str, document_url: Option<&str>) -> Result<url::Url, ImportError> {
+    match url::Url::parse(url) {
+        Ok(u) => Ok(u),
+        Err(url::ParseError::RelativeUrlWithoutBase) => {
+            let base = document_url
+                .and_then(|d| url::Url::parse(d).ok())
+                .ok_or_else(|| {
+                    ImportError::Reference(format!(
+                        "the server URL {url} is relative: give a base URL"
+                    ))
+                })?;
+            base.join(url)
+                .map_err(|e| ImportError::Reference(format!("server URL {url}: {e}")))
+        }
+        Err(e) => Err(ImportError::Reference(format!("server URL {url}: {e}"))),
+    }
+}
+
+fn credentials_for(
+    doc: &Value,
+    op: &Operation,
+    auth: &[(String, SecretRef)],
+) -> Result<Vec<Credential>, ImportError> {
+    let Some(Value::Array(requirements)) = &op.security else {
+        return Ok(Vec::new());
+    };
+    let configured = |name: &str| auth.iter().find(|(s, _)| s == name).map(|(_, r)| r.clone());
+    // The first requirement whose schemes are all configured (an empty one needs nothing).
+    let Some(chosen) = requirements
+        .iter()
+        .filter_map(Value::as_object)
+        .find(|r| r.keys().all(|k| configured(k).is_some()))
+    else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for scheme_name in chosen.keys() {
+        let Some(secret) = configured(scheme_name) else {
+            continue;
+        };
+        let raw = doc
+            .pointer(&format!(
+                "/components/securitySchemes/{}",
+                scheme_name.replace('~', "~0").replace('/', "~1")
+            ))
+            .ok_or_else(|| {
+                ImportError::Reference(format!("security scheme {scheme_name} is not defined"))
+            })?;
+        let scheme = deref_chain(doc, raw)?;
+        let text = |k: &str| scheme.get(k).and_then(Value::as_str).unwrap_or_default();
+        let placement = match text("type") {
+            "apiKey" => {
+                let name = text("name").to_string();
+                match text("in") {
+                    "header" => Placement::Header(name),
+                    "query" => Placement::Query(name),
+                    "cookie" => Placement::Cookie(name),
+                    other => {
+                        return Err(ImportError::Reference(format!(
+                            "security scheme {scheme_name}: apiKey in {other:?} is not supported"
+                        )));
+                    }
+                }
+            }
+            "http" if text("scheme").eq_ignore_ascii_case("basic") => Placement::Basic,
+            "http" | "oauth2" | "openIdConnect" => Placement::Bearer,
+            other => {
+                return Err(ImportError::Reference(format!(
+                    "security scheme {scheme_name}: type {other:?} is not supported"
+                )));
+            }
+        };
+        out.push(Credential {
+            scheme: scheme_name.clone(),
+            placement,
+            secret,
+        });
+    }
+    Ok(out)
+}
+
+/// The schema of every response with JSON content, by status key.
+fn response_schemas(
+    doc: &Value,
+    op: &Operation,
+    v30: bool,
+) -> Result<Vec<(String, Value)>, ImportError> {
+    let mut out = Vec::new();
+    let Some(map) = op.responses.as_object() else {
+        return Ok(out);
+    };
+    for (code, response) in map {
+        let Ok(response) = deref_chain(doc, response) else {
+            continue;
+        };
+        if let Some(schema) = crate::import::response_schema(response) {
+            out.push((code.clone(), bundle_schema(doc, &schema, v30)?));
+        }
+    }
+    Ok(out)
+}
+
+fn is_2xx(code: &str) -> bool {
+    code.len() == 3 && code.starts_with('2')
+}
+
+fn executable_manifest(
+    doc: &Value,
+    op: &Operation,
+    server: &url::Url,
+    credentials: &[Credential],
+    schemas: &[(String, Value)],
+    v30: bool,
+) -> Result<Value, ImportError> {
+    let mut manifest = op.manifest.clone();
+    let mut input = manifest["input"].clone();
+    // Cookie parameters are an input group here (the reference ignores them).
+    let cookies: Vec<_> = op
+        .parameters
+        .iter()
+        .filter(|p| p.location == Location::Cookie)
+        .collect();
+    if !cookies.is_empty() {
+        let mut group = json!({"type": "object", "properties": {}, "required": []});
+        for p in &cookies {
+            group["properties"][&p.name] = p.schema.clone();
+            if p.required
+                && let Some(Value::Array(r)) = group.get_mut("required")
+            {
+                r.push(json!(p.name));
+            }
+        }
+        let required = group["required"].as_array().is_some_and(|r| !r.is_empty());
+        input["properties"]["cookies"] = group;
+        if required {
+            match input.get_mut("required") {
+                Some(Value::Array(r)) => r.push(json!("cookies")),
+                _ => input["required"] = json!(["cookies"]),
+            }
+        }
+    }
+    manifest["input"] = bundle_schema(doc, &input, v30)?;
+    // Every 2xx response is a valid output; a 2xx without JSON content gives null.
+    let map = op.responses.as_object();
+    let success: Vec<&String> = map
+        .map(|m| m.keys().filter(|k| is_2xx(k)).collect())
+        .unwrap_or_default();
+    let mut outputs: Vec<Value> = Vec::new();
+    for code in &success {
+        match schemas.iter().find(|(c, _)| c == *code) {
+            Some((_, s)) if !outputs.contains(s) => outputs.push(s.clone()),
+            Some(_) => {}
+            None => {
+                let null = json!({"type": "null"});
+                if !outputs.contains(&null) {
+                    outputs.push(null);
+                }
+            }
+        }
+    }
+    let obj = manifest
+        .as_object_mut()
+        .ok_or_else(|| ImportError::Reference("manifest".into()))?;
+    match outputs.len() {
+        0 => {
+            obj.remove("output");
+        }
+        1 => {
+            obj.insert("output".into(), outputs.remove(0));
+        }
+        _ => {
+            obj.insert("output".into(), json!({"anyOf": outputs}));
+        }
+    }
+    if !credentials.is_empty() {
+        obj.insert(
+            "effects".into(),
+            json!([effects::NETWORK_CONNECT, effects::SECRETS_READ]),
+        );
+    }
+    if let Some(Value::Object(meta)) = obj.get_mut("metadata") {
+        meta.insert(
+            "server".into(),
+            json!(server.as_str().trim_end_matches('/')),
+        );
+    }
+    capability_core::manifest::assert_valid_manifest(&manifest).map_err(ImportError::Manifest)?;
+    Ok(manifest)
+}
+
+/// Imports a document for execution (see the module docs).
+pub fn build_api(
+    doc: &Value,
+    options: &ApiOptions,
+    client: Arc<HttpClient>,
+    secrets: Secrets,
+) -> Result<Api, ImportError> {
+    let imported = import(
+        doc,
+        &ImportOptions {
+            namespace: options.namespace.clone(),
+            base_url: options.base_url.clone(),
+        },
+    )?;
+    let v30 = imported.version == Version::V30;
+    let doc_url = options.document_url.as_deref();
+    let server = absolute(
+        &match &options.base_url {
+            Some(b) => b.clone(),
+            None => doc
+                .get("servers")
+                .and_then(|s| s.get(0))
+                .and_then(substitute_variables)
+                .unwrap_or_else(|| imported.base_url.clone()),
+        },
+        doc_url,
+    )?;
+    let mut allowed: Vec<Origin> = Vec::new();
+    let mut allow = |u: &url::Url| {
+        if let Some(o) = origin_of(u)
+            && !allowed.contains(&o)
+        {
+            allowed.push(o);
+        }
+    };
+    allow(&server);
+    for s in doc
+        .get("servers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(u) = substitute_variables(s).and_then(|u| absolute(&u, doc_url).ok()) {
+            allow(&u);
+        }
+    }
+    let shared = Arc::new(Shared {
+        server: server.clone(),
+        allowed: allowed.clone(),
+        client,
+        secrets,
+    });
+    let mut operations = Vec::new();
+    for op in &imported.operations {
+        let credentials = credentials_for(doc, op, &options.auth)?;
+        let schemas = response_schemas(doc, op, v30)?;
+        let manifest = executable_manifest(doc, op, &server, &credentials, &schemas, v30)?;
+        let responses = schemas
+            .into_iter()
+            .map(|(code, s)| {
+                CompiledSchema::compile(&s)
+                    .map(|c| (code.clone(), c))
+                    .map_err(|e| {
+                        ImportError::Reference(format!("{} response {code}: {e}", op.id()))
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        operations.push(Arc::new(HttpOperation {
+            operation: op.clone(),
+            manifest,
+            responses,
+            credentials,
+            shared: Arc::clone(&shared),
+        }));
+    }
+    Ok(Api {
+        import: imported,
+        server,
+        allowed,
+        operations,
+    })
+}
+
+const REDACTED: &str = "[redacted]";
+
+fn scrub_text(s: &str, secrets: &[String]) -> String {
+    let mut out = s.to_string();
+    for secret in secrets.iter().filter(|s| s.len() >= 4) {
+        out = out.replace(secret.as_str(), REDACTED);
+        // The percent-encoded form (query credentials).
+        let encoded =
+            percent_encoding::utf8_percent_encode(secret, percent_encoding::NON_ALPHANUMERIC)
+                .to_string();
+        if encoded != *secret {
+            out = out.replace(&encoded, REDACTED);
+        }
+    }
+    out
+}
+
+fn scrub(v: &mut Value, secrets: &[String]) {
+    if secrets.is_empty() {
+        return;
+    }
+    match v {
+        Value::String(s) => *s = scrub_text(s, secrets),
+        Value::Array(items) => items.iter_mut().for_each(|i| scrub(i, secrets)),
+        Value::Object(m) => m.values_mut().for_each(|i| scrub(i, secrets)),
+        _ => {}
+    }
+}
+
+fn denied(message: String) -> ExecutionFailure {
+    HookError::Capability(CapabilityError::new(ErrorCode::PermissionDenied, message)).into()
+}
+
+fn cut(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+impl HttpOperation {
+    /// The request an input gives (no credential).
+    pub fn request(&self, input: &Value) -> Result<RequestSpec, CapabilityError> {
+        build_request(&self.operation, &self.shared.server, input).map_err(|e| {
+            CapabilityError::new(
+                ErrorCode::InvalidInput,
+                format!("{}: {e}", self.operation.id()),
+            )
+        })
+    }
+
+    /// The capability id.
+    pub fn id(&self) -> &str {
+        self.operation.id()
+    }
+
+    /// The credential schemes this operation sends.
+    pub fn credential_schemes(&self) -> Vec<String> {
+        self.credentials.iter().map(|c| c.scheme.clone()).collect()
+    }
+
+    fn isolation(
+        &self,
+        spec: &RequestSpec,
+        response: Option<&Incoming>,
+        timeout_ms: u128,
+    ) -> Value {
+        let config = self.shared.client.config();
+        let mut v = json!({
+            "boundary": "http",
+            "tier": IsolationTier::InProcess.as_str(),
+            "request": {
+                "method": spec.method,
+                "url": spec.url.as_str(),
+                "headers": spec.headers.iter().map(|(k, _)| k.clone())
+                    .chain(self.credentials.iter().filter_map(|c| match &c.placement {
+                        Placement::Header(n) => Some(n.clone()),
+                        Placement::Bearer | Placement::Basic => Some("Authorization".into()),
+                        _ => None,
+                    }))
+                    .collect::<Vec<_>>(),
+                "bodyBytes": spec.body.as_ref().map_or(0, |(_, b)| b.len()),
+                "credentials": self.credentials.iter().map(|c| json!(c.scheme)).collect::<Vec<_>>(),
+            },
+            "limits": {
+                "timeoutMs": timeout_ms as u64,
+                "maxResponseBytes": config.max_response_bytes,
+                "maxRedirects": config.max_redirects,
+                "retries": config.retries,
+            },
+        });
+        if let Some(r) = response {
+            v["response"] =
+                json!({"status": r.status, "bytes": r.body.len(), "contentType": r.content_type});
+            v["destination"] = json!({"address": r.address.to_string()});
+            v["attempts"] = json!(r.attempts);
+            v["redirects"] = json!(r.redirects);
+        }
+        v
+    }
+
+    fn validate_response(&self, status: u16, body: &Value) -> Result<(), CapabilityError> {
+        let code = status.to_string();
+        let range = format!("{}XX", &code[..1]);
+        let schema = self
+            .responses
+            .iter()
+            .find(|(c, _)| *c == code)
+            .or_else(|| {
+                self.responses
+                    .iter()
+                    .find(|(c, _)| c.eq_ignore_ascii_case(&range))
+            })
+            .or_else(|| self.responses.iter().find(|(c, _)| c == "default"));
+        let Some((_, schema)) = schema else {
+            return Ok(());
+        };
+        let issues = schema.validate(body);
+        if issues.is_empty() {
+            return Ok(());
+        }
+        Err(CapabilityError::new(
+            ErrorCode::InvalidOutput,
+            format!("the HTTP {status} response does not match the document's schema"),
+        )
+        .with_details(serde_json::to_value(issues).unwrap_or(Value::Null)))
+    }
+}
+
+impl Executor for HttpOperation {
+    fn name(&self) -> &str {
+        "http"
+    }
+
+    fn plan(
+        &self,
+        _capability: &dyn CapabilityView,
+        input: &Value,
+        _cancel: &CancelToken,
+    ) -> HookResult<Option<PlanDetails>> {
+        let spec = self.request(input)?;
+        let (summary, mut data) = self.operation.reference_plan(input);
+        let mut request = spec.to_json();
+        if !self.credentials.is_empty() {
+            request["credentials"] =
+                Value::Array(self.credentials.iter().map(Credential::describe).collect());
+        }
+        data["request"] = request;
+        data["operationId"] = json!(self.operation.operation_id);
+        data["server"] = json!(self.shared.server.as_str().trim_end_matches('/'));
+        Ok(Some(PlanDetails {
+            effects: None,
+            summary: Some(summary),
+            data: Some(data),
+        }))
+    }
+
+    fn execute(&self, request: &ExecutionRequest<'_>) -> Result<Executed, ExecutionFailure> {
+        request.require_tier(IsolationTier::InProcess)?;
+        let granted = request.granted_effects();
+        if !granted.iter().any(|e| e == effects::NETWORK_CONNECT) {
+            return Err(denied(format!(
+                "{}: network.connect was not granted",
+                self.id()
+            )));
+        }
+        let spec = self
+            .request(&request.plan.input)
+            .map_err(HookError::Capability)?;
+        let mut secrets = Vec::new();
+        let mut outgoing = Outgoing {
+            method: spec.method.clone(),
+            url: spec.url.clone(),
+            headers: spec.headers.clone(),
+            body: spec.body.clone(),
+        };
+        let mut cookies = spec.cookies.clone();
+        if !self.credentials.is_empty() {
+            if !granted.iter().any(|e| e == effects::SECRETS_READ) {
+                return Err(denied(format!(
+                    "{}: secrets.read was not granted",
+                    self.id()
+                )));
+            }
+            for c in &self.credentials {
+                let value = self.shared.secrets.read(&c.secret).map_err(|e| {
+                    HookError::Capability(CapabilityError::new(
+                        ErrorCode::ExecutionFailed,
+                        format!("credential {} ({}): {e}", c.scheme, c.secret.to_text()),
+                    ))
+                })?;
+                match &c.placement {
+                    Placement::Header(n) => outgoing.headers.push((n.clone(), value.clone())),
+                    Placement::Query(n) => {
+                        outgoing.url.query_pairs_mut().append_pair(n, &value);
+                    }
+                    Placement::Cookie(n) => cookies.push((n.clone(), value.clone())),
+                    Placement::Bearer => outgoing
+                        .headers
+                        .push(("Authorization".into(), format!("Bearer {value}"))),
+                    Placement::Basic => {
+                        use base64::Engine;
+                        let encoded =
+                            base64::engine::general_purpose::STANDARD.encode(value.as_bytes());
+                        secrets.push(encoded.clone());
+                        outgoing
+                            .headers
+                            .push(("Authorization".into(), format!("Basic {encoded}")));
+                    }
+                }
+                if value.bytes().any(|b| b == b'\r' || b == b'\n') {
+                    return Err(HookError::Capability(CapabilityError::new(
+                        ErrorCode::ExecutionFailed,
+                        format!("credential {} holds a line break", c.scheme),
+                    ))
+                    .into());
+                }
+                secrets.push(value);
+            }
+        }
+        if !cookies.is_empty() {
+            let header = cookies
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join("; ");
+            outgoing.headers.push(("Cookie".into(), header));
+        }
+        let timeout = request.timeout;
+        let timeout_ms = timeout
+            .unwrap_or(self.shared.client.config().timeout)
+            .min(self.shared.client.config().timeout)
+            .as_millis();
+        let cancel = request.cancel;
+        let result = self
+            .shared
+            .client
+            .send(outgoing, &self.shared.allowed, timeout, &|| {
+                cancel.is_cancelled()
+            });
+        let fail = |error: HookError, response: Option<&Incoming>| {
+            let mut isolation = self.isolation(&spec, response, timeout_ms);
+            scrub(&mut isolation, &secrets);
+            let error = match error {
+                HookError::Capability(mut c) => {
+                    c.message = scrub_text(&c.message, &secrets);
+                    HookError::Capability(c)
+                }
+                HookError::Other { name, message } => HookError::Other {
+                    name,
+                    message: scrub_text(&message, &secrets),
+                },
+            };
+            ExecutionFailure {
+                error,
+                isolation: Some(isolation),
+            }
+        };
+        let response = match result {
+            Ok(r) => r,
+            Err(e) => {
+                let name = match e {
+                    crate::http::HttpError::Timeout(_) => "TimeoutError",
+                    crate::http::HttpError::Cancelled => "AbortError",
+                    _ => "HttpError",
+                };
+                let error = match e {
+                    crate::http::HttpError::Destination(_)
+                    | crate::http::HttpError::CrossOriginRedirect(_) => {
+                        HookError::Capability(CapabilityError::new(
+                            ErrorCode::PermissionDenied,
+                            format!("{}: {e}", self.id()),
+                        ))
+                    }
+                    _ => HookError::named(name, format!("{} {}: {e}", spec.method, spec.url)),
+                };
+                return Err(fail(error, None));
+            }
+        };
+        let text = String::from_utf8_lossy(&response.body);
+        if !(200..300).contains(&response.status) {
+            let shown = cut(&text, 1024);
+            return Err(fail(
+                HookError::named("HttpError", format!("HTTP {}: {shown}", response.status)),
+                Some(&response),
+            ));
+        }
+        let json_body = response
+            .content_type
+            .as_deref()
+            .is_some_and(|c| c.contains("json"));
+        let mut output = if response.body.is_empty() {
+            Value::Null
+        } else if json_body {
+            match serde_json::from_slice(&response.body) {
+                Ok(v) => v,
+                Err(e) => {
+                    return Err(fail(
+                        HookError::named("HttpError", format!("the response is not JSON: {e}")),
+                        Some(&response),
+                    ));
+                }
+            }
+        } else {
+            Value::String(text.into_owned())
+        };
+        scrub(&mut output, &secrets);
+        if let Err(e) = self.validate_response(response.status, &output) {
+            return Err(fail(HookError::Capability(e), Some(&response)));
+        }
+        let mut isolation = self.isolation(&spec, Some(&response), timeout_ms);
+        scrub(&mut isolation, &secrets);
+        Ok(Executed { output, isolation })
+    }
+
+    fn verify(
+        &self,
+        _request: &ExecutionRequest<'_>,
+        _output: &Value,
+    ) -> HookResult<Option<Verification>> {
+        Ok(None)
+    }
+
+    fn can_rollback(&self, _capability: &dyn CapabilityView) -> bool {
+        false
+    }
+
+    fn rollback(&self, request: &ExecutionRequest<'_>, _receipt: &Receipt) -> HookResult<Value> {
+        Err(HookError::msg(format!(
+            "Capability does not provide rollback(): {}",
+            request.capability.id()
+        )))
+    }
+}

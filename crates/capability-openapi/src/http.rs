@@ -1,0 +1,532 @@
+//! The HTTP client of governed calls (hyper 1, HTTP/1.1 over plain TCP).
+//!
+//! Safe by default:
+//!
+//! * **Destinations.** A request goes only to an origin the document's servers (or the base
+//!   URL) name, and the address is checked **after DNS resolution**: a server given as an IP
+//!   literal connects to that address only; `localhost` only to loopback; any other name
+//!   only to public addresses — a name that resolves to a loopback, private, link-local,
+//!   CGNAT, unique-local or unspecified address is refused unless the source was added with
+//!   `allow_private`. The connection is made to the checked address (no second lookup).
+//! * **Limits.** One deadline covers connecting, redirects, retries and reading the body; the
+//!   body is refused beyond `max_response_bytes` (the `Content-Length` is checked first).
+//! * **Redirects** are followed (up to `max_redirects`) only to the same origin; a redirect
+//!   elsewhere is not followed and fails the call.
+//! * **Retries** happen only for idempotent methods (GET, HEAD, PUT, DELETE, OPTIONS,
+//!   TRACE), on connection failures and 502/503/504, with a short backoff.
+//!
+//! TLS is not built in: `https` servers are refused with a clear error (the tests and the
+//! loopback mock servers speak plain HTTP; see the crate README).
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+
+/// Limits and switches of the client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpConfig {
+    /// The whole call (connect, redirects, retries, body).
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+    pub max_response_bytes: usize,
+    pub max_redirects: u32,
+    /// Extra attempts for idempotent methods.
+    pub retries: u32,
+    pub retry_backoff: Duration,
+    /// Names may resolve to private and loopback addresses.
+    pub allow_private: bool,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            max_response_bytes: 8 << 20,
+            max_redirects: 5,
+            retries: 2,
+            retry_backoff: Duration::from_millis(100),
+            allow_private: false,
+        }
+    }
+}
+
+/// How names are resolved.
+#[derive(Clone, Debug, Default)]
+pub enum Resolver {
+    /// The system resolver.
+    #[default]
+    System,
+    /// Fixed answers (tests, pinned deployments); other names do not resolve.
+    Static(BTreeMap<String, Vec<IpAddr>>),
+}
+
+/// Why a call failed. Messages never carry a credential: the URL in them is the redacted one
+/// the caller passes in.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HttpError {
+    #[error("destination refused: {0}")]
+    Destination(String),
+    #[error("redirect to another origin not followed: {0}")]
+    CrossOriginRedirect(String),
+    #[error("more than {0} redirects")]
+    TooManyRedirects(u32),
+    #[error("the response exceeds the limit of {0} bytes")]
+    TooLarge(usize),
+    #[error("the call timed out after {0} ms")]
+    Timeout(u128),
+    #[error("connection failed: {0}")]
+    Connect(String),
+    #[error("HTTP exchange failed: {0}")]
+    Protocol(String),
+    #[error("cancelled")]
+    Cancelled,
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+impl HttpError {
+    fn retryable(&self) -> bool {
+        matches!(self, HttpError::Connect(_))
+    }
+}
+
+/// One request as sent (credentials included: never log or record it).
+#[derive(Clone, Debug)]
+pub struct Outgoing {
+    pub method: String,
+    pub url: url::Url,
+    pub headers: Vec<(String, String)>,
+    pub body: Option<(String, Vec<u8>)>,
+}
+
+/// A response, read whole within the limits.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Incoming {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+    /// Attempts made (1 without retries).
+    pub attempts: u32,
+    pub redirects: u32,
+    /// The address the final response came from.
+    pub address: SocketAddr,
+}
+
+/// `(scheme, host, port)`.
+pub type Origin = (String, String, u16);
+
+/// The origin of a URL.
+pub fn origin_of(url: &url::Url) -> Option<Origin> {
+    Some((
+        url.scheme().to_string(),
+        url.host_str()?.to_string(),
+        url.port_or_known_default()?,
+    ))
+}
+
+/// Whether an address is public (routable on the internet).
+pub fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(a) => {
+            let o = a.octets();
+            !(a.is_loopback()
+                || a.is_private()
+                || a.is_link_local()
+                || a.is_unspecified()
+                || a.is_broadcast()
+                || a.is_multicast()
+                || a.is_documentation()
+                || o[0] == 0
+                || (o[0] == 100 && (o[1] & 0xc0) == 64)
+                || (o[0] == 192 && o[1] == 0 && o[2] == 0)
+                || o[0] >= 240)
+        }
+        IpAddr::V6(a) => {
+            if let Some(v4) = a.to_ipv4_mapped() {
+                return is_public(IpAddr::V4(v4));
+            }
+            let s = a.segments();
+            !(a.is_loopback()
+                || a.is_unspecified()
+                || a.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00
+                || (s[0] & 0xffc0) == 0xfe80
+                || (s[0] == 0x2001 && s[1] == 0x0db8))
+        }
+    }
+}
+
+/// Whether `ip` may be reached for the URL host `host`.
+pub fn address_allowed(host: &url::Host<&str>, ip: IpAddr, allow_private: bool) -> bool {
+    match host {
+        url::Host::Ipv4(a) => ip == IpAddr::V4(*a),
+        url::Host::Ipv6(a) => ip == IpAddr::V6(*a),
+        url::Host::Domain(d) => {
+            let d = d.trim_end_matches('.').to_ascii_lowercase();
+            if d == "localhost" || d.ends_with(".localhost") {
+                ip.is_loopback()
+            } else {
+                allow_private || is_public(ip)
+            }
+        }
+    }
+}
+
+/// The client: a small tokio runtime of its own (so it works from any thread, inside or
+/// outside another runtime), the limits and the resolver.
+pub struct HttpClient {
+    runtime: tokio::runtime::Runtime,
+    config: HttpConfig,
+    resolver: Resolver,
+}
+
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+fn idempotent(method: &str) -> bool {
+    matches!(
+        method,
+        "GET" | "HEAD" | "PUT" | "DELETE" | "OPTIONS" | "TRACE"
+    )
+}
+
+impl HttpClient {
+    pub fn new(config: HttpConfig, resolver: Resolver) -> Result<HttpClient, HttpError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("capability-http")
+            .enable_all()
+            .build()
+            .map_err(|e| HttpError::Unsupported(format!("cannot start the HTTP runtime: {e}")))?;
+        Ok(HttpClient {
+            runtime,
+            config,
+            resolver,
+        })
+    }
+
+    pub fn config(&self) -> &HttpConfig {
+        &self.config
+    }
+
+    /// Sends `request` to one of the `allowed` origins, blocking the calling thread until the
+    /// response is read, the deadline passes or `cancelled` returns true.
+    pub fn send(
+        &self,
+        request: Outgoing,
+        allowed: &[Origin],
+        timeout: Option<Duration>,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Incoming, HttpError> {
+        let timeout = timeout.map_or(self.config.timeout, |t| t.min(self.config.timeout));
+        let config = self.config.clone();
+        let resolver = self.resolver.clone();
+        let allowed = allowed.to_vec();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let task = self.runtime.spawn(async move {
+            let result = match tokio::time::timeout(
+                timeout,
+                send_with_retries(&config, &resolver, &allowed, request),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(HttpError::Timeout(timeout.as_millis())),
+            };
+            let _ = tx.send(result);
+        });
+        let deadline = Instant::now() + timeout + Duration::from_millis(500);
+        loop {
+            match rx.recv_timeout(Duration::from_millis(20)) {
+                Ok(r) => return r,
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(HttpError::Protocol("the HTTP task stopped".into()));
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    if cancelled() {
+                        task.abort();
+                        return Err(HttpError::Cancelled);
+                    }
+                    if Instant::now() > deadline {
+                        task.abort();
+                        return Err(HttpError::Timeout(timeout.as_millis()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn send_with_retries(
+    config: &HttpConfig,
+    resolver: &Resolver,
+    allowed: &[Origin],
+    request: Outgoing,
+) -> Result<Incoming, HttpError> {
+    let attempts = if idempotent(&request.method) {
+        config.retries + 1
+    } else {
+        1
+    };
+    let mut attempt = 1;
+    loop {
+        let result = send_following(config, resolver, allowed, request.clone()).await;
+        let again = attempt < attempts
+            && match &result {
+                Ok(r) => matches!(r.status, 502..=504),
+                Err(e) => e.retryable(),
+            };
+        if !again {
+            return result.map(|mut r| {
+                r.attempts = attempt;
+                r
+            });
+        }
+        tokio::time::sleep(config.retry_backoff * attempt).await;
+        attempt += 1;
+    }
+}
+
+async fn send_following(
+    config: &HttpConfig,
+    resolver: &Resolver,
+    allowed: &[Origin],
+    mut request: Outgoing,
+) -> Result<Incoming, HttpError> {
+    let start = origin_of(&request.url)
+        .ok_or_else(|| HttpError::Destination("the URL has no host".into()))?;
+    let mut redirects = 0;
+    loop {
+        let (status, location, response) = send_once(config, resolver, allowed, &request).await?;
+        let Some(location) = location.filter(|_| matches!(status, 301 | 302 | 303 | 307 | 308))
+        else {
+            let mut r = response;
+            r.redirects = redirects;
+            return Ok(r);
+        };
+        let next = request
+            .url
+            .join(&location)
+            .map_err(|e| HttpError::Protocol(format!("invalid redirect location: {e}")))?;
+        let next_origin = origin_of(&next);
+        if next_origin.as_ref() != Some(&start) {
+            let shown = next_origin
+                .map(|(s, h, p)| format!("{s}://{h}:{p}"))
+                .unwrap_or_else(|| "a URL without a host".into());
+            return Err(HttpError::CrossOriginRedirect(shown));
+        }
+        redirects += 1;
+        if redirects > config.max_redirects {
+            return Err(HttpError::TooManyRedirects(config.max_redirects));
+        }
+        if status == 303 || (matches!(status, 301 | 302) && request.method == "POST") {
+            request.method = "GET".into();
+            request.body = None;
+        }
+        request.url = next;
+    }
+}
+
+async fn resolve(resolver: &Resolver, host: &str, port: u16) -> Result<Vec<SocketAddr>, HttpError> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = bare.parse::<IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    match resolver {
+        Resolver::System => tokio::net::lookup_host((bare, port))
+            .await
+            .map(|a| a.collect())
+            .map_err(|e| HttpError::Connect(format!("cannot resolve {bare}: {e}"))),
+        Resolver::Static(map) => map
+            .get(&bare.to_ascii_lowercase())
+            .map(|ips| ips.iter().map(|ip| SocketAddr::new(*ip, port)).collect())
+            .ok_or_else(|| HttpError::Connect(format!("cannot resolve {bare}"))),
+    }
+}
+
+type Sent = (u16, Option<String>, Incoming);
+
+async fn send_once(
+    config: &HttpConfig,
+    resolver: &Resolver,
+    allowed: &[Origin],
+    request: &Outgoing,
+) -> Result<Sent, HttpError> {
+    let url = &request.url;
+    let origin =
+        origin_of(url).ok_or_else(|| HttpError::Destination("the URL has no host".into()))?;
+    if !allowed.contains(&origin) {
+        return Err(HttpError::Destination(format!(
+            "{}://{}:{} is not a server of the document",
+            origin.0, origin.1, origin.2
+        )));
+    }
+    if url.scheme() != "http" {
+        return Err(HttpError::Unsupported(format!(
+            "{}:// is not supported by this build (no TLS client); use an http:// server or --base-url",
+            url.scheme()
+        )));
+    }
+    let host = url
+        .host()
+        .ok_or_else(|| HttpError::Destination("the URL has no host".into()))?;
+    let addresses = resolve(resolver, &origin.1, origin.2).await?;
+    let permitted: Vec<SocketAddr> = addresses
+        .iter()
+        .copied()
+        .filter(|a| address_allowed(&host, a.ip(), config.allow_private))
+        .collect();
+    if permitted.is_empty() {
+        let shown: Vec<String> = addresses.iter().map(|a| a.ip().to_string()).collect();
+        return Err(HttpError::Destination(format!(
+            "{} resolves to {}, which is not a public address (add the source with allow-private to permit it)",
+            origin.1,
+            shown.join(", ")
+        )));
+    }
+    let mut last = None;
+    let mut stream = None;
+    for address in &permitted {
+        match tokio::time::timeout(
+            config.connect_timeout,
+            tokio::net::TcpStream::connect(address),
+        )
+        .await
+        {
+            Ok(Ok(s)) => {
+                stream = Some((s, *address));
+                break;
+            }
+            Ok(Err(e)) => last = Some(format!("{address}: {e}")),
+            Err(_) => last = Some(format!("{address}: connect timed out")),
+        }
+    }
+    let Some((stream, address)) = stream else {
+        return Err(HttpError::Connect(last.unwrap_or_default()));
+    };
+    let _ = stream.set_nodelay(true);
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| HttpError::Protocol(e.to_string()))?;
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    let target = match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_string(),
+    };
+    let host_header = match url.port() {
+        Some(p) => format!("{}:{p}", origin.1),
+        None => origin.1.clone(),
+    };
+    let mut builder = hyper::Request::builder()
+        .method(request.method.as_str())
+        .uri(target)
+        .header(hyper::header::HOST, host_header)
+        .header(hyper::header::ACCEPT, "application/json, */*;q=0.5")
+        .header(hyper::header::USER_AGENT, "capability-openapi");
+    for (k, v) in &request.headers {
+        builder = builder.header(k.as_str(), v.as_str());
+    }
+    let body = match &request.body {
+        Some((ct, bytes)) => {
+            builder = builder.header(hyper::header::CONTENT_TYPE, ct.as_str());
+            Bytes::from(bytes.clone())
+        }
+        None => Bytes::new(),
+    };
+    let http_request = builder
+        .body(Full::new(body))
+        .map_err(|e| HttpError::Protocol(format!("invalid request: {e}")))?;
+    let response = sender
+        .send_request(http_request)
+        .await
+        .map_err(|e| HttpError::Connect(e.to_string()))?;
+    let status = response.status().as_u16();
+    let header = |name: hyper::header::HeaderName| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    };
+    let content_type = header(hyper::header::CONTENT_TYPE);
+    let location = header(hyper::header::LOCATION);
+    let limit = config.max_response_bytes;
+    if let Some(len) = header(hyper::header::CONTENT_LENGTH).and_then(|l| l.parse::<u64>().ok())
+        && len > limit as u64
+    {
+        return Err(HttpError::TooLarge(limit));
+    }
+    let mut body = response.into_body();
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| HttpError::Protocol(e.to_string()))?;
+        if let Ok(data) = frame.into_data() {
+            if out.len() + data.len() > limit {
+                return Err(HttpError::TooLarge(limit));
+            }
+            out.extend_from_slice(&data);
+        }
+    }
+    Ok((
+        status,
+        location,
+        Incoming {
+            status,
+            content_type,
+            body: out,
+            attempts: 1,
+            redirects: 0,
+            address,
+        },
+    ))
+}
+
+/// Shared handle.
+pub type SharedClient = Arc<HttpClient>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_must_resolve_to_public_addresses() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap_or(IpAddr::from([0, 0, 0, 0]));
+        let name = url::Host::Domain("api.example.test");
+        for private in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+        ] {
+            assert!(!address_allowed(&name, ip(private), false), "{private}");
+            assert!(address_allowed(&name, ip(private), true), "{private}");
+        }
+        assert!(address_allowed(&name, ip("93.184.216.34"), false));
+        let local = url::Host::Domain("localhost");
+        assert!(address_allowed(&local, ip("127.0.0.1"), false));
+        assert!(!address_allowed(&local, ip("93.184.216.34"), true));
+        let literal = url::Host::Ipv4(std::net::Ipv4Addr::new(127, 0, 0, 1));
+        assert!(address_allowed(&literal, ip("127.0.0.1"), false));
+        assert!(!address_allowed(&literal, ip("127.0.0.2"), false));
+    }
+}

@@ -1,0 +1,35 @@
+//! # capability-openapi
+//!
+//! OpenAPI documents as capability contracts, and their operations as governed HTTP calls.
+//!
+//! * [`import`] is the reference import (`capabilitiesFromOpenApi`, byte for byte against
+//!   `vectors/openapi-import.json`), for OpenAPI 3.1 and, beyond the reference, 3.0
+//!   documents (dispatched on the `openapi` field; Swagger 2.0 and other versions are
+//!   refused). [`parse_document`] reads JSON or YAML.
+//! * [`executable`] turns an imported operation into an executable capability manifest:
+//!   schemas bundled so that local `$ref`s (recursive ones included) compile, `secrets.read`
+//!   declared when the operation carries credentials, the server recorded.
+//! * [`request`] builds the exact HTTP request from a capability input: path, query, header
+//!   and cookie parameters serialized with their OpenAPI `style`/`explode`, and the JSON body.
+//! * [`http`] sends it: destination checked after DNS resolution, timeouts, a response size
+//!   limit, redirects only to the same origin, retries only for idempotent methods.
+//! * [`executor`] is the [`capability_exec::Executor`] of one operation: plan (method, URL,
+//!   headers, body, with every credential redacted), execute, validate the response against
+//!   the schema of its status, and the receipt's boundary record (request summary and
+//!   response status, never a secret).
+//! * [`store`] keeps documents added to a capability home (`cap openapi add`).
+
+pub mod document;
+pub mod error;
+pub mod import;
+
+pub use document::{Version, parse_document};
+pub use error::ImportError;
+pub use import::{Import, ImportOptions, Operation, import};
+pub mod executor;
+pub mod http;
+pub mod request;
+pub mod store;
+
+pub use executor::{Api, ApiOptions, HttpOperation, SecretRef, Secrets, build_api};
+pub use http::{HttpClient, HttpConfig, Resolver};
