@@ -460,3 +460,109 @@ fn a_kill_9_storm_loses_no_receipt_and_fails_no_survivor() {
 fn libc_sigkill() -> i32 {
     9
 }
+
+/// A home this process cannot write (here a read-only bind mount, in a mount namespace of
+/// its own) is read as it is: receipts list, show and export, the audit log and approvals;
+/// nothing in it changes.
+#[test]
+fn a_read_only_home_is_read_not_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let mut ids = Vec::new();
+    for text in ["one", "two"] {
+        let out = common::cap(
+            &home,
+            &["exec", "text/slugify", &format!("{{\"text\":\"{text}\"}}")],
+        );
+        assert_eq!(out.status.code(), Some(0));
+        ids.push(
+            common::stdout_json(&out)["receipt"]["receiptId"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let before: Vec<_> = std::fs::read_dir(&home)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let h = home.to_str().unwrap();
+    let cap = env!("CARGO_BIN_EXE_cap");
+    let script = format!(
+        "set -e; mount --bind {h} {h}; mount -o remount,bind,ro {h}; \
+         touch {h}/probe 2>/dev/null && {{ echo still writable; exit 9; }}; \
+         {cap} receipts list --home {h} > {d}/list.json; \
+         {cap} receipts show {id} --home {h} > {d}/show.json; \
+         {cap} audit verify --home {h} > {d}/verify.json; \
+         {cap} approvals list --home {h} > {d}/approvals.json",
+        d = dir.path().display(),
+        id = ids[0],
+    );
+    // As root a mount namespace is enough; otherwise a user namespace maps us to root in it.
+    let args: &[&str] = if std::fs::metadata("/proc/self")
+        .map(|_| running_as_root())
+        .unwrap_or(false)
+    {
+        &["-m"]
+    } else {
+        &["-rm"]
+    };
+    let out = match std::process::Command::new("unshare")
+        .args(args)
+        .args(["sh", "-c", &script])
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("skipped: unshare is not available: {e}");
+            return;
+        }
+    };
+    if !out.status.success()
+        && String::from_utf8_lossy(&out.stderr).contains("Operation not permitted")
+    {
+        eprintln!(
+            "skipped: no mount namespace here: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    assert!(
+        out.status.success(),
+        "{} / {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let read = |f: &str| -> serde_json::Value {
+        capability_core::json::parse(&std::fs::read(dir.path().join(f)).unwrap()).unwrap()
+    };
+    let listed: Vec<String> = read("list.json")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["receiptId"].as_str().unwrap().to_string())
+        .collect();
+    for id in &ids {
+        assert!(listed.contains(id), "{listed:?}");
+    }
+    assert_eq!(read("show.json")["output"]["slug"], "one");
+    assert_eq!(read("verify.json")["ok"], true);
+    assert!(read("approvals.json").is_array());
+    let after: Vec<_> = std::fs::read_dir(&home)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(before, after, "the read-only home changed");
+}
+
+/// Whether this process runs as root (its effective uid, read from /proc).
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}

@@ -127,6 +127,36 @@ impl Home {
         })
     }
 
+    /// An existing home, as it is (nothing created or changed): for reading a home this
+    /// process cannot write.
+    pub fn existing(root: &Path) -> Result<Home, HostError> {
+        if !root.join(DATABASE).is_file() {
+            return Err(HostError::Home {
+                path: root.to_path_buf(),
+                message: "it holds no database".into(),
+            });
+        }
+        Ok(Home {
+            root: root.to_path_buf(),
+        })
+    }
+
+    /// Whether this process can create files in the home.
+    pub fn writable(root: &Path) -> bool {
+        let probe = root.join(format!(".write-probe-{}", std::process::id()));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&probe)
+        {
+            Ok(_) => {
+                let _ = std::fs::remove_file(&probe);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// [`Home::open`] on the home resolved from `explicit` and the environment.
     pub fn open_default(explicit: Option<&Path>) -> Result<Home, HostError> {
         Home::open(&resolve(explicit))

@@ -151,6 +151,10 @@ pub enum Storage {
     DurableSync,
     /// In memory only (the home is still created for the host key).
     Memory,
+    /// An existing home read as it is, for queries (a home this process cannot write:
+    /// a read-only mount, another user's files). Nothing is created, recovered or written;
+    /// a call that would write fails.
+    ReadOnly,
 }
 
 /// Everything a host is opened with.
@@ -358,6 +362,28 @@ struct Stores {
 impl Stores {
     fn open(home: &Home, storage: Storage) -> Result<Stores, HostError> {
         let durability = match storage {
+            Storage::ReadOnly => {
+                let failed = |message: String| HostError::Database {
+                    path: home.root().to_path_buf(),
+                    message,
+                };
+                let db = Arc::new(
+                    Database::open_read_only(&home.database())
+                        .map_err(|e| failed(e.to_string()))?,
+                );
+                let receipts = SqliteReceiptStore::read_only(Arc::clone(&db))
+                    .map_err(|e| failed(e.to_string()))?;
+                let store = Arc::new(
+                    SqliteStore::read_only(Arc::clone(&db)).map_err(|e| failed(e.to_string()))?,
+                );
+                return Ok(Stores {
+                    receipts: Arc::new(receipts),
+                    audit: Arc::clone(&store) as Arc<dyn AuditStore>,
+                    approvals: Arc::clone(&store) as Arc<dyn ApprovalStore>,
+                    sink: store,
+                    database: Some(db),
+                });
+            }
             Storage::Memory => {
                 let store = Arc::new(MemoryStore::new());
                 return Ok(Stores {
@@ -395,11 +421,20 @@ impl Stores {
 impl Host {
     /// Opens the host (see the crate docs).
     pub fn open(config: HostConfig) -> Result<Host, HostError> {
-        let home = Home::open_default(config.home.as_deref())?;
+        let home = if config.storage == Storage::ReadOnly {
+            Home::existing(&home::resolve(config.home.as_deref()))?
+        } else {
+            Home::open_default(config.home.as_deref())?
+        };
         // Whatever home was chosen (`--home` included), no sandbox ever mounts it.
         capability_sandbox::protect_host_path(home.root().to_path_buf());
-        let key = HostKey::load_or_generate(&home.host_key())
-            .map_err(|e| HostError::Key(e.to_string()))?;
+        let key = if config.storage == Storage::ReadOnly {
+            // Tokens it signed can be checked; without a key nothing here signs anything.
+            HostKey::load(&home.host_key()).or_else(|_| HostKey::generate())
+        } else {
+            HostKey::load_or_generate(&home.host_key())
+        }
+        .map_err(|e| HostError::Key(e.to_string()))?;
         let stores = Stores::open(&home, config.storage)?;
         let approvals = Arc::new(ApprovalManager::new(stores.approvals, key));
         let engine = PolicyEngine::new();

@@ -77,6 +77,8 @@ enum Msg {
 pub struct Database {
     path: PathBuf,
     busy_timeout: Duration,
+    /// Opened read-only: the URI every connection uses (writes fail).
+    read_only: Option<String>,
     tx: Mutex<Option<Sender<Msg>>>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -124,9 +126,63 @@ impl Database {
         Ok(Database {
             path: path.to_path_buf(),
             busy_timeout,
+            read_only: None,
             tx: Mutex::new(Some(tx)),
             thread: Mutex::new(Some(thread)),
         })
+    }
+
+    /// Opens an existing database that this process cannot write (a read-only home):
+    /// `mode=ro`, which reads a WAL left by a writer, or, when its `-shm` cannot be made in
+    /// a read-only directory, `immutable=1` (then there is no WAL to miss: its files exist
+    /// whenever it holds anything). Every write fails.
+    pub fn open_read_only(path: &Path) -> rusqlite::Result<Database> {
+        use rusqlite::OpenFlags;
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let name = path
+            .to_string_lossy()
+            .replace('%', "%25")
+            .replace('?', "%3f")
+            .replace('#', "%23");
+        let mut last = None;
+        for uri in [
+            format!("file:{name}?mode=ro"),
+            format!("file:{name}?immutable=1"),
+        ] {
+            let attempt = Connection::open_with_flags(&uri, flags).and_then(|conn| {
+                conn.busy_timeout(Duration::from_secs(10))?;
+                conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| {
+                    r.get::<_, i64>(0)
+                })?;
+                Ok(conn)
+            });
+            match attempt {
+                Ok(conn) => {
+                    let (tx, rx) = mpsc::channel();
+                    let thread = std::thread::Builder::new()
+                        .name(WRITER_THREAD.into())
+                        .spawn(move || writer_loop(conn, rx))
+                        .map_err(|e| {
+                            rusqlite::Error::ToSqlConversionFailure(Box::new(
+                                std::io::Error::other(format!(
+                                    "cannot start the database writer: {e}"
+                                )),
+                            ))
+                        })?;
+                    return Ok(Database {
+                        path: path.to_path_buf(),
+                        busy_timeout: Duration::from_secs(10),
+                        read_only: Some(uri),
+                        tx: Mutex::new(Some(tx)),
+                        thread: Mutex::new(Some(thread)),
+                    });
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or(rusqlite::Error::InvalidQuery))
     }
 
     /// The database file.
@@ -134,8 +190,24 @@ impl Database {
         &self.path
     }
 
+    /// Whether the database was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.is_some()
+    }
+
     /// A new connection for reading (same settings as the writer's).
     pub fn connect(&self) -> rusqlite::Result<Connection> {
+        if let Some(uri) = &self.read_only {
+            use rusqlite::OpenFlags;
+            let conn = Connection::open_with_flags(
+                uri,
+                OpenFlags::SQLITE_OPEN_READ_ONLY
+                    | OpenFlags::SQLITE_OPEN_URI
+                    | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )?;
+            conn.busy_timeout(self.busy_timeout)?;
+            return Ok(conn);
+        }
         let conn = Connection::open(&self.path)?;
         configure(&conn, self.busy_timeout)?;
         Ok(conn)

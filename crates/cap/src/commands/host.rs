@@ -231,11 +231,23 @@ impl RunOptions {
     }
 }
 
-/// Opens a host on `home` with the built-ins, for commands that only query or decide.
+/// Opens a host on `home` with the built-ins, for commands that only query or decide. A home
+/// this process cannot write (a read-only mount) is opened read-only: queries work.
 pub fn open_home(home: &HomeArg) -> Result<Host, String> {
-    Host::open(HostConfig {
+    let config = HostConfig {
         home: home.home.clone(),
         ..HostConfig::default()
-    })
-    .map_err(|e| e.to_string())
+    };
+    let root = capability_host::home::resolve(home.home.as_deref());
+    match Host::open(config.clone()) {
+        Ok(host) => Ok(host),
+        Err(e) if root.is_dir() && !capability_host::Home::writable(&root) => {
+            Host::open(HostConfig {
+                storage: capability_host::Storage::ReadOnly,
+                ..config
+            })
+            .map_err(|ro| format!("{e} (read-only: {ro})"))
+        }
+        Err(e) => Err(e.to_string()),
+    }
 }

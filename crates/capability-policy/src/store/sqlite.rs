@@ -292,6 +292,26 @@ impl SqliteStore {
         })
     }
 
+    /// A store over a database opened read-only (a home this process cannot write):
+    /// queries work; nothing is recovered or journaled, and writes fail.
+    pub fn read_only(database: Arc<Database>) -> Result<Self, StoreError> {
+        let name = database.path().display().to_string();
+        let conn = database.connect().map_err(|e| StoreError::Database {
+            path: name.clone(),
+            message: e.to_string(),
+        })?;
+        Ok(SqliteStore {
+            path: name,
+            db: database,
+            conn: Mutex::new(conn),
+            pending: Arc::new(Mutex::new(Pending {
+                journal: None,
+                count: 0,
+                failed: false,
+            })),
+        })
+    }
+
     /// The database this store writes through.
     pub fn database(&self) -> &Arc<Database> {
         &self.db

@@ -217,6 +217,23 @@ impl SqliteReceiptStore {
         })
     }
 
+    /// A store over a database opened read-only ([`Database::open_read_only`], a home this
+    /// process cannot write): queries work; nothing is recovered or journaled, and a put
+    /// fails to commit.
+    pub fn read_only(db: Arc<Database>) -> Result<SqliteReceiptStore, StoreError> {
+        let reader = db.connect().map_err(db_err)?;
+        Ok(SqliteReceiptStore {
+            shared: Arc::new(Shared {
+                journal: Mutex::new(None),
+                pending: Mutex::new(HashMap::new()),
+                idle: Condvar::new(),
+                dirty: Mutex::new(None),
+            }),
+            db,
+            reader: Mutex::new(reader),
+        })
+    }
+
     /// The database file.
     pub fn db_path(&self) -> &Path {
         self.db.path()
