@@ -352,7 +352,8 @@ fn credentials_from_the_environment_never_reach_receipts_audit_or_errors_and_ced
         r#"permit(principal, action, resource);
 @reason("pets are never deleted")
 forbid(principal, action, resource) when {
-  context.labels has method && context.labels.method == "DELETE" && context.labels.path like "/pets/*"
+  resource.method == "DELETE" && resource.path like "/pets/*" && resource.operationId == "deletePet"
+  && resource.server like "http://127.0.0.1:*"
 };"#,
     )
     .unwrap();

@@ -467,6 +467,10 @@ impl Gateway {
                 .and_then(Value::as_str)
                 .map(str::to_string);
             governance.input_schema = def.get("inputSchema").cloned();
+            // `resource.server` in Cedar: the upstream.
+            governance
+                .metadata
+                .insert("server".into(), json!(server.name));
             let mut registered =
                 GovernedCapability::with_governance(capability.clone(), governance);
             registered.declared_effects = effects_of(server, &def);

@@ -519,6 +519,22 @@ impl GovernedCapability {
         if governance.output_schema.is_none() {
             governance.output_schema = obj.get("output").cloned();
         }
+        // An imported OpenAPI operation: its HTTP facts become resource attributes
+        // (`resource.method`, `path`, `operationId`, `server`).
+        if let Some(meta) = obj.get("metadata").and_then(Value::as_object)
+            && let Some(operation) = meta.get("openapiOperationId")
+        {
+            for (fact, key) in [("method", "method"), ("path", "path"), ("server", "server")] {
+                if let Some(v) = meta.get(key).filter(|v| v.is_string()) {
+                    governance.metadata.insert(fact.into(), v.clone());
+                }
+            }
+            if operation.is_string() {
+                governance
+                    .metadata
+                    .insert("operationId".into(), operation.clone());
+            }
+        }
         let declared_effects = obj
             .get("effects")
             .and_then(|e| e.as_array())

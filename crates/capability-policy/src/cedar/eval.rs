@@ -344,6 +344,10 @@ impl CedarPolicies {
                             .unwrap_or_default(),
                     ),
                 ),
+                ("method".to_string(), fact(g, "method")),
+                ("path".to_string(), fact(g, "path")),
+                ("operationId".to_string(), fact(g, "operationId")),
+                ("server".to_string(), fact(g, "server")),
             ]),
             HashSet::new(),
         )
@@ -819,6 +823,17 @@ fn empty_record() -> RestrictedExpression {
     // A record with no fields cannot fail to build.
     RestrictedExpression::new_record(std::iter::empty())
         .unwrap_or_else(|_| RestrictedExpression::new_bool(false))
+}
+
+/// A string fact of the capability kept in its governance metadata (`""` when absent).
+fn fact(g: &crate::model::Governance, key: &str) -> RestrictedExpression {
+    RestrictedExpression::new_string(
+        g.metadata
+            .get(key)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+    )
 }
 
 /// A Cedar decimal for a double (4 decimal places, Cedar's precision); `None` when out of

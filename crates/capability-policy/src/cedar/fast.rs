@@ -526,6 +526,12 @@ fn entity_attr<'a>(data: &'a Data<'a>, var: Var, attr: &str) -> Result<Option<Va
                 "dataNamespace" => Some(opt(&g.data_namespace)),
                 "tenant" => Some(opt(&g.tenant)),
                 "environment" => Some(Val::Str(g.environment.map_or("", |e| e.as_str()))),
+                "method" | "path" | "operationId" | "server" => Some(Val::Str(
+                    g.metadata
+                        .get(attr)
+                        .and_then(serde_json::Value::as_str)
+                        .unwrap_or(""),
+                )),
                 _ => None,
             }
         }

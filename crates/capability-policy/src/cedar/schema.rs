@@ -292,6 +292,12 @@ pub fn generate_schema<'a>(
                 "dataNamespace": string(),
                 "tenant": string(),
                 "environment": string(),
+                // The HTTP facts of an OpenAPI operation ("" otherwise); `server` is also
+                // the upstream of an MCP gateway tool.
+                "method": string(),
+                "path": string(),
+                "operationId": string(),
+                "server": string(),
             }}},
         },
         "actions": actions,
