@@ -1,6 +1,7 @@
 """Small MCP servers (Python mcp 2.3.0 SDK) the gateway tests put behind `cap mcp-gateway`.
 
     python fixtures.py <kind> [state-file]
+    python fixtures.py <kind> --http <port>     (streamable HTTP at http://127.0.0.1:<port>/mcp)
 
 kinds:
   rugpull    `fetch`, whose description changes after the first tools/list ever made
@@ -19,7 +20,8 @@ import sys
 from mcp.server.mcpserver import Context, MCPServer
 
 kind = sys.argv[1]
-state = sys.argv[2] if len(sys.argv) > 2 else None
+http_port = int(sys.argv[sys.argv.index("--http") + 1]) if "--http" in sys.argv else None
+state = sys.argv[2] if len(sys.argv) > 2 and http_port is None else None
 mcp = MCPServer(f"fixture-{kind}", version="1.0.0")
 
 if kind == "rugpull":
@@ -140,4 +142,7 @@ elif kind == "conformance":
 else:
     raise SystemExit(f"unknown fixture {kind}")
 
-mcp.run()
+if http_port is None:
+    mcp.run()
+else:
+    mcp.run("streamable-http", host="127.0.0.1", port=http_port)

@@ -1269,3 +1269,87 @@ fn mcp_import_of_a_real_server() {
     assert_eq!(sum["effects"][0], "process.spawn");
     assert!(doc["tools"].as_array().unwrap().contains(&json!("get-sum")));
 }
+
+/// A streamable-HTTP upstream (the Python SDK's server) behind the gateway: its tools are
+/// governed like a child's, a hang is cut by the timeout, and the gateway stays up.
+#[test]
+fn gateway_governs_a_streamable_http_upstream() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut upstream = Command::new(python())
+        .arg(tools().join("fixtures.py"))
+        .args(["hostile", "--http", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the upstream did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let config = gateway_config(
+        dir.path(),
+        r#"permit(principal, action, resource);
+@id("no-echo-for-bots") @reason("bots may not echo over HTTP upstreams")
+forbid(principal == Agent::"bot", action, resource)
+when { resource.server == "remote" && context.input has text && context.input.text == "forbidden" };"#,
+        &format!(
+            "timeout_ms = 2000\n[[server]]\nname = \"remote\"\nurl = \"http://127.0.0.1:{port}/mcp\"\n"
+        ),
+    );
+    let out = py_client(
+        &[
+            "--mode",
+            "legacy",
+            "--stdio",
+            "--",
+            env!("CARGO_BIN_EXE_cap"),
+            "mcp-gateway",
+            "--config",
+            config.to_str().unwrap(),
+            "--home",
+            home.to_str().unwrap(),
+            "--agent",
+            "bot",
+        ],
+        &json!([
+            {"op": "list"},
+            {"op": "call", "name": "remote__ok", "arguments": {"text": "over http"}},
+            {"op": "call", "name": "remote__ok", "arguments": {"text": "forbidden"}},
+            {"op": "call", "name": "remote__hang", "arguments": {}},
+            {"op": "call", "name": "remote__ok", "arguments": {"text": "still here"}},
+        ]),
+    );
+    let _ = upstream.kill();
+    let _ = upstream.wait();
+    let r = out["results"].as_array().unwrap();
+    assert!(names(&r[0]).contains(&"remote__ok".to_string()), "{}", r[0]);
+    assert_eq!(r[1]["content"][0]["text"], "over http", "{}", r[1]);
+    assert_eq!(r[2]["isError"], true);
+    assert_eq!(
+        r[2]["content"][0]["text"],
+        "bots may not echo over HTTP upstreams"
+    );
+    assert_eq!(r[3]["isError"], true);
+    assert!(
+        r[3]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("2000 ms"),
+        "{}",
+        r[3]
+    );
+    assert_eq!(r[4]["content"][0]["text"], "still here", "{}", r[4]);
+}

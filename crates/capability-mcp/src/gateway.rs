@@ -43,7 +43,7 @@ use sha2::{Digest, Sha256};
 
 use crate::handler::Peers;
 use crate::pins::{PinState, Pins, definition_hash, hidden_characters};
-use crate::upstream::{StdioSession, UpstreamError, map_tool_result};
+use crate::upstream::{HttpSession, McpSession, StdioSession, UpstreamError, map_tool_result};
 use crate::{ServeOptions, error_result, take_approval_token};
 
 /// The gateway config file (`gateway.toml`; see the README for the contract).
@@ -82,8 +82,11 @@ pub struct ServerConfig {
     /// Environment of the child (besides `PATH` and `HOME`, nothing is passed).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// A streamable-HTTP upstream (not built yet).
+    /// A streamable-HTTP upstream (`http://`).
     pub url: Option<String>,
+    /// Headers sent to an HTTP upstream (its bearer token, say).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
     /// Run the child inside the process sandbox (not built yet).
     #[serde(default)]
     pub sandbox: bool,
@@ -143,9 +146,10 @@ impl GatewayConfig {
             }
             match (&s.command, &s.url) {
                 (Some(_), None) => {}
-                (None, Some(_)) => {
+                (None, Some(url)) if url.starts_with("http://") => {}
+                (None, Some(url)) => {
                     return Err(format!(
-                        "server {}: streamable-HTTP upstreams (url) are not built yet; use a stdio command",
+                        "server {}: {url}: only http:// upstreams are supported (no TLS client yet)",
                         s.name
                     ));
                 }
@@ -219,7 +223,7 @@ struct GatewayTool {
 
 struct Upstream {
     config: ServerConfig,
-    session: Option<Arc<StdioSession>>,
+    session: Option<Arc<dyn McpSession>>,
     failures: u32,
     retry_at: Option<Instant>,
     last_error: Option<String>,
@@ -277,6 +281,28 @@ fn child_env(server: &ServerConfig) -> Vec<(String, String)> {
         .collect();
     env.extend(server.env.iter().map(|(k, v)| (k.clone(), v.clone())));
     env
+}
+
+/// Starts the session of an upstream (a child over stdio, or an HTTP server).
+fn start(server: &ServerConfig, timeout: Duration) -> Result<Arc<dyn McpSession>, UpstreamError> {
+    match (&server.command, &server.url) {
+        (Some(command), _) => Ok(Arc::new(StdioSession::start(
+            command,
+            &server.args,
+            &child_env(server),
+            timeout,
+        )?)),
+        (None, Some(url)) => Ok(Arc::new(HttpSession::start(
+            url,
+            server
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            timeout,
+        )?)),
+        (None, None) => Err(UpstreamError::Spawn("no command and no url".into())),
+    }
 }
 
 /// What a governed upstream call gave back besides its output.
@@ -345,7 +371,7 @@ impl Gateway {
     /// re-lists those that are new or said their tools changed. Returns whether the tool
     /// set changed.
     fn refresh(&self, force: bool) -> bool {
-        let mut relist: Vec<(ServerConfig, Arc<StdioSession>)> = Vec::new();
+        let mut relist: Vec<(ServerConfig, Arc<dyn McpSession>)> = Vec::new();
         {
             let mut upstreams = self
                 .upstreams
@@ -363,15 +389,8 @@ impl Gateway {
                     u.retry_at = Some(Instant::now() + backoff);
                 }
                 if u.session.is_none() && u.retry_at.is_none_or(|t| Instant::now() >= t) {
-                    let command = u.config.command.clone().unwrap_or_default();
-                    match StdioSession::start(
-                        &command,
-                        &u.config.args,
-                        &child_env(&u.config),
-                        timeout_of(&self.config, &u.config),
-                    ) {
+                    match start(&u.config, timeout_of(&self.config, &u.config)) {
                         Ok(s) => {
-                            let s = Arc::new(s);
                             u.session = Some(Arc::clone(&s));
                             u.last_error = None;
                             relist.push((u.config.clone(), s));
@@ -584,7 +603,7 @@ impl Gateway {
             .collect()
     }
 
-    fn session(&self, server: &str) -> Result<Arc<StdioSession>, String> {
+    fn session(&self, server: &str) -> Result<Arc<dyn McpSession>, String> {
         let alive = {
             let upstreams = self
                 .upstreams
@@ -726,12 +745,19 @@ impl Gateway {
                 .call_tool(&target.tool, exec.input.clone(), timeout)
                 .map_err(|e| {
                     let message = e.to_string();
-                    if matches!(
-                        e,
-                        UpstreamError::TooLarge
-                            | UpstreamError::Timeout(_)
-                            | UpstreamError::Exited { .. }
-                    ) {
+                    // A child that hung or overflowed is restarted; an HTTP upstream is
+                    // dropped only when it cannot be reached (one slow call is its own).
+                    let child = self
+                        .config
+                        .servers
+                        .iter()
+                        .any(|s| s.name == target.server && s.command.is_some());
+                    let broken = match e {
+                        UpstreamError::Exited { .. } => true,
+                        UpstreamError::TooLarge | UpstreamError::Timeout(_) => child,
+                        _ => false,
+                    };
+                    if broken {
                         self.mark_failed(&target.server, &e);
                     }
                     message

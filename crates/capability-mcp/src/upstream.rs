@@ -1,5 +1,6 @@
-//! A client of one upstream MCP server over stdio (the reference's `StdioMcpSession`, made
-//! safe against hostile servers): line-delimited JSON-RPC 2.0 with numeric ids from 1, the
+//! Clients of one upstream MCP server ([`McpSession`]): over stdio ([`StdioSession`], the
+//! reference's `StdioMcpSession` made safe against hostile servers: line-delimited JSON-RPC
+//! 2.0 with numeric ids from 1) and over streamable HTTP ([`HttpSession`]); both do the
 //! `initialize` handshake (2025-11-25), `tools/list` and `tools/call`.
 //!
 //! A server that crashes fails the calls in flight with its exit status and the tail of its
@@ -232,15 +233,7 @@ impl StdioSession {
             next_id: AtomicU64::new(1),
             server_info: Value::Null,
         };
-        let init = session.request(
-            "initialize",
-            json!({
-                "protocolVersion": "2025-11-25",
-                "capabilities": {},
-                "clientInfo": {"name": "capability-mcp-gateway", "version": env!("CARGO_PKG_VERSION")},
-            }),
-            timeout,
-        );
+        let init = session.request("initialize", initialize_params(), timeout);
         match init {
             Ok(info) => session.server_info = info,
             Err(e) => {
@@ -365,8 +358,27 @@ impl StdioSession {
         dead
     }
 
+    /// Stops the server.
+    pub fn kill(&self) {
+        let mut child = self.child.lock().unwrap_or_else(PoisonError::into_inner);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// One upstream session, whatever its transport.
+pub trait McpSession: Send + Sync + std::fmt::Debug {
+    /// Sends a request and waits for its result.
+    fn request(&self, method: &str, params: Value, timeout: Duration) -> Reply;
+    /// Why the session can no longer be used, if it cannot.
+    fn dead(&self) -> Option<UpstreamError>;
+    /// Whether the server said its tools changed since the last call of this function.
+    fn take_list_changed(&self) -> bool;
+    /// Stops the session (and the server, for a child).
+    fn kill(&self);
+
     /// Every tool, following `nextCursor`.
-    pub fn list_tools(&self, timeout: Duration) -> Result<Vec<Value>, UpstreamError> {
+    fn list_tools(&self, timeout: Duration) -> Result<Vec<Value>, UpstreamError> {
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
         for _ in 0..100 {
@@ -390,7 +402,7 @@ impl StdioSession {
     }
 
     /// `tools/call`, wrapping a non-object input as `{value: input}` (the reference).
-    pub fn call_tool(&self, name: &str, arguments: Value, timeout: Duration) -> Reply {
+    fn call_tool(&self, name: &str, arguments: Value, timeout: Duration) -> Reply {
         let arguments = match arguments {
             Value::Object(_) => arguments,
             other => json!({ "value": other }),
@@ -401,22 +413,215 @@ impl StdioSession {
             timeout,
         )
     }
+}
 
-    /// Whether the server said its tools changed since the last call of this function.
-    pub fn take_list_changed(&self) -> bool {
+impl McpSession for StdioSession {
+    fn request(&self, method: &str, params: Value, timeout: Duration) -> Reply {
+        StdioSession::request(self, method, params, timeout)
+    }
+    fn dead(&self) -> Option<UpstreamError> {
+        StdioSession::dead(self)
+    }
+    fn take_list_changed(&self) -> bool {
         self.shared.list_changed.swap(false, Ordering::Relaxed)
     }
+    fn kill(&self) {
+        StdioSession::kill(self)
+    }
+}
 
-    /// Notifications received (floods are counted, never kept).
-    pub fn notifications(&self) -> u64 {
-        self.shared.notifications.load(Ordering::Relaxed)
+/// The handshake every session starts with.
+fn initialize_params() -> Value {
+    json!({
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "capability-mcp-gateway", "version": env!("CARGO_PKG_VERSION")},
+    })
+}
+
+/// An upstream MCP server over streamable HTTP (the legacy session handshake: `initialize`,
+/// then every request carries `Mcp-Session-Id`). Requests go through the OpenAPI HTTP
+/// client's limits (deadline, an 8 MiB answer, same-origin redirects only); an answer is
+/// JSON or a server-sent-event stream, in which the response with the request's id is
+/// taken and notifications (`list_changed` among them) are read.
+#[derive(Debug)]
+pub struct HttpSession {
+    client: capability_openapi::http::HttpClient,
+    url: url::Url,
+    allowed: Vec<capability_openapi::http::Origin>,
+    headers: Vec<(String, String)>,
+    session: Mutex<Option<String>>,
+    next_id: AtomicU64,
+    list_changed: AtomicBool,
+    dead: Mutex<Option<UpstreamError>>,
+    /// What `initialize` answered.
+    pub server_info: Value,
+}
+
+impl HttpSession {
+    /// Connects to `url` (`http://`), with extra request `headers` (a bearer token for the
+    /// upstream), and performs the handshake.
+    pub fn start(
+        url: &str,
+        headers: Vec<(String, String)>,
+        timeout: Duration,
+    ) -> Result<HttpSession, UpstreamError> {
+        use capability_openapi::http::{HttpClient, HttpConfig, Resolver, origin_of};
+        let parsed =
+            url::Url::parse(url).map_err(|e| UpstreamError::Spawn(format!("{url}: {e}")))?;
+        let origin =
+            origin_of(&parsed).ok_or_else(|| UpstreamError::Spawn(format!("{url}: no origin")))?;
+        let client = HttpClient::new(
+            HttpConfig {
+                timeout,
+                max_response_bytes: MAX_LINE,
+                retries: 0,
+                // The gateway's config names this upstream: private addresses are its choice.
+                allow_private: true,
+                ..HttpConfig::default()
+            },
+            Resolver::System,
+        )
+        .map_err(|e| UpstreamError::Spawn(e.to_string()))?;
+        let mut session = HttpSession {
+            client,
+            url: parsed,
+            allowed: vec![origin],
+            headers,
+            session: Mutex::new(None),
+            next_id: AtomicU64::new(1),
+            list_changed: AtomicBool::new(false),
+            dead: Mutex::new(None),
+            server_info: Value::Null,
+        };
+        session.server_info = session.request("initialize", initialize_params(), timeout)?;
+        let _ = session.post(
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            None,
+            timeout,
+        );
+        Ok(session)
     }
 
-    /// Stops the server.
-    pub fn kill(&self) {
-        let mut child = self.child.lock().unwrap_or_else(PoisonError::into_inner);
-        let _ = child.kill();
-        let _ = child.wait();
+    /// Posts one message; the response with `id` (when one is awaited).
+    fn post(&self, msg: &Value, id: Option<u64>, timeout: Duration) -> Reply {
+        use capability_openapi::http::{HttpError, Outgoing};
+        let mut headers = vec![
+            (
+                "Accept".to_string(),
+                "application/json, text/event-stream".to_string(),
+            ),
+            ("MCP-Protocol-Version".to_string(), "2025-11-25".to_string()),
+        ];
+        headers.extend(self.headers.iter().cloned());
+        if let Some(s) = self
+            .session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+        {
+            headers.push(("Mcp-Session-Id".to_string(), s));
+        }
+        let request = Outgoing {
+            method: "POST".into(),
+            url: self.url.clone(),
+            headers,
+            body: Some(("application/json".into(), msg.to_string().into_bytes())),
+        };
+        let response = self
+            .client
+            .send(request, &self.allowed, Some(timeout), &|| false)
+            .map_err(|e| match e {
+                HttpError::Timeout(ms) => UpstreamError::Timeout(ms),
+                HttpError::TooLarge(_) => UpstreamError::TooLarge,
+                other => UpstreamError::Exited {
+                    status: String::new(),
+                    stderr: other.to_string(),
+                },
+            })?;
+        if let Some(s) = response.mcp_session_id {
+            *self.session.lock().unwrap_or_else(PoisonError::into_inner) = Some(s);
+        }
+        if !(200..300).contains(&response.status) {
+            return Err(UpstreamError::Rpc {
+                code: -32000,
+                message: format!("HTTP {}", response.status),
+            });
+        }
+        let Some(id) = id else {
+            return Ok(Value::Null);
+        };
+        let text = String::from_utf8_lossy(&response.body);
+        let sse = response
+            .content_type
+            .as_deref()
+            .is_some_and(|c| c.starts_with("text/event-stream"));
+        let messages: Vec<Value> = if sse {
+            text.lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .filter_map(|d| serde_json::from_str(d.trim()).ok())
+                .collect()
+        } else {
+            serde_json::from_str(&text).into_iter().collect()
+        };
+        for m in messages {
+            if m.get("method").and_then(Value::as_str) == Some("notifications/tools/list_changed") {
+                self.list_changed.store(true, Ordering::Relaxed);
+            }
+            if m.get("id").and_then(Value::as_u64) == Some(id) {
+                return match m.get("error") {
+                    Some(e) => Err(UpstreamError::Rpc {
+                        code: e.get("code").and_then(Value::as_i64).unwrap_or(0),
+                        message: e
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .unwrap_or("error")
+                            .to_string(),
+                    }),
+                    None => Ok(m.get("result").cloned().unwrap_or(Value::Null)),
+                };
+            }
+        }
+        Err(UpstreamError::Rpc {
+            code: -32603,
+            message: "the upstream answered without a response to the request".into(),
+        })
+    }
+}
+
+impl McpSession for HttpSession {
+    fn request(&self, method: &str, params: Value, timeout: Duration) -> Reply {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let reply = self.post(
+            &json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}),
+            Some(id),
+            timeout,
+        );
+        if let Err(e @ UpstreamError::Exited { .. }) = &reply {
+            // Unreachable: restart (a new handshake) after the backoff.
+            *self.dead.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.clone());
+        }
+        reply
+    }
+    fn dead(&self) -> Option<UpstreamError> {
+        self.dead
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+    fn take_list_changed(&self) -> bool {
+        self.list_changed.swap(false, Ordering::Relaxed)
+    }
+    fn kill(&self) {
+        let session = self
+            .session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if session.is_some() {
+            *self.dead.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some(UpstreamError::Spawn("closed".into()));
+        }
     }
 }
 

@@ -116,6 +116,8 @@ pub struct Incoming {
     pub redirects: u32,
     /// The address the final response came from.
     pub address: SocketAddr,
+    /// The `Mcp-Session-Id` response header (an MCP streamable-HTTP upstream's session).
+    pub mcp_session_id: Option<String>,
 }
 
 /// `(scheme, host, port)`.
@@ -463,6 +465,7 @@ async fn send_once(
     };
     let content_type = header(hyper::header::CONTENT_TYPE);
     let location = header(hyper::header::LOCATION);
+    let mcp_session_id = header(hyper::header::HeaderName::from_static("mcp-session-id"));
     let limit = config.max_response_bytes;
     if let Some(len) = header(hyper::header::CONTENT_LENGTH).and_then(|l| l.parse::<u64>().ok())
         && len > limit as u64
@@ -490,6 +493,7 @@ async fn send_once(
             attempts: 1,
             redirects: 0,
             address,
+            mcp_session_id,
         },
     ))
 }
