@@ -1353,3 +1353,95 @@ when { resource.server == "remote" && context.input has text && context.input.te
     );
     assert_eq!(r[4]["content"][0]["text"], "still here", "{}", r[4]);
 }
+
+/// `cap exec mcp.<server>.<tool> --gateway`: an upstream tool run as a capability, governed
+/// by the gateway's policies, with the approval flow of `cap exec` (exit 3, then the token).
+#[test]
+fn cap_exec_runs_an_upstream_tool_through_a_gateway_config() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let config = gateway_config(
+        dir.path(),
+        GATEWAY_POLICY,
+        &format!(
+            "[[server]]\nname = \"everything\"\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n",
+            everything()
+        ),
+    );
+    let c = config.to_str().unwrap();
+    let run = |input: &str, extra: &[&str]| {
+        let mut args = vec![
+            "exec",
+            "mcp.everything.get-sum",
+            input,
+            "--gateway",
+            c,
+            "--agent",
+            "bot",
+        ];
+        args.extend_from_slice(extra);
+        cap(&home, &args)
+    };
+    let out = run(r#"{"a": 2, "b": 3}"#, &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc = stdout_json(&out);
+    assert!(
+        doc["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains('5'),
+        "{doc}"
+    );
+    let out = run(r#"{"a": 500, "b": 3}"#, &[]);
+    assert_eq!(out.status.code(), Some(3));
+    let id = stdout_json(&out)["approval"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let approved = stdout_json(&cap(
+        &home,
+        &["approvals", "approve", &id, "--approver", "carol"],
+    ));
+    let token = approved["token"].as_str().unwrap();
+    let out = run(r#"{"a": 500, "b": 3}"#, &["--approval", token]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        stdout_json(&out)["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("503")
+    );
+    let out = cap(
+        &home,
+        &[
+            "exec",
+            "mcp.everything.get-env",
+            "{}",
+            "--gateway",
+            c,
+            "--agent",
+            "bot",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stdout_json(&out)["error"]["code"], "PERMISSION_DENIED");
+    let out = cap(
+        &home,
+        &["exec", "mcp.everything.nope", "{}", "--gateway", c],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no such upstream tool"));
+}

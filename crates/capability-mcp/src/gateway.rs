@@ -357,6 +357,16 @@ impl Gateway {
         &self.serve
     }
 
+    /// The downstream tool name of the capability `mcp.<server>.<tool>`.
+    pub fn downstream_of(&self, capability: &str) -> Option<String> {
+        self.tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|t| t.capability == capability)
+            .map(|t| t.downstream.clone())
+    }
+
     /// Upstreams that are down and why.
     pub fn problems(&self) -> Vec<(String, String)> {
         self.upstreams

@@ -416,3 +416,60 @@ pub fn mcp_import(args: McpImportArgs) -> Result<i32, String> {
     }))?;
     Ok(0)
 }
+
+/// `cap exec mcp.<server>.<tool> <input> --gateway <config>`: one governed upstream call.
+/// Exit 0 with `{capability, result}`, 3 with `{approval}` when a human must approve first
+/// (repeat with `--approval <token>`), 1 with `{error}`.
+pub fn exec_through_gateway(
+    config: &std::path::Path,
+    capability: &str,
+    input: Value,
+    options: &RunOptions,
+) -> Result<i32, String> {
+    use capability_mcp::{Gateway, GatewayConfig};
+    let config = GatewayConfig::load(config)?;
+    let mut run = options.clone();
+    run.policies.extend(config.policy.iter().cloned());
+    run.shadow |= config.shadow;
+    run.approval = None;
+    let host = Arc::new(run.open(vec![Arc::new(Builtins)])?);
+    let gateway = Gateway::open(host, config, ServeOptions::default())?;
+    let Some(name) = gateway.downstream_of(capability) else {
+        let problems: Vec<String> = gateway
+            .problems()
+            .into_iter()
+            .map(|(s, p)| format!("{s}: {p}"))
+            .collect();
+        return Err(format!(
+            "{capability}: no such upstream tool in the gateway config{}",
+            if problems.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", problems.join("; "))
+            }
+        ));
+    };
+    let meta = options
+        .approval
+        .as_ref()
+        .map(|t| json!({"approvalToken": t}));
+    let result = gateway.call(&name, input, meta.as_ref(), &options.caller().actor);
+    if result["isError"] == json!(true) {
+        if let Some(approval) = result.pointer("/structuredContent/approval") {
+            print_json(&json!({"approval": approval}))?;
+            return Ok(3);
+        }
+        let message = result
+            .pointer("/content/0/text")
+            .and_then(Value::as_str)
+            .unwrap_or("the upstream call failed");
+        let code = result
+            .pointer("/_meta/errorCode")
+            .and_then(Value::as_str)
+            .unwrap_or("EXECUTION_FAILED");
+        print_json(&json!({"error": {"code": code, "message": message}}))?;
+        return Ok(1);
+    }
+    print_json(&json!({"capability": {"id": capability, "tool": name}, "result": result}))?;
+    Ok(0)
+}

@@ -53,12 +53,19 @@ pub struct ExecArgs {
     pub id: String,
     /// The input, as JSON text.
     pub input: String,
+    /// Run an upstream MCP tool, `mcp.<server>.<tool>`, through the servers and policies of
+    /// this gateway config (see `cap mcp-gateway`).
+    #[arg(long)]
+    pub gateway: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub options: RunOptions,
 }
 
 pub fn exec(args: ExecArgs) -> Result<i32, String> {
     let input = parse_json_arg(&args.input, "input")?;
+    if let Some(config) = &args.gateway {
+        return crate::commands::mcp::exec_through_gateway(config, &args.id, input, &args.options);
+    }
     let host = args
         .options
         .open(vec![std::sync::Arc::new(capability_host::Builtins)])?;
