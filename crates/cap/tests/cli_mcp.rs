@@ -1445,3 +1445,59 @@ fn cap_exec_runs_an_upstream_tool_through_a_gateway_config() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no such upstream tool"));
 }
+
+/// Per-tenant policy files apply to that tenant's callers only.
+#[test]
+fn gateway_tenant_policies_apply_to_their_tenant_only() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir(dir.path().join("acme")).unwrap();
+    std::fs::write(
+        dir.path().join("acme/sums.cedar"),
+        r#"permit(principal, action, resource);
+@id("acme-no-sums") @reason("acme does not add")
+forbid(principal, action, resource == Capability::"mcp.everything.get-sum");"#,
+    )
+    .unwrap();
+    let config = gateway_config(
+        dir.path(),
+        "permit(principal, action, resource);",
+        &format!(
+            "[[tenant]]\nname = \"acme\"\npolicy = [\"acme/\"]\n[[server]]\nname = \"everything\"\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n",
+            everything()
+        ),
+    );
+    let c = config.to_str().unwrap();
+    let sum = |tenant: &str| {
+        cap(
+            &home,
+            &[
+                "exec",
+                "mcp.everything.get-sum",
+                r#"{"a": 1, "b": 2}"#,
+                "--gateway",
+                c,
+                "--tenant",
+                tenant,
+            ],
+        )
+    };
+    let acme = sum("acme");
+    assert_eq!(
+        acme.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&acme.stdout)
+    );
+    assert_eq!(stdout_json(&acme)["error"]["message"], "acme does not add");
+    let beta = sum("beta");
+    assert_eq!(
+        beta.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&beta.stdout)
+    );
+}

@@ -63,6 +63,18 @@ pub struct GatewayConfig {
     pub timeout_ms: u64,
     #[serde(default, rename = "server")]
     pub servers: Vec<ServerConfig>,
+    /// Policy files that apply to one tenant's callers only.
+    #[serde(default, rename = "tenant")]
+    pub tenants: Vec<TenantConfig>,
+}
+
+/// Per-tenant policies: evaluated for callers of that tenant only, in addition to the
+/// gateway's (with Cedar's default deny among them: they need their own `permit`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    pub name: String,
+    pub policy: Vec<PathBuf>,
 }
 
 fn default_timeout_ms() -> u64 {
@@ -131,6 +143,9 @@ impl GatewayConfig {
             }
         };
         config.policy = config.policy.iter().map(rebase).collect();
+        for t in &mut config.tenants {
+            t.policy = t.policy.iter().map(rebase).collect();
+        }
         config.pins = config.pins.as_ref().map(rebase);
         let mut seen = std::collections::BTreeSet::new();
         for s in &config.servers {
@@ -324,6 +339,17 @@ impl Gateway {
             .clone()
             .unwrap_or_else(|| host.home().root().join("mcp-pins.json"));
         let pins = Pins::open(&pins_path)?;
+        for tenant in &config.tenants {
+            let files = capability_host::policy_files(&tenant.policy).map_err(|e| e.to_string())?;
+            let cedar = capability_policy::CedarPolicies::from_paths(&files)
+                .map_err(|e| format!("tenant {}: {e}", tenant.name))?;
+            host.governor()
+                .policies()
+                .add_source(Arc::new(capability_policy::ForTenant::new(
+                    tenant.name.clone(),
+                    Arc::new(cedar),
+                )));
+        }
         let upstreams = config
             .servers
             .iter()

@@ -26,6 +26,40 @@ pub trait PolicySource: Send + Sync {
     fn decide(&self, ctx: &PolicyContext) -> Result<SourceDecisions, PolicyFault>;
 }
 
+/// A source that applies only to actions of one tenant (per-tenant policy files): for any
+/// other tenant it decides nothing.
+pub struct ForTenant {
+    tenant: String,
+    name: String,
+    inner: Arc<dyn PolicySource>,
+}
+
+impl ForTenant {
+    pub fn new(tenant: impl Into<String>, inner: Arc<dyn PolicySource>) -> Self {
+        let tenant = tenant.into();
+        let name = format!("{}@{tenant}", inner.name());
+        ForTenant {
+            tenant,
+            name,
+            inner,
+        }
+    }
+}
+
+impl PolicySource for ForTenant {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn decide(&self, ctx: &PolicyContext) -> Result<SourceDecisions, PolicyFault> {
+        if ctx.action.tenant_id.as_deref() == Some(self.tenant.as_str()) {
+            self.inner.decide(ctx)
+        } else {
+            Ok(SourceDecisions::default())
+        }
+    }
+}
+
 /// What a [`PolicySource`] returns.
 #[derive(Clone, Debug, Default)]
 pub struct SourceDecisions {

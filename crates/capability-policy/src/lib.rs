@@ -176,7 +176,7 @@ pub use audit::{
 };
 pub use cedar::CedarPolicies;
 pub use decision::{Decision, DecisionType, IsolationTier, SandboxRequirement};
-pub use engine::{Obligations, PolicyEngine, Verdict};
+pub use engine::{ForTenant, Obligations, PolicyEngine, PolicySource, Verdict};
 pub use intercept::{
     Execution, Governor, InterceptError, InterceptMode, InterceptRequest, Intercepted,
 };
