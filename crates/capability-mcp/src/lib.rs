@@ -350,22 +350,22 @@ impl McpServer {
             }
         };
         let host = self.host();
-        let declares = host
-            .runtime()
-            .registry()
-            .get(&id)
-            .and_then(|c| {
+        // `approvalToken` and `approved` are the call's, not the capability's input, unless
+        // its input schema declares them.
+        let capability = host.runtime().registry().get(&id);
+        let declares = |key: &str| {
+            capability.as_ref().is_some_and(|c| {
                 c.manifest()
                     .input
                     .as_ref()
-                    .and_then(|i| i.pointer("/properties/approvalToken"))
-                    .map(|_| ())
+                    .and_then(|i| i.get("properties"))
+                    .is_some_and(|p| p.get(key).is_some())
             })
-            .is_some();
-        let token = take_approval_token(&mut arguments, meta, declares);
-        let approved = !declares
-            && arguments.get("approved") == Some(&Value::Bool(true))
-            && self.inner.options.allow_agent_approval;
+        };
+        let token = take_approval_token(&mut arguments, meta, declares("approvalToken"));
+        let asked =
+            !declares("approved") && arguments.remove("approved") == Some(Value::Bool(true));
+        let approved = asked && self.inner.options.allow_agent_approval;
         let caller = Caller {
             actor: actor.clone(),
             action_type: capability_host::ActionType::McpToolCall,
