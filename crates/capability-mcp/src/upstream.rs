@@ -22,6 +22,9 @@ use serde_json::{Value, json};
 /// The longest line accepted from an upstream (a larger answer fails the session).
 pub const MAX_LINE: usize = 8 << 20;
 
+/// How long a caller polls for its answer before it sleeps.
+const SPIN: Duration = Duration::from_micros(300);
+
 /// How much of a crashed server's stderr is kept for the error.
 const STDERR_TAIL: usize = 16 << 10;
 
@@ -313,7 +316,18 @@ impl StdioSession {
                 .remove(&id);
             return Err(e);
         }
-        match rx.recv_timeout(timeout) {
+        // Most answers come within a few hundred microseconds: poll for them (yielding the
+        // core to the server) before sleeping, so that the hand-off from the reader thread
+        // does not also pay for waking a sleeping thread.
+        let spin_until = std::time::Instant::now() + SPIN;
+        while std::time::Instant::now() < spin_until {
+            match rx.try_recv() {
+                Ok(reply) => return reply,
+                Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
+                Err(mpsc::TryRecvError::Disconnected) => return Err(self.exit_error()),
+            }
+        }
+        match rx.recv_timeout(timeout.saturating_sub(SPIN)) {
             Ok(reply) => reply,
             Err(RecvTimeoutError::Timeout) => {
                 self.shared
