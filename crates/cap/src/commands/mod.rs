@@ -4,3 +4,4 @@ pub mod host;
 pub mod mcp;
 pub mod packages;
 pub mod runtime;
+pub mod serve;
