@@ -88,6 +88,8 @@ pub enum Command {
     McpPins(commands::mcp::McpPinsArgs),
     /// Import the tools of a stdio MCP server as capability manifests.
     McpImport(commands::mcp::McpImportArgs),
+    /// Serve the HTTP API (/api/v1, /openapi.json) and the web console (/console).
+    Serve(commands::serve::ServeArgs),
 
     // Commands of the reference (stability lock) that later issues build.
     #[command(hide = true)]
@@ -169,6 +171,7 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::McpGateway(a) => commands::mcp::mcp_gateway(a),
         C::McpPins(a) => commands::mcp::mcp_pins(a),
         C::McpImport(a) => commands::mcp::mcp_import(a),
+        C::Serve(a) => commands::serve::serve(a),
         C::Create(_) => pending("create"),
         C::Bridge(_) => pending("bridge"),
         C::Readiness(_) => pending("readiness"),

@@ -7,6 +7,11 @@
 //! [`Tokens::authenticate`] maps a presented token to its [`TokenRecord`] or says why it is
 //! refused ([`AuthError`]: missing, unknown, expired or revoked). Revocation is a row
 //! update, seen by every process on its next request: nothing is cached.
+//!
+//! An approver token carries the tenants its holder may approve for (`*` for every
+//! tenant), and a token may carry a console login: a name and a password stored as an
+//! Argon2id hash ([`Tokens::login`] checks it; a wrong password and an unknown name are
+//! refused alike, after the same work).
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -57,6 +62,17 @@ impl Role {
     pub fn may_call(self) -> bool {
         matches!(self, Role::Agent | Role::Admin)
     }
+
+    /// May approve or deny approvals (for the tenants of the token, see
+    /// [`TokenRecord::may_approve_for`]).
+    pub fn may_approve(self) -> bool {
+        matches!(self, Role::Approver | Role::Admin)
+    }
+
+    /// May read approvals, receipts, the audit log and policies.
+    pub fn may_read(self) -> bool {
+        matches!(self, Role::Approver | Role::Auditor | Role::Admin)
+    }
 }
 
 /// The principal a new token stands for.
@@ -68,6 +84,10 @@ pub struct TokenSpec {
     pub role: Role,
     /// How long the token is valid (forever when `None`).
     pub expires_in: Option<Duration>,
+    /// The tenants an approver may approve for (`*`: every tenant).
+    pub tenants: BTreeSet<String>,
+    /// A console login name, with its password.
+    pub login: Option<(String, String)>,
 }
 
 impl TokenSpec {
@@ -78,6 +98,8 @@ impl TokenSpec {
             scopes: BTreeSet::new(),
             role: Role::Agent,
             expires_in: None,
+            tenants: BTreeSet::new(),
+            login: None,
         }
     }
 }
@@ -94,9 +116,31 @@ pub struct TokenRecord {
     pub created_at: i64,
     pub expires_at: Option<i64>,
     pub revoked_at: Option<i64>,
+    /// The tenants an approver may approve for (`*`: every tenant).
+    pub tenants: BTreeSet<String>,
+    /// The console login name, when the token has one.
+    pub login: Option<String>,
 }
 
 impl TokenRecord {
+    /// The principal's name as approvals record it: the login, else the agent id.
+    pub fn name(&self) -> &str {
+        self.login.as_deref().unwrap_or(&self.agent_id)
+    }
+
+    /// Whether this principal may decide an approval of `tenant`: an admin always; an
+    /// approver when the tenant is one of its tenants or it holds `*` (an approval without
+    /// a tenant needs `*`); nobody else.
+    pub fn may_approve_for(&self, tenant: Option<&str>) -> bool {
+        match self.role {
+            Role::Admin => true,
+            Role::Approver => {
+                self.tenants.contains("*") || tenant.is_some_and(|t| self.tenants.contains(t))
+            }
+            Role::Agent | Role::Auditor => false,
+        }
+    }
+
     /// The actor a request made with this token acts as.
     pub fn actor(&self) -> Actor {
         let mut actor = Actor::agent(self.agent_id.clone());
@@ -126,6 +170,8 @@ impl TokenRecord {
             "expiresAt": self.expires_at.map(iso),
             "revokedAt": self.revoked_at.map(iso),
             "status": status,
+            "tenants": self.tenants,
+            "login": self.login,
         })
     }
 }
@@ -147,6 +193,8 @@ pub enum AuthError {
     Revoked,
     #[error("the token store cannot be read")]
     Unavailable,
+    #[error("the login name or password is wrong")]
+    BadLogin,
 }
 
 /// Milliseconds since the epoch.
@@ -180,6 +228,34 @@ fn digest(secret: &str) -> String {
     hex::encode(Sha256::digest(secret.as_bytes()))
 }
 
+/// An Argon2id PHC string of `password` (the crate's default cost: 19 MiB, 2 passes).
+fn hash_password(password: &str) -> Result<String, HostError> {
+    use argon2::password_hash::{PasswordHasher, SaltString};
+    let salt = SaltString::encode_b64(uuid::Uuid::new_v4().as_bytes()).map_err(store_err)?;
+    argon2::Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(store_err)
+}
+
+fn password_matches(password: &str, phc: &str) -> bool {
+    use argon2::password_hash::{PasswordHash, PasswordVerifier};
+    PasswordHash::new(phc).is_ok_and(|h| {
+        argon2::Argon2::default()
+            .verify_password(password.as_bytes(), &h)
+            .is_ok()
+    })
+}
+
+/// Checked when a login name is unknown, so that it costs what a wrong password costs.
+fn dummy_hash() -> &'static str {
+    static DUMMY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    DUMMY.get_or_init(|| hash_password("not a password").unwrap_or_default())
+}
+
+/// Shortest console password accepted.
+pub const MIN_PASSWORD_LEN: usize = 8;
+
 const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS tokens (
     id TEXT PRIMARY KEY,
     hash TEXT NOT NULL UNIQUE,
@@ -192,7 +268,33 @@ const SCHEMA: &str = "CREATE TABLE IF NOT EXISTS tokens (
     revoked_at INTEGER
 )";
 
-const COLUMNS: &str = "id, agent_id, tenant, scopes, role, created_at, expires_at, revoked_at";
+/// Columns added after the first release, with their types (added when missing).
+const ADDED_COLUMNS: [(&str, &str); 3] = [
+    ("tenants", "TEXT"),
+    ("login", "TEXT"),
+    ("password_hash", "TEXT"),
+];
+
+const COLUMNS: &str =
+    "id, agent_id, tenant, scopes, role, created_at, expires_at, revoked_at, tenants, login";
+
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(SCHEMA)?;
+    let mut have = BTreeSet::new();
+    {
+        let mut stmt = conn.prepare("PRAGMA table_info(tokens)")?;
+        let names = stmt.query_map([], |r| r.get::<_, String>(1))?;
+        for n in names {
+            have.insert(n?);
+        }
+    }
+    for (name, kind) in ADDED_COLUMNS {
+        if !have.contains(name) {
+            conn.execute_batch(&format!("ALTER TABLE tokens ADD COLUMN {name} {kind}"))?;
+        }
+    }
+    conn.execute_batch("CREATE UNIQUE INDEX IF NOT EXISTS tokens_by_login ON tokens (login)")
+}
 
 fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
     let scopes: String = row.get(3)?;
@@ -207,6 +309,11 @@ fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {
         created_at: row.get(5)?,
         expires_at: row.get(6)?,
         revoked_at: row.get(7)?,
+        tenants: row
+            .get::<_, Option<String>>(8)?
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default(),
+        login: row.get(9)?,
     })
 }
 
@@ -228,7 +335,7 @@ fn store_err(e: impl std::fmt::Display) -> HostError {
 
 impl Tokens {
     pub(crate) fn open(db: Arc<Database>) -> Result<Tokens, HostError> {
-        db.call(|conn| conn.execute_batch(SCHEMA))
+        db.call(|conn| migrate(conn))
             .map_err(|_| store_err("the database writer stopped"))?
             .map_err(store_err)?;
         Ok(Tokens {
@@ -242,6 +349,26 @@ impl Tokens {
         if spec.agent_id.trim().is_empty() {
             return Err(store_err("the agent id must not be empty"));
         }
+        if !spec.tenants.is_empty() && spec.role != Role::Approver {
+            return Err(store_err(format!(
+                "only approver tokens carry tenants to approve for, not {}",
+                spec.role.as_str()
+            )));
+        }
+        let password_hash = match &spec.login {
+            Some((name, password)) => {
+                if name.trim().is_empty() || name.chars().any(char::is_control) {
+                    return Err(store_err("the login name must not be empty"));
+                }
+                if password.chars().count() < MIN_PASSWORD_LEN {
+                    return Err(store_err(format!(
+                        "the password must have at least {MIN_PASSWORD_LEN} characters"
+                    )));
+                }
+                Some(hash_password(password)?)
+            }
+            None => None,
+        };
         let secret = format!(
             "cap_{}{}",
             uuid::Uuid::new_v4().simple(),
@@ -261,15 +388,19 @@ impl Tokens {
             created_at,
             expires_at,
             revoked_at: None,
+            tenants: spec.tenants.clone(),
+            login: spec.login.as_ref().map(|(name, _)| name.clone()),
         };
         let row = record.clone();
         let hash = digest(&secret);
         let scopes = serde_json::to_string(&row.scopes).map_err(store_err)?;
+        let tenants = serde_json::to_string(&row.tenants).map_err(store_err)?;
         self.db
             .call(move |conn| {
                 conn.execute(
                     "INSERT INTO tokens (id, hash, agent_id, tenant, scopes, role, created_at, \
-                     expires_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                     expires_at, tenants, login, password_hash) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                     params![
                         row.id,
                         hash,
@@ -278,12 +409,22 @@ impl Tokens {
                         scopes,
                         row.role.as_str(),
                         row.created_at,
-                        row.expires_at
+                        row.expires_at,
+                        tenants,
+                        row.login,
+                        password_hash
                     ],
                 )
             })
             .map_err(|_| store_err("the database writer stopped"))?
-            .map_err(store_err)?;
+            .map_err(|e| match &e {
+                rusqlite::Error::SqliteFailure(f, _)
+                    if f.code == rusqlite::ErrorCode::ConstraintViolation =>
+                {
+                    store_err("that login name is taken")
+                }
+                _ => store_err(e),
+            })?;
         Ok((record, secret))
     }
 
@@ -353,14 +494,55 @@ impl Tokens {
         let Some(record) = found else {
             return Err(AuthError::Unknown);
         };
-        if record.revoked_at.is_some() {
-            return Err(AuthError::Revoked);
-        }
-        if record.expires_at.is_some_and(|e| e <= now_ms()) {
-            return Err(AuthError::Expired);
-        }
-        Ok(record)
+        usable(record)
     }
+
+    /// The record of a token id (a console session holds the id, and every request sees a
+    /// revocation or expiry).
+    pub fn by_id(&self, id: &str) -> Result<TokenRecord, AuthError> {
+        let found = self
+            .read(|conn| {
+                conn.prepare_cached(&format!("SELECT {COLUMNS} FROM tokens WHERE id = ?1"))?
+                    .query_row([id], record)
+                    .optional()
+            })
+            .map_err(|_| AuthError::Unavailable)?;
+        usable(found.ok_or(AuthError::Unknown)?)
+    }
+
+    /// The record of a console login whose password matches. An unknown name and a wrong
+    /// password are both [`AuthError::BadLogin`], and cost the same.
+    pub fn login(&self, name: &str, password: &str) -> Result<TokenRecord, AuthError> {
+        let found = self
+            .read(|conn| {
+                conn.prepare_cached(&format!(
+                    "SELECT {COLUMNS}, password_hash FROM tokens WHERE login = ?1"
+                ))?
+                .query_row([name], |row| {
+                    Ok((record(row)?, row.get::<_, Option<String>>(10)?))
+                })
+                .optional()
+            })
+            .map_err(|_| AuthError::Unavailable)?;
+        match found {
+            Some((record, Some(phc))) if password_matches(password, &phc) => usable(record),
+            Some(_) => Err(AuthError::BadLogin),
+            None => {
+                let _ = password_matches(password, dummy_hash());
+                Err(AuthError::BadLogin)
+            }
+        }
+    }
+}
+
+fn usable(record: TokenRecord) -> Result<TokenRecord, AuthError> {
+    if record.revoked_at.is_some() {
+        return Err(AuthError::Revoked);
+    }
+    if record.expires_at.is_some_and(|e| e <= now_ms()) {
+        return Err(AuthError::Expired);
+    }
+    Ok(record)
 }
 
 #[cfg(test)]
@@ -414,6 +596,77 @@ mod tests {
         );
         assert!(tokens.revoke("tok_missing").is_err());
         assert_eq!(tokens.list().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn approver_logins_and_tenants() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(Database::open(&dir.path().join("db")).unwrap());
+        let tokens = Tokens::open(db).unwrap();
+        let mut spec = TokenSpec::agent("alice");
+        spec.role = Role::Approver;
+        spec.tenants.insert("acme".into());
+        spec.login = Some(("alice".into(), "correct horse".into()));
+        let (rec, secret) = tokens.add(&spec).unwrap();
+        assert!(rec.may_approve_for(Some("acme")));
+        assert!(!rec.may_approve_for(Some("globex")));
+        assert!(!rec.may_approve_for(None));
+        let got = tokens.login("alice", "correct horse").unwrap();
+        assert_eq!(got, rec);
+        assert_eq!(got, tokens.authenticate(&secret).unwrap());
+        assert_eq!(got.name(), "alice");
+        assert_eq!(
+            tokens.login("alice", "wrong horse").unwrap_err(),
+            AuthError::BadLogin
+        );
+        assert_eq!(
+            tokens.login("bob", "correct horse").unwrap_err(),
+            AuthError::BadLogin
+        );
+        // The password is stored as an Argon2id hash, never in clear.
+        let conn = Connection::open(dir.path().join("db")).unwrap();
+        let stored: String = conn
+            .query_row(
+                "SELECT password_hash FROM tokens WHERE login = 'alice'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert!(stored.starts_with("$argon2id$") && !stored.contains("correct horse"));
+        // A login name is unique; short passwords and tenants on non-approvers are refused.
+        assert!(tokens.add(&spec).is_err());
+        spec.login = Some(("carol".into(), "short".into()));
+        assert!(tokens.add(&spec).is_err());
+        let mut agent = TokenSpec::agent("bot");
+        agent.tenants.insert("acme".into());
+        assert!(tokens.add(&agent).is_err());
+        // A revoked login is refused.
+        tokens.revoke(&rec.id).unwrap();
+        assert_eq!(
+            tokens.login("alice", "correct horse").unwrap_err(),
+            AuthError::Revoked
+        );
+        assert_eq!(tokens.by_id(&rec.id).unwrap_err(), AuthError::Revoked);
+    }
+
+    #[test]
+    fn old_token_tables_are_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("db");
+        {
+            let conn = Connection::open(&path).unwrap();
+            conn.execute_batch(SCHEMA).unwrap();
+            conn.execute(
+                "INSERT INTO tokens (id, hash, agent_id, scopes, role, created_at) \
+                 VALUES ('tok_old', 'h', 'bot', '[]', 'agent', 1)",
+                [],
+            )
+            .unwrap();
+        }
+        let tokens = Tokens::open(Arc::new(Database::open(&path).unwrap())).unwrap();
+        let list = tokens.list().unwrap();
+        assert_eq!(list.len(), 1);
+        assert!(list[0].tenants.is_empty() && list[0].login.is_none());
     }
 
     #[test]

@@ -73,7 +73,7 @@ fn modified(paths: &[PathBuf]) -> Vec<Option<SystemTime>> {
         .collect()
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let term = async {
         match signal(SignalKind::terminate()) {
@@ -176,11 +176,13 @@ pub struct TokensArgs {
 pub enum TokensCommand {
     /// Make a bearer token for the HTTP surfaces; prints it once (the home keeps its hash).
     Add {
-        /// The agent the token's holder acts as.
-        #[arg(long)]
-        agent: String,
-        #[arg(long)]
-        tenant: Option<String>,
+        /// The agent the token's holder acts as (default: the --login name).
+        #[arg(long, required_unless_present = "login")]
+        agent: Option<String>,
+        /// The tenant an agent acts in; for an approver, a tenant it may approve for
+        /// (repeatable; `*` for every tenant).
+        #[arg(long = "tenant")]
+        tenant: Vec<String>,
         /// A scope granted (repeatable).
         #[arg(long = "scope")]
         scopes: Vec<String>,
@@ -190,6 +192,13 @@ pub enum TokensCommand {
         /// Validity, e.g. 90s, 15m, 12h, 30d, 2w (default: until revoked).
         #[arg(long, value_parser = parse_expiry)]
         expires: Option<Duration>,
+        /// A console login name for this token; the password is read from standard input
+        /// (its first line).
+        #[arg(long)]
+        login: Option<String>,
+        /// Read the login's password from standard input (the default with --login).
+        #[arg(long, requires = "login")]
+        password_stdin: bool,
     },
     /// Every token (never the secrets).
     List,
@@ -217,13 +226,38 @@ pub fn tokens_cmd(args: TokensArgs) -> Result<i32, String> {
             scopes,
             role,
             expires,
+            login,
+            password_stdin: _,
         } => {
+            let (tenant, tenants) = if role == Role::Approver {
+                (None, tenant.into_iter().collect())
+            } else if tenant.len() > 1 {
+                return Err("tokens add: only an approver takes several --tenant".into());
+            } else {
+                (tenant.into_iter().next(), Default::default())
+            };
+            let login = match login {
+                Some(name) => {
+                    let mut password = String::new();
+                    std::io::stdin()
+                        .read_line(&mut password)
+                        .map_err(|e| format!("tokens add: cannot read the password: {e}"))?;
+                    let password = password.trim_end_matches(['\r', '\n']).to_string();
+                    Some((name, password))
+                }
+                None => None,
+            };
+            let Some(agent) = agent.or_else(|| login.as_ref().map(|(n, _)| n.clone())) else {
+                return Err("tokens add: --agent or --login is required".into());
+            };
             let spec = TokenSpec {
                 agent_id: agent,
                 tenant,
                 scopes: scopes.into_iter().collect(),
                 role,
                 expires_in: expires,
+                tenants,
+                login,
             };
             let (record, secret) = tokens.add(&spec).map_err(|e| e.to_string())?;
             let mut doc = record.to_json(now);

@@ -5,3 +5,4 @@ pub mod mcp;
 pub mod openapi;
 pub mod packages;
 pub mod runtime;
+pub mod serve;

@@ -1,0 +1,119 @@
+//! `cap serve`: the HTTP API and web console over the host.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use capability_host::Builtins;
+use capability_server::{Server, ServerOptions, Webhook};
+use clap::Args;
+
+use crate::commands::host::RunOptions;
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Where to listen, host:port (port 0 picks one; the address is printed on stderr).
+    #[arg(long, default_value = "127.0.0.1:8470")]
+    pub listen: String,
+    /// A Host header value accepted besides loopback names (repeatable).
+    #[arg(long = "allow-host")]
+    pub allow_hosts: Vec<String>,
+    /// A browser Origin accepted besides the server's own (repeatable).
+    #[arg(long = "allow-origin")]
+    pub allow_origins: Vec<String>,
+    /// Policy fixtures the console's policies page tests the --policy files against.
+    #[arg(long)]
+    pub policy_fixtures: Option<PathBuf>,
+    /// POST each new pending approval here (http:// only), signed with HMAC-SHA256.
+    #[arg(long)]
+    pub webhook: Option<String>,
+    /// The file holding the webhook's HMAC secret (default: $CAP_WEBHOOK_SECRET).
+    #[arg(long, requires = "webhook")]
+    pub webhook_secret_file: Option<PathBuf>,
+    /// Largest request body, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+    #[command(flatten)]
+    pub options: RunOptions,
+}
+
+/// Loopback listeners serve plain HTTP to this machine: session cookies cannot be
+/// `Secure` there. Anywhere else they are (put TLS in front).
+fn is_loopback(listen: &str) -> bool {
+    let host = match listen.rsplit_once(':') {
+        Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
+        None => listen,
+    };
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+fn webhook(args: &ServeArgs) -> Result<Option<Webhook>, String> {
+    let Some(url) = &args.webhook else {
+        return Ok(None);
+    };
+    let secret = match &args.webhook_secret_file {
+        Some(p) => std::fs::read_to_string(p)
+            .map_err(|e| format!("cannot read {}: {e}", p.display()))?
+            .trim()
+            .to_string(),
+        None => std::env::var("CAP_WEBHOOK_SECRET").map_err(|_| {
+            "--webhook needs a secret: --webhook-secret-file or $CAP_WEBHOOK_SECRET".to_string()
+        })?,
+    };
+    Webhook::new(url, secret).map(Some)
+}
+
+pub fn serve(args: ServeArgs) -> Result<i32, String> {
+    if args.options.approve || args.options.approval.is_some() {
+        return Err("serve: --approve and --approval do not apply to a server".into());
+    }
+    let policy_files = crate::commands::governance::policy_files(&args.options.policies)?
+        .into_iter()
+        .map(|p| std::path::absolute(&p).unwrap_or(p))
+        .collect();
+    let options = ServerOptions {
+        allowed_hosts: args.allow_hosts.clone(),
+        allowed_origins: args.allow_origins.clone(),
+        secure_cookies: !is_loopback(&args.listen),
+        policy_files,
+        policy_fixtures: args.policy_fixtures.clone(),
+        webhook: webhook(&args).map_err(|e| format!("serve: {e}"))?,
+        max_body_bytes: args.max_body_bytes,
+        poll_interval: Duration::from_millis(250),
+        ..ServerOptions::default()
+    };
+    let host = Arc::new(args.options.open(vec![Arc::new(Builtins)])?);
+    host.tokens().map_err(|e| format!("serve: {e}"))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("serve: {e}"))?;
+    runtime
+        .block_on(async move {
+            let listener = tokio::net::TcpListener::bind(&args.listen).await?;
+            let addr = listener.local_addr()?;
+            eprintln!("serve: listening on http://{addr} (console at http://{addr}/console, API at /api/v1)");
+            Server::new(host, options)
+                .serve(listener, crate::commands::mcp::shutdown_signal())
+                .await
+        })
+        .map_err(|e| format!("serve: {e}"))?;
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_listeners() {
+        assert!(is_loopback("127.0.0.1:0"));
+        assert!(is_loopback("[::1]:8080"));
+        assert!(is_loopback("localhost:1"));
+        assert!(!is_loopback("0.0.0.0:8080"));
+        assert!(!is_loopback("192.168.1.2:80"));
+    }
+}

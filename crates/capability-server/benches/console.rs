@@ -1,0 +1,178 @@
+//! The console's two heavy reads, on generated data:
+//!
+//! * the pending-approvals page with 10,000 pending approvals: rendering alone, and the
+//!   whole page (the store's list, then rendering);
+//! * an audit query by tenant (the newest 100 events of one of 10 tenants) over 1,000,000
+//!   events in the SQLite store (the `audit_events_by_tenant` index).
+//!
+//! `cargo bench -p capability-server --bench console` prints p50/p99 of individually timed
+//! runs beside criterion's estimates. Generating the million events takes a while.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Instant;
+
+use capability_host::{Role, TokenRecord};
+use capability_journal::Database;
+use capability_policy::approvals::{ApprovalFilter, ApprovalRecord, ApprovalStore};
+use capability_policy::audit::{AuditEvent, AuditStore};
+use capability_policy::{ApprovalStatus, SqliteStore};
+use criterion::{Criterion, criterion_group, criterion_main};
+use serde_json::json;
+
+fn approval(i: usize) -> ApprovalRecord {
+    ApprovalRecord {
+        approval_id: format!("apr_{i:016x}"),
+        status: ApprovalStatus::Pending,
+        plan_fingerprint: Some(format!("sha256:{i:064x}")),
+        action_digest: format!("{i:064x}"),
+        capability: "text/slugify".into(),
+        action_type: "capability_call".into(),
+        agent_id: format!("agent-{}", i % 50),
+        tenant: Some(format!("tenant-{}", i % 10)),
+        environment: "prod".into(),
+        requester: format!("token:tok_{i:012x}"),
+        reason: Some("secrets need a human".into()),
+        policy_ids: vec!["policy0".into(), "secrets-need-approval".into()],
+        input: json!({"text": format!("a secret plan number {i}"), "apiKey": "sk-123", "options": {"separator": "-", "lower": true}}),
+        action_id: format!("act_{i}"),
+        trace_id: format!("trc_{i}"),
+        created_at: 1_700_000_000_000 + i as i64,
+        expires_at: 1_900_000_000_000,
+        decided_by: None,
+        decided_at: None,
+        note: None,
+        token_nonce: None,
+        token_expires_at: None,
+        consumed_at: None,
+    }
+}
+
+fn viewer() -> TokenRecord {
+    TokenRecord {
+        id: "tok_bench".into(),
+        agent_id: "alice".into(),
+        tenant: None,
+        scopes: BTreeSet::new(),
+        role: Role::Admin,
+        created_at: 0,
+        expires_at: None,
+        revoked_at: None,
+        tenants: BTreeSet::new(),
+        login: Some("alice".into()),
+    }
+}
+
+fn percentiles(name: &str, runs: usize, mut f: impl FnMut()) {
+    f();
+    let mut samples: Vec<u128> = (0..runs)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_micros()
+        })
+        .collect();
+    samples.sort_unstable();
+    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize] as f64 / 1000.0;
+    println!(
+        "{name}: p50 {:.3} ms, p99 {:.3} ms over {runs} runs",
+        at(0.5),
+        at(0.99)
+    );
+}
+
+fn event_template() -> AuditEvent {
+    AuditEvent::from_json(&json!({
+        "event_id": "evt_0", "timestamp": "2026-01-01T00:00:00.000Z",
+        "action_id": "act_0", "trace_id": "trc_0", "parent_action_id": null,
+        "agent_id": "agent-0", "tenant_id": "tenant-0", "principal_id": null,
+        "environment": "prod", "capability_name": "text/slugify", "capability_type": "tool",
+        "capability_risk": "low", "action_type": "capability_call", "stage": "before_capability",
+        "decision": "allow", "outcome": "allowed", "reason": null, "policy_name": null,
+        "policy_version": null, "input_summary": null, "output_summary": null, "labels": {},
+        "metadata": {}, "decision_id": "dec_0", "policy_ids": [], "code": null,
+        "plan_fingerprint": null, "action_digest": "d", "receipt_id": null,
+        "approval_id": null, "shadow": null, "redacted": [], "input": null, "output": null
+    }))
+    .expect("the template event parses")
+}
+
+fn bench(c: &mut Criterion) {
+    // The pending page.
+    let records: Vec<ApprovalRecord> = (0..10_000).map(approval).collect();
+    let viewer = viewer();
+    let page = capability_server::render_pending_page(&records, "csrf-token", &viewer);
+    println!(
+        "pending page: {} approvals, {} KiB of HTML",
+        records.len(),
+        page.len() / 1024
+    );
+    percentiles("render pending page (10,000 pending)", 50, || {
+        std::hint::black_box(capability_server::render_pending_page(
+            &records, "csrf", &viewer,
+        ));
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let db = Arc::new(Database::open(&dir.path().join("approvals.db")).unwrap());
+    let store = SqliteStore::on(Arc::clone(&db), &dir.path().join("journals")).unwrap();
+    for r in &records {
+        store.insert_approval(r).unwrap();
+    }
+    let filter = ApprovalFilter {
+        status: Some(ApprovalStatus::Pending),
+        tenant: None,
+        limit: Some(10_000),
+    };
+    percentiles("list + render pending page (10,000 pending)", 30, || {
+        let list = store.list_approvals(&filter).unwrap();
+        assert_eq!(list.len(), 10_000);
+        std::hint::black_box(capability_server::render_pending_page(
+            &list, "csrf", &viewer,
+        ));
+    });
+    c.bench_function("render_pending_10k", |b| {
+        b.iter(|| capability_server::render_pending_page(&records, "csrf", &viewer))
+    });
+
+    // The audit log.
+    let db = Arc::new(Database::open(&dir.path().join("audit.db")).unwrap());
+    let audit = SqliteStore::on(Arc::clone(&db), &dir.path().join("audit-journals")).unwrap();
+    let template = event_template();
+    let started = Instant::now();
+    const EVENTS: usize = 1_000_000;
+    let mut batch = Vec::with_capacity(10_000);
+    for i in 0..EVENTS {
+        let mut e = template.clone();
+        e.event_id = format!("evt_{i}");
+        e.tenant_id = Some(format!("tenant-{}", i % 10));
+        e.agent_id = format!("agent-{}", i % 50);
+        batch.push(e);
+        if batch.len() == 10_000 {
+            audit.append(&batch).unwrap();
+            batch.clear();
+        }
+    }
+    println!(
+        "generated {EVENTS} audit events in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    percentiles(
+        "audit query by tenant (newest 100 of 1,000,000)",
+        200,
+        || {
+            let r = audit.tail(Some("tenant-7"), 100).unwrap();
+            assert_eq!(r.len(), 100);
+        },
+    );
+    c.bench_function("audit_tail_tenant_1m", |b| {
+        b.iter(|| audit.tail(Some("tenant-7"), 100).unwrap())
+    });
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().sample_size(20);
+    targets = bench
+}
+criterion_main!(benches);
