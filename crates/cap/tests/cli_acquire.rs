@@ -21,6 +21,14 @@ use serde_json::{Value, json};
 use sha2::Digest as _;
 
 type Routes = Arc<Mutex<HashMap<String, (u16, Vec<u8>)>>>;
+/// (name, bytes, packument integrity, index integrity, expected message)
+type Case = (
+    &'static str,
+    Vec<u8>,
+    Option<String>,
+    Option<String>,
+    &'static str,
+);
 
 /// A loopback server answering from a route table; `/hang` never answers.
 struct Server {
@@ -240,7 +248,7 @@ fn refused_artifacts_leave_nothing_in_the_store() {
     let home = tempfile::tempdir().unwrap();
     let registry = format!("{}/registry/", server.base);
     let good = tarball("good", "1.0.0", Extra::None);
-    let cases: Vec<(&str, Vec<u8>, Option<String>, Option<String>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         // (name, bytes, packument integrity, index integrity, expected message)
         (
             "packument-mismatch",
