@@ -124,12 +124,12 @@ pub enum Command {
     ComposeIntent(Pending),
     #[command(hide = true)]
     BuildGap(Pending),
-    #[command(hide = true)]
-    NpmInspect(Pending),
-    #[command(hide = true)]
-    Probe(Pending),
-    #[command(hide = true)]
-    Install(Pending),
+    /// Inspect an npm package's registry metadata (nothing downloaded or run).
+    NpmInspect(commands::acquire::NpmInspectArgs),
+    /// Probe a site's /.well-known/capabilities document and its indexes.
+    Probe(commands::acquire::ProbeArgs),
+    /// Install a capability's exact npm tarball (checked, unpacked, never run) and write the lock.
+    Install(commands::acquire::InstallArgs),
     /// Import an OpenAPI document as inspections, or keep one in the home (add, list,
     /// remove) so that its operations run as governed HTTP calls.
     Openapi(commands::openapi::OpenapiArgs),
@@ -188,9 +188,9 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::OciRun(_) => pending("oci-run"),
         C::ComposeIntent(_) => pending("compose-intent"),
         C::BuildGap(_) => pending("build-gap"),
-        C::NpmInspect(_) => pending("npm-inspect"),
-        C::Probe(_) => pending("probe"),
-        C::Install(_) => pending("install"),
+        C::NpmInspect(a) => commands::acquire::npm_inspect(a),
+        C::Probe(a) => commands::acquire::probe(a),
+        C::Install(a) => commands::acquire::install(a),
         C::Openapi(a) => commands::openapi::openapi_cmd(a),
     }
 }

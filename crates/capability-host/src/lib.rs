@@ -57,6 +57,7 @@
 //! are refused). The built-ins always run in process.
 
 pub mod home;
+pub mod installed;
 pub mod sources;
 pub mod tokens;
 
@@ -466,6 +467,29 @@ impl Host {
             loaded.push((source.name(), capabilities));
             entries.extend(source.index_entries());
         }
+        // Packages installed with `cap install` (their store is the one part of the home a
+        // sandbox may mount, read-only); an id another source provides is left to it.
+        capability_sandbox::expose_read_only(home.root().join(installed::PACKAGES));
+        let installed = installed::Installed::from_home(&home);
+        if !installed.is_empty() {
+            let taken: std::collections::BTreeSet<String> = loaded
+                .iter()
+                .flat_map(|(_, caps)| caps.iter().map(|c| c.manifest().id.clone()))
+                .collect();
+            let capabilities: Vec<capability_runtime::capability::Capability> = installed
+                .capabilities()
+                .map_err(HostError::Source)?
+                .into_iter()
+                .filter(|c| !taken.contains(&c.manifest().id))
+                .collect();
+            entries.extend(
+                installed
+                    .index_entries()
+                    .into_iter()
+                    .filter(|e| !taken.contains(&e.manifest.id)),
+            );
+            loaded.push((installed.name(), capabilities));
+        }
         let has_modules = loaded.iter().flat_map(|(_, caps)| caps).any(|c| {
             matches!(
                 c.implementation(),
@@ -672,6 +696,11 @@ impl Host {
         resolve(&self.entries, id_or_query)
             .map(|r| r.entry.manifest.id.clone())
             .map_err(|e| not_found(e.to_string()))
+    }
+
+    /// The sources' index entries (built-ins, installed packages, ...).
+    pub fn index_entries(&self) -> &[IndexEntry] {
+        &self.entries
     }
 
     /// Lexical discovery over the sources' index entries (the reference's scores).

@@ -242,7 +242,7 @@ pub use oci::{
 };
 pub use package::{ResolvedModule, resolve_module, resolve_module_limited, verify_integrity};
 pub use process::{PACKAGE_MOUNT, ProcessSandbox, SANDBOX_UID, SandboxConfig};
-pub use protect::{default_capability_home, protect_host_path};
+pub use protect::{default_capability_home, expose_read_only, protect_host_path};
 pub use protocol::{Response, envelope, parse_response};
 pub use report::{AppliedLimit, BoundaryReport};
 pub use types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, Op, RunOutcome, effects};

@@ -28,6 +28,25 @@ use std::sync::Mutex;
 use crate::error::SandboxError;
 
 static REGISTERED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static EXPOSED: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// Adds a directory inside a protected path whose subtrees may be mounted **read-only**
+/// (never writable), e.g. the home's content-addressed package store (`<home>/packages`),
+/// so that an installed package can be the package root of a run. Nothing else of the
+/// protected path becomes visible.
+pub fn expose_read_only(path: impl Into<PathBuf>) {
+    let path = resolve(&path.into());
+    let mut list = EXPOSED.lock().unwrap_or_else(|e| e.into_inner());
+    if !list.contains(&path) {
+        list.push(path);
+    }
+}
+
+fn exposed(source: &Path) -> bool {
+    let list = EXPOSED.lock().map(|l| l.clone()).unwrap_or_default();
+    list.iter()
+        .any(|e| source.starts_with(e) && source != e.as_path())
+}
 
 /// Adds a host path that no process sandbox in this process may expose to a guest, e.g. an
 /// explicit capability home (`cap --home DIR`). The default capability home is always
@@ -189,6 +208,9 @@ pub(crate) fn masks_for(
     let mut masks = Vec::new();
     for p in protected {
         if source.starts_with(&p.path) {
+            if !writable && exposed(source) {
+                continue;
+            }
             return Err(SandboxError::Invalid {
                 detail: format!(
                     "refusing to mount {}: it lies inside {} ({}), which the guest must never see",

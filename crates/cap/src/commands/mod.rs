@@ -1,3 +1,4 @@
+pub mod acquire;
 pub mod core;
 pub mod governance;
 pub mod host;

@@ -94,6 +94,8 @@ pub struct FindArgs {
     #[arg(long, default_value_t = 10)]
     pub limit: usize,
     #[command(flatten)]
+    pub index: crate::commands::acquire::IndexOptions,
+    #[command(flatten)]
     pub home: HomeArg,
 }
 
@@ -104,8 +106,10 @@ pub fn find(args: FindArgs) -> Result<i32, String> {
         limit: Some(args.limit),
         ..Default::default()
     };
-    let hits: Vec<Value> = host
-        .find(&query)
+    // The host's sources (built-ins, installed packages) and the configured indexes.
+    let mut entries = host.index_entries().to_vec();
+    entries.extend(args.index.entries()?);
+    let hits: Vec<Value> = capability_core::index::discover_index(&entries, &query)
         .into_iter()
         .map(|h| h.item.hit_json(h.score, &h.reasons))
         .collect();
@@ -118,12 +122,23 @@ pub struct InfoArgs {
     /// Capability id, or a query.
     pub id_or_query: String,
     #[command(flatten)]
+    pub index: crate::commands::acquire::IndexOptions,
+    #[command(flatten)]
     pub home: HomeArg,
 }
 
 pub fn info(args: InfoArgs) -> Result<i32, String> {
     let host = open_home(&args.home)?;
-    let r = host.info(&args.id_or_query).map_err(|e| e.message)?;
+    let network = args.index.entries()?;
+    if network.is_empty() {
+        let r = host.info(&args.id_or_query).map_err(|e| e.message)?;
+        print_json(&r.to_json())?;
+        return Ok(0);
+    }
+    let mut entries = host.index_entries().to_vec();
+    entries.extend(network);
+    let r =
+        capability_core::index::resolve(&entries, &args.id_or_query).map_err(|e| e.to_string())?;
     print_json(&r.to_json())?;
     Ok(0)
 }

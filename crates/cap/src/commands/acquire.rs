@@ -1,0 +1,195 @@
+//! Acquisition commands: install, probe, npm-inspect, and the federation behind
+//! `find --index` / `info --index`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use capability_acquire::{Bounds, FetchConfig, Fetcher, InstallOptions};
+use capability_core::index::{IndexEntry, index_entries};
+use clap::Args;
+use serde_json::{Value, json};
+
+use crate::commands::host::HomeArg;
+use crate::output::print_json;
+
+/// Where indexes come from and how far federation goes.
+#[derive(Args, Debug, Clone, Default)]
+pub struct IndexOptions {
+    /// A capability index URL (repeatable; default $CAPABILITY_INDEX, comma separated).
+    #[arg(long = "index")]
+    pub indexes: Vec<String>,
+    /// How many `federates` links deep to follow.
+    #[arg(long, default_value_t = 4)]
+    pub max_depth: usize,
+    /// The most indexes to load.
+    #[arg(long, default_value_t = 64)]
+    pub max_indexes: usize,
+    /// The deadline of one HTTP request, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    pub http_timeout_ms: u64,
+}
+
+impl IndexOptions {
+    fn bounds(&self) -> Bounds {
+        Bounds {
+            max_depth: self.max_depth,
+            max_indexes: self.max_indexes,
+        }
+    }
+
+    fn fetch(&self) -> FetchConfig {
+        FetchConfig {
+            timeout: Duration::from_millis(self.http_timeout_ms),
+            ..FetchConfig::default()
+        }
+    }
+
+    /// The index entries of the configured network (none when no index is configured).
+    pub fn entries(&self) -> Result<Vec<IndexEntry>, String> {
+        let roots = capability_acquire::federation::configured_indexes(&self.indexes);
+        if roots.is_empty() {
+            return Ok(Vec::new());
+        }
+        let fetcher = Fetcher::new(self.fetch()).map_err(|e| e.to_string())?;
+        let network = capability_acquire::federate(&fetcher, &roots, &[], self.bounds())
+            .map_err(|e| e.to_string())?;
+        Ok(index_entries(&network.index))
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct InstallArgs {
+    /// Capability id (exact) or a query; optional with --locked.
+    pub id_or_query: Option<String>,
+    /// The npm registry (default $CAP_NPM_REGISTRY, the npmrc `registry=` line, npm's).
+    #[arg(long)]
+    pub registry: Option<String>,
+    /// The lockfile to write (or, with --locked, to reproduce).
+    #[arg(long, default_value = "capability.lock.json")]
+    pub lock: PathBuf,
+    /// Install exactly what the lock names; fail on any difference.
+    #[arg(long)]
+    pub locked: bool,
+    /// The most bytes an archive may expand to.
+    #[arg(long, default_value_t = 256 << 20)]
+    pub max_unpacked_bytes: u64,
+    #[command(flatten)]
+    pub index: IndexOptions,
+    #[command(flatten)]
+    pub home: HomeArg,
+}
+
+pub fn install(args: InstallArgs) -> Result<i32, String> {
+    let home = capability_host::Home::open_default(args.home.home.as_deref())
+        .map_err(|e| e.to_string())?;
+    let locked = if args.locked {
+        Some(crate::output::read_json(&args.lock)?)
+    } else {
+        None
+    };
+    let query = match (&args.id_or_query, &locked) {
+        (Some(q), _) => q.clone(),
+        (None, Some(lock)) => lock
+            .pointer("/capability/id")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        (None, None) => return Err("install: a capability id or query is required".into()),
+    };
+    if let (Some(lock), Some(q)) = (&locked, &args.id_or_query)
+        && lock.pointer("/capability/id").and_then(Value::as_str) != Some(q.as_str())
+    {
+        return Err(format!(
+            "install --locked: the lock names another capability than {q}"
+        ));
+    }
+    let options = InstallOptions {
+        indexes: args.index.indexes.clone(),
+        embedded: vec![capability_runtime::defaults::default_index()],
+        registry: args.registry.clone(),
+        bounds: args.index.bounds(),
+        fetch: args.index.fetch(),
+        locked,
+        limits: capability_acquire::unpack::Limits {
+            max_unpacked_bytes: args.max_unpacked_bytes,
+            ..Default::default()
+        },
+    };
+    let done = capability_acquire::install(&home, &query, &options).map_err(|e| e.to_string())?;
+    let lock_path = crate::output::absolute(&args.lock);
+    if !args.locked {
+        capability_core::index::assert_valid_lock(&done.lock).map_err(|e| e.to_string())?;
+        let text = serde_json::to_string_pretty(&done.lock).map_err(|e| e.to_string())?;
+        std::fs::write(&args.lock, text + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", args.lock.display()))?;
+    }
+    let r = &done.record;
+    print_json(&json!({
+        "installed": format!(
+            "{}@{}",
+            r.pointer("/package/name").and_then(Value::as_str).unwrap_or_default(),
+            r.pointer("/package/version").and_then(Value::as_str).unwrap_or_default()
+        ),
+        "capability": format!(
+            "{}@{}",
+            done.lock.pointer("/capability/id").and_then(Value::as_str).unwrap_or_default(),
+            done.lock.pointer("/capability/version").and_then(Value::as_str).unwrap_or_default()
+        ),
+        "integrity": r.pointer("/package/integrity"),
+        "registry": r.get("registry"),
+        "store": done.store.display().to_string(),
+        "lock": lock_path,
+        "locked": args.locked,
+    }))?;
+    Ok(0)
+}
+
+#[derive(Args, Debug)]
+pub struct ProbeArgs {
+    /// The site (any URL of it: only its origin is used).
+    pub site: String,
+    /// Do not fetch the advertised indexes.
+    #[arg(long)]
+    pub no_indexes: bool,
+    /// The deadline of one HTTP request, in milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    pub http_timeout_ms: u64,
+}
+
+pub fn probe(args: ProbeArgs) -> Result<i32, String> {
+    let fetcher = Fetcher::new(FetchConfig {
+        timeout: Duration::from_millis(args.http_timeout_ms),
+        ..FetchConfig::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let report = capability_acquire::probe::probe(&fetcher, &args.site, !args.no_indexes)
+        .map_err(|e| e.to_string())?;
+    print_json(&report)?;
+    Ok(0)
+}
+
+#[derive(Args, Debug)]
+pub struct NpmInspectArgs {
+    /// The npm package name.
+    pub package: String,
+    /// The version (default: the `latest` dist-tag).
+    #[arg(long)]
+    pub version: Option<String>,
+    /// The npm registry (default $CAP_NPM_REGISTRY, the npmrc `registry=` line, npm's).
+    #[arg(long)]
+    pub registry: Option<String>,
+}
+
+pub fn npm_inspect(args: NpmInspectArgs) -> Result<i32, String> {
+    let fetcher = Fetcher::new(FetchConfig::default()).map_err(|e| e.to_string())?;
+    let registry = capability_acquire::registry::registry_url(args.registry.as_deref());
+    let report = capability_acquire::registry::inspect(
+        &fetcher,
+        &registry,
+        &args.package,
+        args.version.as_deref(),
+    )
+    .map_err(|e| e.to_string())?;
+    print_json(&report)?;
+    Ok(0)
+}

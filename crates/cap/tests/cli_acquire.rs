@@ -1,0 +1,740 @@
+//! `cap install`, `cap find --index`, `cap exec` of an installed package, `cap install
+//! --locked`, `cap probe` and `cap npm-inspect`, against servers on 127.0.0.1: the test's own
+//! axum server (indexes, discovery documents, and a fake registry serving crafted tarballs)
+//! and verdaccio 6.8.0 (a real npm registry without uplinks, installed into tools/registry by
+//! `.ci/run`). Without verdaccio its test says so and passes, unless
+//! `CAPABILITY_TEST_REQUIRE_VERDACCIO=1` (set by CI), where it fails.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use common::{cap, stdout_json};
+use serde_json::{Value, json};
+use sha2::Digest as _;
+
+type Routes = Arc<Mutex<HashMap<String, (u16, Vec<u8>)>>>;
+/// (name, bytes, packument integrity, index integrity, expected message)
+type Case = (
+    &'static str,
+    Vec<u8>,
+    Option<String>,
+    Option<String>,
+    &'static str,
+);
+
+/// A loopback server answering from a route table; `/hang` never answers.
+struct Server {
+    base: String,
+    routes: Routes,
+}
+
+impl Server {
+    fn start() -> Server {
+        let routes: Routes = Arc::default();
+        let shared = Arc::clone(&routes);
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                tx.send(listener.local_addr().unwrap()).unwrap();
+                let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+                    let routes = Arc::clone(&shared);
+                    async move {
+                        let path = uri.path().to_string();
+                        if path == "/hang" {
+                            tokio::time::sleep(Duration::from_secs(3600)).await;
+                        }
+                        let found = routes.lock().unwrap().get(&path).cloned();
+                        match found {
+                            Some((status, body)) => {
+                                (axum::http::StatusCode::from_u16(status).unwrap(), body)
+                            }
+                            None => (axum::http::StatusCode::NOT_FOUND, b"{}".to_vec()),
+                        }
+                    }
+                });
+                axum::serve(listener, app).await.unwrap();
+            });
+        });
+        let addr = rx.recv().unwrap();
+        Server {
+            base: format!("http://{addr}"),
+            routes,
+        }
+    }
+
+    fn put(&self, path: &str, status: u16, body: impl Into<Vec<u8>>) -> String {
+        self.routes
+            .lock()
+            .unwrap()
+            .insert(path.to_string(), (status, body.into()));
+        format!("{}{path}", self.base)
+    }
+
+    fn json(&self, path: &str, doc: &Value) -> String {
+        self.put(path, 200, serde_json::to_vec(doc).unwrap())
+    }
+}
+
+fn sri(bytes: &[u8]) -> String {
+    format!(
+        "sha512-{}",
+        base64::engine::general_purpose::STANDARD.encode(sha2::Sha512::digest(bytes))
+    )
+}
+
+fn fixture_dir() -> PathBuf {
+    common::fixture().parent().unwrap().to_path_buf()
+}
+
+/// The fixture package.json renamed to `name@version`.
+fn package_json(name: &str, version: &str) -> Value {
+    let mut doc: Value =
+        serde_json::from_slice(&std::fs::read(common::fixture()).unwrap()).unwrap();
+    doc["name"] = json!(name);
+    doc["version"] = json!(version);
+    doc
+}
+
+enum Extra {
+    None,
+    /// A raw entry name written into the header as is (`../x`, `/abs`).
+    RawPath(&'static str),
+    Symlink(&'static str, &'static str),
+    Device,
+    Zeros(usize),
+}
+
+/// An npm-style tarball (`package/...`) of the fixture, with one extra entry.
+fn tarball(name: &str, version: &str, extra: Extra) -> Vec<u8> {
+    let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    let mut b = tar::Builder::new(gz);
+    let mut add = |path: &str, data: &[u8]| {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(data.len() as u64);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_path(path).unwrap();
+        h.set_cksum();
+        b.append(&h, data).unwrap();
+    };
+    let pj = serde_json::to_vec_pretty(&package_json(name, version)).unwrap();
+    add("package/package.json", &pj);
+    add(
+        "package/add.mjs",
+        &std::fs::read(fixture_dir().join("add.mjs")).unwrap(),
+    );
+    match extra {
+        Extra::None => {}
+        Extra::RawPath(p) => {
+            let mut h = tar::Header::new_old();
+            h.set_size(1);
+            h.set_mode(0o644);
+            h.set_entry_type(tar::EntryType::Regular);
+            let bytes = p.as_bytes();
+            h.as_old_mut().name[..bytes.len()].copy_from_slice(bytes);
+            h.set_cksum();
+            b.append(&h, &b"x"[..]).unwrap();
+        }
+        Extra::Symlink(at, to) => {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(0);
+            h.set_entry_type(tar::EntryType::Symlink);
+            h.set_path(at).unwrap();
+            h.set_link_name(to).unwrap();
+            h.set_cksum();
+            b.append(&h, std::io::empty()).unwrap();
+        }
+        Extra::Device => {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(0);
+            h.set_entry_type(tar::EntryType::Char);
+            h.set_path("package/null").unwrap();
+            h.set_device_major(1).unwrap();
+            h.set_device_minor(3).unwrap();
+            h.set_cksum();
+            b.append(&h, std::io::empty()).unwrap();
+        }
+        Extra::Zeros(n) => {
+            let mut h = tar::Header::new_gnu();
+            h.set_size(n as u64);
+            h.set_mode(0o644);
+            h.set_entry_type(tar::EntryType::Regular);
+            h.set_path("package/zeros.bin").unwrap();
+            h.set_cksum();
+            b.append(&h, std::io::repeat(0).take_n(n)).unwrap();
+        }
+    }
+    let mut gz = b.into_inner().unwrap();
+    gz.flush().unwrap();
+    gz.finish().unwrap()
+}
+
+trait TakeN: std::io::Read + Sized {
+    fn take_n(self, n: usize) -> std::io::Take<Self> {
+        self.take(n as u64)
+    }
+}
+impl<R: std::io::Read> TakeN for R {}
+
+/// The index package record of the fixture renamed to `name@version`.
+fn index_package(name: &str, version: &str, integrity: Option<&str>) -> Value {
+    let pj = package_json(name, version);
+    let mut record = json!({
+        "name": name, "version": version, "source": "npm",
+        "capabilities": [{
+            "manifest": pj["capability"]["exports"]["fixture/add"]["manifest"],
+            "module": "./add.mjs",
+        }],
+    });
+    if let Some(i) = integrity {
+        record["integrity"] = json!(i);
+    }
+    record
+}
+
+fn index(packages: Vec<Value>, federates: &[String]) -> Value {
+    let mut doc = json!({"indexVersion": "0.1", "generatedAt": "2026-01-01T00:00:00.000Z", "packages": packages});
+    if !federates.is_empty() {
+        doc["federates"] = json!(federates);
+    }
+    doc
+}
+
+/// Serves `bytes` as `name@version` on the fake registry, declaring `declared`.
+fn publish_fake(server: &Server, name: &str, version: &str, bytes: &[u8], declared: &str) {
+    let tarball = server.put(
+        &format!("/tarballs/{name}-{version}.tgz"),
+        200,
+        bytes.to_vec(),
+    );
+    let mut doc = package_json(name, version);
+    doc["dist"] = json!({"integrity": declared, "tarball": tarball});
+    server.json(
+        &format!("/registry/{name}"),
+        &json!({"name": name, "dist-tags": {"latest": version}, "versions": {version: doc}}),
+    );
+}
+
+fn store_entries(home: &Path) -> Vec<String> {
+    std::fs::read_dir(home.join("packages"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).to_string()
+}
+
+#[test]
+fn refused_artifacts_leave_nothing_in_the_store() {
+    let server = Server::start();
+    let home = tempfile::tempdir().unwrap();
+    let registry = format!("{}/registry/", server.base);
+    let good = tarball("good", "1.0.0", Extra::None);
+    let cases: Vec<Case> = vec![
+        // (name, bytes, packument integrity, index integrity, expected message)
+        (
+            "packument-mismatch",
+            good.clone(),
+            Some(sri(b"other bytes")),
+            None,
+            "the packument declares",
+        ),
+        (
+            "index-mismatch",
+            good.clone(),
+            None,
+            Some(sri(b"other bytes")),
+            "the index declares",
+        ),
+        (
+            "dotdot",
+            tarball("dotdot", "1.0.0", Extra::RawPath("package/../evil.js")),
+            None,
+            None,
+            "contains `..`",
+        ),
+        (
+            "absolute",
+            tarball("absolute", "1.0.0", Extra::RawPath("/tmp/evil.js")),
+            None,
+            None,
+            "absolute path",
+        ),
+        (
+            "symlink",
+            tarball(
+                "symlink",
+                "1.0.0",
+                Extra::Symlink("package/passwd", "/etc/passwd"),
+            ),
+            None,
+            None,
+            "outside the package",
+        ),
+        (
+            "device",
+            tarball("device", "1.0.0", Extra::Device),
+            None,
+            None,
+            "device file",
+        ),
+        (
+            "bomb",
+            tarball("bomb", "1.0.0", Extra::Zeros(8 << 20)),
+            None,
+            None,
+            "expands past the limit",
+        ),
+    ];
+    let mut packages = Vec::new();
+    for (name, bytes, declared, indexed, _) in &cases {
+        let declared = declared.clone().unwrap_or_else(|| sri(bytes));
+        publish_fake(&server, name, "1.0.0", bytes, &declared);
+        let mut record = index_package(name, "1.0.0", indexed.as_deref());
+        record["capabilities"][0]["manifest"]["id"] = json!(format!("fixture/{name}"));
+        packages.push(record);
+    }
+    let url = server.json("/index.json", &index(packages, &[]));
+    for (name, bytes, _, _, expected) in &cases {
+        assert!(bytes.len() < 1 << 20, "{name} is small on the wire");
+        let out = cap(
+            home.path(),
+            &[
+                "install",
+                &format!("fixture/{name}"),
+                "--index",
+                &url,
+                "--registry",
+                &registry,
+                "--lock",
+                &home.path().join("l.json").display().to_string(),
+                "--max-unpacked-bytes",
+                "1048576",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(1), "{name}: {}", stderr(&out));
+        assert!(stderr(&out).contains(expected), "{name}: {}", stderr(&out));
+        assert!(
+            store_entries(home.path()).is_empty(),
+            "{name}: {:?}",
+            store_entries(home.path())
+        );
+        assert!(!home.path().join("l.json").exists());
+    }
+}
+
+#[test]
+fn index_servers_give_bounded_results_or_clear_errors() {
+    let server = Server::start();
+    let home = tempfile::tempdir().unwrap();
+    let find = |url: &str, extra: &[&str]| {
+        let mut args = vec!["find", "fixture", "--index", url, "--limit", "50"];
+        args.extend_from_slice(extra);
+        cap(home.path(), &args)
+    };
+    let ids = |out: &Output| -> Vec<String> {
+        stdout_json(out)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let pkg = |n: &str| {
+        let mut p = index_package(n, "1.0.0", None);
+        p["capabilities"][0]["manifest"]["id"] = json!(format!("fixture/{n}"));
+        p
+    };
+    // A cycle: a -> b -> a.
+    let b_url = format!("{}/b.json", server.base);
+    let a_url = server.json(
+        "/a.json",
+        &index(vec![pkg("in-a")], std::slice::from_ref(&b_url)),
+    );
+    server.json(
+        "/b.json",
+        &index(vec![pkg("in-b")], std::slice::from_ref(&a_url)),
+    );
+    let out = find(&a_url, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let mut got = ids(&out);
+    got.sort();
+    assert_eq!(got, ["fixture/in-a", "fixture/in-b"]);
+
+    // A chain of 7: only depths 0..=4 are loaded.
+    for i in 0..7 {
+        let next = vec![format!("{}/chain{}.json", server.base, i + 1)];
+        server.json(
+            &format!("/chain{i}.json"),
+            &index(vec![pkg(&format!("chain{i}"))], &next),
+        );
+    }
+    let out = find(&format!("{}/chain0.json", server.base), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let got = ids(&out);
+    assert!(got.contains(&"fixture/chain4".to_string()), "{got:?}");
+    assert!(!got.contains(&"fixture/chain5".to_string()), "{got:?}");
+    // The count bound is an error, as the reference.
+    let out = find(
+        &format!("{}/chain0.json", server.base),
+        &["--max-indexes", "3"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("Capability federation exceeded 3 indexes"),
+        "{}",
+        stderr(&out)
+    );
+
+    let bad = server.put("/bad.json", 200, "{not json");
+    let out = find(&bad, &[]);
+    assert!(
+        stderr(&out).contains("Invalid capability index"),
+        "{}",
+        stderr(&out)
+    );
+    let invalid = server.json("/invalid.json", &json!({"indexVersion": "9"}));
+    let out = find(&invalid, &[]);
+    assert!(
+        stderr(&out).contains("Invalid capability index: "),
+        "{}",
+        stderr(&out)
+    );
+    let e500 = server.put("/500.json", 500, "oops");
+    let out = find(&e500, &[]);
+    assert!(
+        stderr(&out).contains("Failed to fetch capability index: HTTP 500"),
+        "{}",
+        stderr(&out)
+    );
+    let started = Instant::now();
+    let out = find(
+        &format!("{}/hang", server.base),
+        &["--http-timeout-ms", "700"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("timed out"), "{}", stderr(&out));
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn probe_finds_the_site_document_and_its_indexes() {
+    let server = Server::start();
+    let home = tempfile::tempdir().unwrap();
+    let idx = server.json("/idx.json", &index(vec![], &[]));
+    // The first URL is not JSON, so the second is used.
+    server.put("/.well-known/capabilities", 200, "<html>");
+    server.json(
+        "/.well-known/capabilities.json",
+        &json!({"capabilityDiscoveryVersion": "0.1", "indexes": [idx]}),
+    );
+    let out = cap(
+        home.path(),
+        &["probe", &format!("{}/some/page?q=1", server.base)],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = stdout_json(&out);
+    assert_eq!(report["origin"], json!(server.base));
+    assert!(
+        report["discoveryUrl"]
+            .as_str()
+            .unwrap()
+            .ends_with("/.well-known/capabilities.json")
+    );
+    assert_eq!(
+        report["indexes"][0]["document"]["indexVersion"],
+        json!("0.1")
+    );
+    // An invalid document fails with the reference's message.
+    server.json(
+        "/.well-known/capabilities",
+        &json!({"capabilityDiscoveryVersion": "0.1", "indexes": []}),
+    );
+    let out = cap(home.path(), &["probe", &server.base]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("Invalid capability discovery document at"),
+        "{}",
+        stderr(&out)
+    );
+    // Nothing there.
+    let empty = Server::start();
+    let out = cap(home.path(), &["probe", &empty.base]);
+    assert!(
+        stderr(&out).contains("No Capability discovery document found. Tried: "),
+        "{}",
+        stderr(&out)
+    );
+}
+
+fn registry_tools() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/registry")
+}
+
+fn verdaccio_present() -> bool {
+    let present = registry_tools()
+        .join("node_modules/.bin/verdaccio")
+        .exists();
+    if !present {
+        assert!(
+            std::env::var("CAPABILITY_TEST_REQUIRE_VERDACCIO").as_deref() != Ok("1"),
+            "verdaccio is not installed in tools/registry (see .ci/run)"
+        );
+        eprintln!("skipped: verdaccio is not installed in tools/registry (see .ci/run)");
+    }
+    present
+}
+
+struct Verdaccio {
+    child: std::process::Child,
+    url: String,
+    npmrc: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Verdaccio {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_verdaccio() -> Verdaccio {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = std::fs::read_to_string(registry_tools().join("config.yaml"))
+        .unwrap()
+        .replace(
+            "@STORAGE@",
+            &dir.path().join("storage").display().to_string(),
+        )
+        .replace("@LISTEN@", &format!("127.0.0.1:{port}"));
+    std::fs::write(dir.path().join("config.yaml"), config).unwrap();
+    let child = Command::new(registry_tools().join("node_modules/.bin/verdaccio"))
+        .arg("--config")
+        .arg(dir.path().join("config.yaml"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/");
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "verdaccio did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // A user and its token (npm publish needs one even with a permissive config).
+    let out = Command::new("curl")
+        .args([
+            "-s",
+            "-X",
+            "PUT",
+            "-H",
+            "content-type: application/json",
+            "-d",
+        ])
+        .arg(r#"{"name":"tester","password":"tester-pass-123"}"#)
+        .arg(format!("{url}-/user/org.couchdb.user:tester"))
+        .output()
+        .unwrap();
+    let token: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let npmrc = dir.path().join("npmrc");
+    std::fs::write(
+        &npmrc,
+        format!(
+            "registry={url}\n//127.0.0.1:{port}/:_authToken={}\n",
+            token["token"].as_str().unwrap()
+        ),
+    )
+    .unwrap();
+    Verdaccio {
+        child,
+        url,
+        npmrc,
+        _dir: dir,
+    }
+}
+
+fn npm(v: &Verdaccio, cwd: &Path, args: &[&str]) -> Output {
+    let out = Command::new("npm")
+        .args(args)
+        .arg("--userconfig")
+        .arg(&v.npmrc)
+        .arg("--registry")
+        .arg(&v.url)
+        .current_dir(cwd)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "npm {args:?}: {}", stderr(&out));
+    out
+}
+
+#[test]
+fn published_capability_is_found_installed_run_and_reinstalled_from_the_lock() {
+    if !verdaccio_present() {
+        return;
+    }
+    let v = start_verdaccio();
+    let pkg = tempfile::tempdir().unwrap();
+    for f in ["package.json", "add.mjs"] {
+        std::fs::copy(fixture_dir().join(f), pkg.path().join(f)).unwrap();
+    }
+    npm(&v, pkg.path(), &["publish"]);
+    let view = npm(
+        &v,
+        pkg.path(),
+        &["view", "@fixture/capabilities@1.0.0", "dist.integrity"],
+    );
+    let integrity = String::from_utf8_lossy(&view.stdout).trim().to_string();
+    assert!(integrity.starts_with("sha512-"), "{integrity}");
+
+    let server = Server::start();
+    let url = server.json(
+        "/index.json",
+        &index(
+            vec![index_package(
+                "@fixture/capabilities",
+                "1.0.0",
+                Some(&integrity),
+            )],
+            &[],
+        ),
+    );
+    let home = tempfile::tempdir().unwrap();
+    let out = cap(home.path(), &["find", "arithmetic", "--index", &url]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)[0]["id"], json!("fixture/add"));
+
+    let lock = home.path().join("capability.lock.json");
+    let lock_arg = lock.display().to_string();
+    let started = Instant::now();
+    let out = cap(
+        home.path(),
+        &[
+            "install",
+            "fixture/add",
+            "--index",
+            &url,
+            "--registry",
+            &v.url,
+            "--lock",
+            &lock_arg,
+        ],
+    );
+    eprintln!("cap install took {:?}", started.elapsed());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let installed = stdout_json(&out);
+    assert_eq!(installed["installed"], json!("@fixture/capabilities@1.0.0"));
+    assert_eq!(installed["integrity"], json!(integrity));
+    let written: Value = serde_json::from_slice(&std::fs::read(&lock).unwrap()).unwrap();
+    assert_eq!(written["lockVersion"], json!("1"));
+    assert_eq!(written["package"]["integrity"], json!(integrity));
+    assert_eq!(written["index"]["url"], json!(url));
+
+    let out = cap(home.path(), &["exec", "fixture/add", r#"{"a":2,"b":40}"#]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{} {}",
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let doc = stdout_json(&out);
+    assert_eq!(doc["receipt"]["output"]["result"], json!(42), "{text}");
+    assert!(
+        text.contains(&integrity),
+        "provenance names the tarball integrity: {text}"
+    );
+    assert!(
+        text.contains(&v.url) && text.contains(&url),
+        "registry and index: {text}"
+    );
+
+    // A new home reproduces it from the lock alone (the index comes from the lock).
+    let again = tempfile::tempdir().unwrap();
+    let out = cap(
+        again.path(),
+        &[
+            "install",
+            "--locked",
+            "--lock",
+            &lock_arg,
+            "--registry",
+            &v.url,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["integrity"], json!(integrity));
+    assert_eq!(
+        store_entries(again.path()).len(),
+        2,
+        "the package and its record"
+    );
+    // A changed index no longer matches the lock.
+    server.json(
+        "/index.json",
+        &index(
+            vec![index_package("@fixture/capabilities", "1.0.0", None)],
+            &[],
+        ),
+    );
+    let third = tempfile::tempdir().unwrap();
+    let out = cap(
+        third.path(),
+        &[
+            "install",
+            "--locked",
+            "--lock",
+            &lock_arg,
+            "--registry",
+            &v.url,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("changed since the lock was written"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(store_entries(third.path()).is_empty());
+
+    // npm-inspect reads the same registry.
+    let out = cap(
+        home.path(),
+        &["npm-inspect", "@fixture/capabilities", "--registry", &v.url],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = stdout_json(&out);
+    assert_eq!(report["capabilityDeclared"], json!(true));
+    assert_eq!(report["integrity"], json!(integrity));
+}

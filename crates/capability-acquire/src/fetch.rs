@@ -1,0 +1,116 @@
+//! GET over the blocking client of `capability-openapi`: limits, one deadline per request,
+//! same-origin redirects only, destinations checked after DNS resolution. Plain `http://`
+//! only (no TLS client is built yet).
+
+use std::time::Duration;
+
+use capability_openapi::http::{HttpClient, HttpConfig, Outgoing, Resolver, origin_of};
+
+use crate::AcquireError;
+
+/// Limits of the fetcher.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FetchConfig {
+    /// One request: connect, redirects and body.
+    pub timeout: Duration,
+    /// The largest index, discovery document or packument.
+    pub max_document_bytes: usize,
+    /// The largest tarball.
+    pub max_tarball_bytes: usize,
+    pub max_redirects: u32,
+    /// Names may resolve to private addresses (IP literals such as 127.0.0.1 always may).
+    pub allow_private: bool,
+}
+
+impl Default for FetchConfig {
+    fn default() -> Self {
+        FetchConfig {
+            timeout: Duration::from_secs(30),
+            max_document_bytes: 8 << 20,
+            max_tarball_bytes: 64 << 20,
+            max_redirects: 5,
+            allow_private: false,
+        }
+    }
+}
+
+/// A response body and where it came from.
+#[derive(Clone, Debug)]
+pub struct Fetched {
+    pub status: u16,
+    pub body: Vec<u8>,
+    pub url: url::Url,
+}
+
+/// Two clients: one for documents, one for tarballs (their byte limits differ).
+#[derive(Debug)]
+pub struct Fetcher {
+    documents: HttpClient,
+    tarballs: HttpClient,
+    config: FetchConfig,
+}
+
+impl Fetcher {
+    pub fn new(config: FetchConfig) -> Result<Fetcher, AcquireError> {
+        let client = |limit: usize| {
+            HttpClient::new(
+                HttpConfig {
+                    timeout: config.timeout,
+                    connect_timeout: config.timeout.min(Duration::from_secs(10)),
+                    max_response_bytes: limit,
+                    max_redirects: config.max_redirects,
+                    retries: 1,
+                    retry_backoff: Duration::from_millis(50),
+                    allow_private: config.allow_private,
+                },
+                Resolver::System,
+            )
+            .map_err(|e| AcquireError::Fetch(e.to_string()))
+        };
+        Ok(Fetcher {
+            documents: client(config.max_document_bytes)?,
+            tarballs: client(config.max_tarball_bytes)?,
+            config,
+        })
+    }
+
+    pub fn config(&self) -> &FetchConfig {
+        &self.config
+    }
+
+    fn get(&self, client: &HttpClient, url: &str) -> Result<Fetched, AcquireError> {
+        let parsed =
+            url::Url::parse(url).map_err(|e| AcquireError::Fetch(format!("{url}: {e}")))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(AcquireError::Fetch(format!(
+                "{url}: only http and https URLs are fetched"
+            )));
+        }
+        let origin = origin_of(&parsed)
+            .ok_or_else(|| AcquireError::Fetch(format!("{url}: the URL has no host")))?;
+        let request = Outgoing {
+            method: "GET".into(),
+            url: parsed.clone(),
+            headers: Vec::new(),
+            body: None,
+        };
+        let response = client
+            .send(request, &[origin], None, &|| false)
+            .map_err(|e| AcquireError::Fetch(format!("{url}: {e}")))?;
+        Ok(Fetched {
+            status: response.status,
+            body: response.body,
+            url: parsed,
+        })
+    }
+
+    /// A JSON document (index, discovery document, packument, key set).
+    pub fn document(&self, url: &str) -> Result<Fetched, AcquireError> {
+        self.get(&self.documents, url)
+    }
+
+    /// A tarball.
+    pub fn tarball(&self, url: &str) -> Result<Fetched, AcquireError> {
+        self.get(&self.tarballs, url)
+    }
+}

@@ -1,0 +1,279 @@
+//! `cap install`: resolve against the federation, fetch the exact tarball, check it, unpack
+//! it into `<home>/packages/<sha512 hex>/`, inspect the inert manifests, write the
+//! installed-package record (`<home>/packages/<sha512 hex>.json`, which the host loads as
+//! the `Installed` source) and return the reference lockfile.
+//!
+//! Nothing is kept unless every check passed: the archive is unpacked into a staging
+//! directory that is renamed into place only at the end, and removed on any failure.
+
+use std::path::{Path, PathBuf};
+
+use capability_core::index::{IndexEntry, create_lock, index_entries, resolve, resolve_lock};
+use capability_host::Home;
+use capability_host::installed::{RECORD_VERSION, record_path, store_path};
+use serde_json::{Value, json};
+
+use crate::AcquireError;
+use crate::federation::{Bounds, configured_indexes, federate};
+use crate::fetch::{FetchConfig, Fetcher};
+use crate::integrity::{check_declared, observe};
+use crate::registry::{packument, registry_url, version_document};
+use crate::unpack::{Limits, unpack};
+
+/// How to install.
+#[derive(Clone, Debug, Default)]
+pub struct InstallOptions {
+    /// `--index` URLs (else `CAPABILITY_INDEX`, else the lock's index with `locked`).
+    pub indexes: Vec<String>,
+    /// Documents merged before the fetched ones (the embedded index).
+    pub embedded: Vec<Value>,
+    /// `--registry`.
+    pub registry: Option<String>,
+    pub bounds: Bounds,
+    pub fetch: FetchConfig,
+    pub limits: Limits,
+    /// `--locked`: reproduce exactly this lock.
+    pub locked: Option<Value>,
+}
+
+/// What was installed.
+#[derive(Clone, Debug)]
+pub struct Installation {
+    /// The installed-package record.
+    pub record: Value,
+    /// The lockfile (`lockVersion: "1"`).
+    pub lock: Value,
+    /// `<home>/packages/<sha512 hex>`.
+    pub store: PathBuf,
+}
+
+fn remove_tree(path: &Path) {
+    // Files are written read-only; their directories are writable, so removal works.
+    let _ = std::fs::remove_dir_all(path);
+}
+
+/// Installs the capability `query` names (an id exactly, or a query resolved as the
+/// reference does), or exactly what `options.locked` names.
+pub fn install(
+    home: &Home,
+    query: &str,
+    options: &InstallOptions,
+) -> Result<Installation, AcquireError> {
+    let fetcher = Fetcher::new(options.fetch.clone())?;
+    let mut roots = configured_indexes(&options.indexes);
+    let locked = match &options.locked {
+        Some(lock) => {
+            capability_core::index::assert_valid_lock(lock)
+                .map_err(|e| AcquireError::Lock(e.to_string()))?;
+            Some(lock)
+        }
+        None => None,
+    };
+    if let Some(lock) = locked
+        && roots.is_empty()
+        && let Some(url) = lock.pointer("/index/url").and_then(Value::as_str)
+    {
+        roots.push(url.to_string());
+    }
+    let network = federate(&fetcher, &roots, &options.embedded, options.bounds)?;
+    let index_url = roots
+        .first()
+        .cloned()
+        .unwrap_or_else(|| "embedded:index".into());
+    let digest = network.digest_of(&index_url).unwrap_or_else(|| {
+        capability_core::json::canonical_hash(&Value::Array(options.embedded.clone()))
+    });
+    let entries = index_entries(&network.index);
+    let entry: IndexEntry = match locked {
+        Some(lock) => {
+            let locked_url = lock
+                .pointer("/index/url")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let locked_digest = lock
+                .pointer("/index/digest")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if locked_url != index_url {
+                return Err(AcquireError::Lock(format!(
+                    "the lock names the index {locked_url}, not {index_url}"
+                )));
+            }
+            if locked_digest != digest {
+                return Err(AcquireError::Lock(format!(
+                    "the index at {index_url} changed since the lock was written (digest {digest}, locked {locked_digest})"
+                )));
+            }
+            resolve_lock(&entries, lock)
+                .map_err(|e| AcquireError::Lock(e.to_string()))?
+                .entry
+                .clone()
+        }
+        None => {
+            let r = resolve(&entries, query).map_err(|e| AcquireError::Index(e.to_string()))?;
+            if capability_core::validate::is_capability_id(query) && r.entry.manifest.id != query {
+                return Err(AcquireError::Index(format!(
+                    "No capability matched: {query}"
+                )));
+            }
+            r.entry.clone()
+        }
+    };
+    if entry.source != "npm" {
+        return Err(AcquireError::Package(format!(
+            "{} comes from {:?}: only npm packages are installed",
+            entry.package_ref(),
+            entry.source
+        )));
+    }
+    let (name, version) = (entry.package_name.as_str(), entry.package_version.as_str());
+    let registry = registry_url(options.registry.as_deref());
+    let packument = packument(&fetcher, &registry, name)?;
+    let doc = version_document(&packument, name, Some(version))?;
+    let declared = doc
+        .pointer("/dist/integrity")
+        .and_then(Value::as_str)
+        .ok_or_else(|| AcquireError::Registry(format!("{name}@{version} has no dist.integrity")))?;
+    let tarball = doc
+        .pointer("/dist/tarball")
+        .and_then(Value::as_str)
+        .ok_or_else(|| AcquireError::Registry(format!("{name}@{version} has no dist.tarball")))?;
+    let same_origin = |a: &str, b: &str| match (url::Url::parse(a), url::Url::parse(b)) {
+        (Ok(a), Ok(b)) => a.origin() == b.origin(),
+        _ => false,
+    };
+    if !same_origin(tarball, &registry) {
+        return Err(AcquireError::Registry(format!(
+            "the tarball of {name}@{version} is at {tarball}, outside the registry {registry}"
+        )));
+    }
+    let fetched = fetcher.tarball(tarball)?;
+    if !(200..300).contains(&fetched.status) {
+        return Err(AcquireError::Registry(format!(
+            "Failed to download {tarball}: HTTP {}",
+            fetched.status
+        )));
+    }
+    let bytes = fetched.body;
+    let observed = observe(&bytes);
+    check_declared(&bytes, declared, "the packument")?;
+    if let Some(indexed) = &entry.package_integrity {
+        check_declared(&bytes, indexed, "the index")?;
+    }
+    if let Some(lock) = locked {
+        match lock.pointer("/package/integrity").and_then(Value::as_str) {
+            Some(i) => check_declared(&bytes, i, "the lock")?,
+            None => {
+                return Err(AcquireError::Lock(
+                    "the lock names no package integrity: it cannot be reproduced exactly".into(),
+                ));
+            }
+        }
+    }
+
+    let store = store_path(home, &observed.hex);
+    let packages = store.parent().map(Path::to_path_buf).unwrap_or_default();
+    std::fs::create_dir_all(&packages)
+        .map_err(|e| AcquireError::Io(format!("{}: {e}", packages.display())))?;
+    if !store.is_dir() {
+        let staging = packages.join(format!(".staging-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir(&staging)
+            .map_err(|e| AcquireError::Io(format!("{}: {e}", staging.display())))?;
+        let checked =
+            unpack(&bytes, &staging, options.limits).and_then(|_| check_package(&staging, &entry));
+        if let Err(e) = checked {
+            remove_tree(&staging);
+            return Err(e);
+        }
+        if let Err(e) = std::fs::rename(&staging, &store) {
+            remove_tree(&staging);
+            if !store.is_dir() {
+                return Err(AcquireError::Io(format!("{}: {e}", store.display())));
+            }
+        }
+    } else {
+        check_package(&store, &entry)?;
+    }
+    let record = json!({
+        "recordVersion": RECORD_VERSION,
+        "package": {"name": name, "version": version, "integrity": observed.sri},
+        "store": observed.hex,
+        "registry": registry,
+        "tarball": tarball,
+        "index": index_url,
+        "capabilities": [entry.manifest.id],
+        "installedAt": capability_core::js::now_iso(),
+    });
+    write_record(&record_path(home, &observed.hex), &record)?;
+    let lock = create_lock(
+        &index_url,
+        &digest,
+        &entry,
+        Some(&observed.sri),
+        &capability_core::js::now_iso(),
+    );
+    Ok(Installation {
+        record,
+        lock,
+        store,
+    })
+}
+
+/// The unpacked package must declare exactly what the index says (read inertly).
+fn check_package(root: &Path, entry: &IndexEntry) -> Result<(), AcquireError> {
+    let failed = |m: String| AcquireError::Package(format!("{}: {m}", entry.package_ref()));
+    let pkg = capability_host::PackageFile::read(&root.join("package.json"))
+        .map_err(|e| failed(e.message))?;
+    if pkg.name != entry.package_name || pkg.version != entry.package_version {
+        return Err(failed(format!(
+            "the tarball holds {}@{}",
+            pkg.name, pkg.version
+        )));
+    }
+    let id = &entry.manifest.id;
+    let descriptor = pkg
+        .exports
+        .get(id)
+        .and_then(Value::as_object)
+        .ok_or_else(|| failed(format!("the package does not export {id} with a manifest")))?;
+    let manifest: Option<capability_core::manifest::Manifest> = descriptor
+        .get("manifest")
+        .cloned()
+        .and_then(|m| serde_json::from_value(m).ok());
+    if manifest.as_ref() != Some(&entry.manifest) {
+        return Err(failed(format!(
+            "the package's manifest of {id} differs from the index's"
+        )));
+    }
+    let module = descriptor
+        .get("module")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if module != entry.module {
+        return Err(failed(format!(
+            "the package's module of {id} is {module:?}, the index says {:?}",
+            entry.module
+        )));
+    }
+    let declared = [
+        entry.integrity.as_deref(),
+        descriptor.get("integrity").and_then(Value::as_str),
+    ];
+    if declared.iter().any(Option::is_some) {
+        let path = root.join(module.trim_start_matches("./"));
+        let bytes = std::fs::read(&path).map_err(|e| failed(format!("{module}: {e}")))?;
+        for integrity in declared.into_iter().flatten() {
+            capability_exec::integrity::verify_integrity(&bytes, integrity)
+                .map_err(|e| failed(format!("module {module}: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
+fn write_record(path: &Path, record: &Value) -> Result<(), AcquireError> {
+    let failed = |e: std::io::Error| AcquireError::Io(format!("{}: {e}", path.display()));
+    let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
+    let text = serde_json::to_string_pretty(record).map_err(|e| AcquireError::Io(e.to_string()))?;
+    std::fs::write(&tmp, text + "\n").map_err(failed)?;
+    std::fs::rename(&tmp, path).map_err(failed)
+}

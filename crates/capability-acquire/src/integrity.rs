@@ -1,0 +1,65 @@
+//! Integrity of downloaded bytes: the sha512 observed over the bytes is the only integrity
+//! that is recorded; declared ones (the packument's, the index's) are compared with it.
+
+use base64::Engine as _;
+use sha2::{Digest as _, Sha512};
+
+use crate::AcquireError;
+
+/// The observed integrity of some bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Observed {
+    /// `sha512-<base64>` (Subresource Integrity form, as npm writes it).
+    pub sri: String,
+    /// The 128 hex digits (the store directory's name).
+    pub hex: String,
+}
+
+/// sha512 over `bytes`.
+pub fn observe(bytes: &[u8]) -> Observed {
+    let digest = Sha512::digest(bytes);
+    Observed {
+        sri: format!(
+            "sha512-{}",
+            base64::engine::general_purpose::STANDARD.encode(digest)
+        ),
+        hex: hex::encode(digest),
+    }
+}
+
+/// Compares the bytes with a declared integrity (`what` names who declared it). A declared
+/// integrity weaker than sha512 is refused: the observation is sha512 and nothing weaker
+/// may vouch for it.
+pub fn check_declared(bytes: &[u8], declared: &str, what: &str) -> Result<(), AcquireError> {
+    let parsed = capability_exec::integrity::Integrity::parse(declared)
+        .map_err(|e| AcquireError::Integrity(format!("{what} integrity {declared:?}: {e}")))?;
+    if parsed.algorithm() != capability_exec::integrity::DigestAlgorithm::Sha512 {
+        return Err(AcquireError::Integrity(format!(
+            "{what} integrity {declared:?} is not sha512"
+        )));
+    }
+    parsed.verify(bytes).map_err(|_| {
+        AcquireError::Integrity(format!(
+            "integrity mismatch: the downloaded bytes are {} but {what} declares {declared}",
+            observe(bytes).sri
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn observed_and_declared() {
+        let o = observe(b"abc");
+        assert!(o.sri.starts_with("sha512-3a81oZNherrMQXNJriBBMRLm"));
+        assert_eq!(o.hex.len(), 128);
+        assert!(check_declared(b"abc", &o.sri, "the packument").is_ok());
+        let e = check_declared(b"abd", &o.sri, "the packument").unwrap_err();
+        assert!(e.to_string().contains("the packument declares"), "{e}");
+        let sha256 = "sha256-ungWv48Bz+pBQUDeXa4iI7ADYaOWF3qctBD/YfIAFa0=";
+        assert!(check_declared(b"abc", sha256, "the index").is_err());
+    }
+}

@@ -1,0 +1,60 @@
+//! Discovery and exact-artifact acquisition.
+//!
+//! The runtime fetches and checks what it runs itself, and never spawns `npm`:
+//!
+//! * [`federation`]: public capability indexes fetched over HTTP, validated, merged, with
+//!   `federates` links followed breadth-first (each level in parallel) under depth and count
+//!   bounds, with de-duplication;
+//! * [`registry`]: the npm registry (packuments and exact tarballs);
+//! * [`integrity`]: sha512 over the downloaded bytes, compared with the packument's
+//!   `dist.integrity` and the index's declared integrity (an observed integrity is never
+//!   replaced by a declared one);
+//! * [`unpack`]: tarballs unpacked into the content-addressed store of the home, refusing
+//!   absolute paths, `..`, links that leave the package, device files, duplicate entries and
+//!   archives that expand past a limit; no lifecycle script ever runs;
+//! * [`install`]: the whole flow, the installed-package record the host loads as a source,
+//!   and the reference lockfile (`capability.lock.json`);
+//! * [`probe`]: site discovery (`/.well-known/capabilities`).
+//!
+//! Only plain `http://` is spoken (the client of `capability-openapi`); TLS is not built yet.
+
+pub mod federation;
+pub mod fetch;
+pub mod install;
+pub mod integrity;
+pub mod probe;
+pub mod registry;
+pub mod unpack;
+
+pub use federation::{Bounds, Network, federate};
+pub use fetch::{FetchConfig, Fetcher};
+pub use install::{InstallOptions, Installation, install};
+
+/// Why discovery or acquisition failed: one line, naming what was wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AcquireError {
+    /// A network fetch failed (the URL and the reason).
+    #[error("{0}")]
+    Fetch(String),
+    /// An index or discovery document was refused.
+    #[error("{0}")]
+    Index(String),
+    /// The registry's answer was unusable.
+    #[error("{0}")]
+    Registry(String),
+    /// Bytes did not match a declared integrity.
+    #[error("{0}")]
+    Integrity(String),
+    /// The archive was refused.
+    #[error("refused archive: {0}")]
+    Unpack(String),
+    /// The lockfile was refused or does not match.
+    #[error("{0}")]
+    Lock(String),
+    /// The package does not declare what the index says.
+    #[error("{0}")]
+    Package(String),
+    /// The store could not be written.
+    #[error("{0}")]
+    Io(String),
+}

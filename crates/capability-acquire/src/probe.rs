@@ -1,0 +1,116 @@
+//! Site discovery: the reference's `probeCapabilitySite`.
+//!
+//! The origin of the site (scheme, host and port; credentials, path and query dropped) with
+//! `/.well-known/capabilities`, then `/.well-known/capabilities.json`. A network error, a
+//! non-2xx answer or unparseable JSON moves on to the next URL; the first parseable document
+//! that is invalid fails (`Invalid capability discovery document at <url>: ...`); none found
+//! gives `No Capability discovery document found. Tried: <u1>, <u2>`. Every advertised index
+//! is then fetched (in parallel) and validated.
+
+use serde_json::{Value, json};
+
+use crate::AcquireError;
+use crate::fetch::Fetcher;
+
+/// The two discovery URLs of a site, and its origin.
+pub fn discovery_urls(site: &str) -> Result<(String, [String; 2]), AcquireError> {
+    let url = url::Url::parse(site)
+        .map_err(|e| AcquireError::Index(format!("Invalid site URL {site:?}: {e}")))?;
+    if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+        return Err(AcquireError::Index(format!(
+            "Invalid site URL {site:?}: an absolute http(s) URL is required"
+        )));
+    }
+    let origin = url.origin().ascii_serialization();
+    Ok((
+        origin.clone(),
+        [
+            format!("{origin}/.well-known/capabilities"),
+            format!("{origin}/.well-known/capabilities.json"),
+        ],
+    ))
+}
+
+/// Probes `site`; with `fetch_indexes`, every advertised index is fetched and validated.
+pub fn probe(fetcher: &Fetcher, site: &str, fetch_indexes: bool) -> Result<Value, AcquireError> {
+    let (origin, urls) = discovery_urls(site)?;
+    let mut found = None;
+    for url in &urls {
+        let Ok(fetched) = fetcher.document(url) else {
+            continue;
+        };
+        if !(200..300).contains(&fetched.status) {
+            continue;
+        }
+        let Ok(doc) = capability_core::json::parse(&fetched.body) else {
+            continue;
+        };
+        let issues = capability_core::validate::validate_site(&doc);
+        if !issues.is_empty() {
+            return Err(AcquireError::Index(format!(
+                "Invalid capability discovery document at {url}: {}",
+                issues.join("; ")
+            )));
+        }
+        found = Some((url.clone(), doc));
+        break;
+    }
+    let Some((discovery_url, document)) = found else {
+        return Err(AcquireError::Index(format!(
+            "No Capability discovery document found. Tried: {}",
+            urls.join(", ")
+        )));
+    };
+    let mut indexes = Vec::new();
+    if fetch_indexes {
+        let advertised: Vec<String> = document["indexes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(String::from)
+            .collect();
+        let results: Vec<Result<Value, AcquireError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = advertised
+                .iter()
+                .map(|u| scope.spawn(move || crate::federation::fetch_index(fetcher, u)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(AcquireError::Fetch("an index fetch stopped".into()))
+                    })
+                })
+                .collect()
+        });
+        for (url, doc) in advertised.into_iter().zip(results) {
+            indexes.push(json!({"url": url, "document": doc?}));
+        }
+    }
+    Ok(json!({
+        "origin": origin,
+        "discoveryUrl": discovery_url,
+        "document": document,
+        "indexes": indexes,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn urls_keep_the_port_and_drop_the_rest() {
+        let (origin, urls) = discovery_urls("http://user:pw@127.0.0.1:8080/a/b?q=1").unwrap();
+        assert_eq!(origin, "http://127.0.0.1:8080");
+        assert_eq!(urls[0], "http://127.0.0.1:8080/.well-known/capabilities");
+        assert_eq!(
+            urls[1],
+            "http://127.0.0.1:8080/.well-known/capabilities.json"
+        );
+        assert!(discovery_urls("ftp://x").is_err());
+        assert!(discovery_urls("nope").is_err());
+    }
+}
