@@ -177,6 +177,19 @@ pub trait Executor: Send + Sync {
     /// Runs `execute`.
     fn execute(&self, request: &ExecutionRequest<'_>) -> Result<Executed, ExecutionFailure>;
 
+    /// Runs `execute`, hands the output to `check` (the runtime's output validation: number
+    /// normalization, depth, the output schema), and, when it passes, runs the verification
+    /// hook. The default calls [`Executor::execute`] then [`Executor::verify`]; an executor that
+    /// can answer both across one boundary crossing (the process sandbox: one sandboxed process
+    /// per run) overrides it. Failures after the boundary was crossed carry its isolation record.
+    fn execute_verified(
+        &self,
+        request: &ExecutionRequest<'_>,
+        check: &mut dyn FnMut(&mut Executed) -> Result<(), CapabilityError>,
+    ) -> Result<(Executed, Option<Verification>), ExecutionFailure> {
+        execute_then_verify(self, request, check)
+    }
+
     /// The executor's verification hook; `Ok(None)` when there is none.
     fn verify(
         &self,
@@ -189,6 +202,29 @@ pub trait Executor: Send + Sync {
 
     /// Runs the rollback hook for a successful receipt.
     fn rollback(&self, request: &ExecutionRequest<'_>, receipt: &Receipt) -> HookResult<Value>;
+}
+
+/// [`Executor::execute_verified`] as two calls: `execute`, `check`, then `verify` (for
+/// executors that override it but fall back to it for some capabilities).
+pub fn execute_then_verify<E: Executor + ?Sized>(
+    executor: &E,
+    request: &ExecutionRequest<'_>,
+    check: &mut dyn FnMut(&mut Executed) -> Result<(), CapabilityError>,
+) -> Result<(Executed, Option<Verification>), ExecutionFailure> {
+    let mut executed = executor.execute(request)?;
+    if let Err(e) = check(&mut executed) {
+        return Err(ExecutionFailure {
+            error: HookError::Capability(e),
+            isolation: Some(executed.isolation),
+        });
+    }
+    match executor.verify(request, &executed.output) {
+        Ok(verification) => Ok((executed, verification)),
+        Err(error) => Err(ExecutionFailure {
+            error,
+            isolation: Some(executed.isolation),
+        }),
+    }
 }
 
 #[cfg(test)]

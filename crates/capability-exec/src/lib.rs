@@ -143,7 +143,7 @@ mod isolation;
 
 pub use executor::{
     CapabilityView, Executed, ExecutionContext, ExecutionFailure, ExecutionRequest, Executor,
-    ModuleSource,
+    ModuleSource, execute_then_verify,
 };
 pub use grants::{HostGrants, Opened, effects};
 pub use hook::{HookError, HookResult};

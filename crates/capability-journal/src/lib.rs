@@ -3,8 +3,12 @@
 //! The durability trick behind the receipt store and the audit log: a record is appended
 //! to this process's journal file with one `write(2)` (no flush) before the call returns, so
 //! it is in the kernel's page cache and survives a crash or `kill -9` of the process; a
-//! writer thread then commits records to the database in batches and empties the journal
-//! once everything in it is committed.
+//! writer thread then commits records to the database in batches. A journal whose records
+//! are all committed is not emptied at every batch (an `ftruncate` under the lock that orders
+//! appends stalls callers whenever the filesystem is busy): once it passes
+//! [`ROTATE_BYTES`], the writer swaps in a fresh journal it created outside that lock and
+//! deletes the old one after releasing it. Replay is idempotent, so committed records left
+//! in a journal cost recovery time, never correctness.
 //!
 //! Each process holds an exclusive `flock` on its own journal. A journal is created under a
 //! name recovery ignores, locked, then published, so a live journal is never visible
@@ -18,6 +22,24 @@
 //! in it shares (see [`db`]).
 
 pub mod db;
+
+/// Where and how a journal is created (see [`Journal::seed`]).
+#[derive(Clone, Debug)]
+pub struct JournalSeed {
+    dir: PathBuf,
+    prefix: String,
+    sync: bool,
+}
+
+impl JournalSeed {
+    /// Creates and locks a new journal ([`Journal::create`]).
+    pub fn create(&self) -> io::Result<Journal> {
+        Journal::create(&self.dir, &self.prefix, self.sync)
+    }
+}
+
+/// The size past which a fully committed journal is replaced by a fresh one.
+pub const ROTATE_BYTES: u64 = 4 << 20;
 pub use db::{Database, Job, WriteFailure, WriterGone};
 
 use std::fs::{self, File, OpenOptions};
@@ -29,7 +51,11 @@ use std::path::{Path, PathBuf};
 pub struct Journal {
     file: File,
     path: PathBuf,
+    dir: PathBuf,
+    prefix: String,
     sync: bool,
+    /// Bytes appended since the journal was created or emptied.
+    len: u64,
 }
 
 impl Journal {
@@ -52,7 +78,47 @@ impl Journal {
         file.try_lock()
             .map_err(|e| io::Error::other(e.to_string()))?;
         fs::rename(&staging, &path)?;
-        Ok(Journal { file, path, sync })
+        Ok(Journal {
+            file,
+            path,
+            dir: dir.to_path_buf(),
+            prefix: prefix.to_string(),
+            sync,
+            len: 0,
+        })
+    }
+
+    /// What [`Journal::rotate`]'s replacement is made from (same directory, prefix and sync):
+    /// take it under the lock that orders appends, create the journal outside it.
+    pub fn seed(&self) -> JournalSeed {
+        JournalSeed {
+            dir: self.dir.clone(),
+            prefix: self.prefix.clone(),
+            sync: self.sync,
+        }
+    }
+
+    /// A new journal beside this one.
+    pub fn successor(&self) -> io::Result<Journal> {
+        self.seed().create()
+    }
+
+    /// Puts `next` in this journal's place and returns the old one, whose records must all be
+    /// committed elsewhere; the caller deletes it ([`Journal::remove`]) once it no longer holds
+    /// the lock that orders appends. Nothing is lost if the process dies in between: the old
+    /// journal is replayed (idempotently) by the next recovery.
+    pub fn rotate(&mut self, next: Journal) -> Journal {
+        std::mem::replace(self, next)
+    }
+
+    /// Bytes appended since the journal was created or emptied.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether nothing was appended since the journal was created or emptied.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Appends one record (a line; the newline is added) with a single write.
@@ -61,6 +127,7 @@ impl Journal {
         line.extend_from_slice(record);
         line.push(b'\n');
         self.file.write_all(&line)?;
+        self.len += line.len() as u64;
         if self.sync {
             self.file.sync_data()?;
         }
@@ -69,7 +136,9 @@ impl Journal {
 
     /// Empties the journal (everything in it is committed elsewhere).
     pub fn truncate(&mut self) -> io::Result<()> {
-        self.file.set_len(0)
+        self.file.set_len(0)?;
+        self.len = 0;
+        Ok(())
     }
 
     /// The journal's path.
@@ -225,6 +294,20 @@ mod tests {
         );
         live.truncate().unwrap();
         assert_eq!(fs::read(live.path()).unwrap(), b"");
+        assert!(live.is_empty());
+        live.append(b"committed").unwrap();
+        assert_eq!(live.len(), 10);
+        let next = live.successor().unwrap();
+        let old = live.rotate(next);
+        assert_ne!(old.path(), live.path());
+        assert!(live.is_empty());
+        assert_eq!(fs::read(old.path()).unwrap(), b"committed\n");
+        // The old journal stays locked until it is removed: recovery leaves it alone.
+        let n = recover(dir.path(), "t", |_| Ok::<(), String>(())).unwrap();
+        assert_eq!(n, 0);
+        let old_path = old.path().to_path_buf();
+        old.remove().unwrap();
+        assert!(!old_path.exists());
         let p = live.path().to_path_buf();
         live.remove().unwrap();
         assert!(!p.exists());

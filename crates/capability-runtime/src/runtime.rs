@@ -900,35 +900,26 @@ impl CapabilityRuntime {
         executor: &dyn Executor,
         request: &ExecutionRequest<'_>,
     ) -> RunResult {
-        let mut executed = executor
-            .execute(request)
-            .map_err(|f| (f.error, f.isolation))?;
-        capability_core::json::normalize_numbers(&mut executed.output);
-        let depth = capability_core::json::depth(&executed.output);
-        if depth > capability_core::json::MAX_DEPTH {
-            let e = CapabilityError::new(
-                ErrorCode::InvalidOutput,
-                format!(
-                    "Output nests {depth} levels, deeper than the {} allowed",
-                    capability_core::json::MAX_DEPTH
-                ),
-            );
-            return Err((HookError::Capability(e), Some(executed.isolation)));
-        }
-        let issues = capability.validate_output(&executed.output);
-        if !issues.is_empty() {
-            let e =
-                CapabilityError::new(ErrorCode::InvalidOutput, "Output failed schema validation")
-                    .with_details(serde_json::to_value(issues).unwrap_or(Value::Null));
-            return Err((HookError::Capability(e), Some(executed.isolation)));
-        }
-        let verification = match capability.hooks().and_then(|h| h.verify.as_ref()) {
-            Some(hook) => Some(hook(
-                &request.plan.input,
-                &executed.output,
-                &request.context(),
-            )),
-            None => executor.verify(request, &executed.output).transpose(),
+        let check = &mut |executed: &mut Executed| check_output(capability, executed);
+        let (executed, verification) = match capability.hooks().and_then(|h| h.verify.as_ref()) {
+            // The capability's own (in-process) verification hook.
+            Some(hook) => {
+                let mut executed = executor
+                    .execute(request)
+                    .map_err(|f| (f.error, f.isolation))?;
+                if let Err(e) = check(&mut executed) {
+                    return Err((HookError::Capability(e), Some(executed.isolation)));
+                }
+                let verification = hook(&request.plan.input, &executed.output, &request.context());
+                (executed, Some(verification))
+            }
+            // The executor's: execute and verify may share one boundary crossing.
+            None => {
+                let (executed, verification) = executor
+                    .execute_verified(request, check)
+                    .map_err(|f| (f.error, f.isolation))?;
+                (executed, verification.map(Ok))
+            }
         };
         let verification = match verification {
             None => None,
@@ -1051,6 +1042,31 @@ fn verdict_summary(v: &capability_policy::Verdict) -> VerdictSummary {
         reason: v.decision.reason.clone(),
         details: None,
     }
+}
+
+/// The runtime's checks of an output before it is verified: numbers normalized, the nesting
+/// limit, the output schema.
+fn check_output(capability: &Capability, executed: &mut Executed) -> Result<(), CapabilityError> {
+    capability_core::json::normalize_numbers(&mut executed.output);
+    let depth = capability_core::json::depth(&executed.output);
+    if depth > capability_core::json::MAX_DEPTH {
+        return Err(CapabilityError::new(
+            ErrorCode::InvalidOutput,
+            format!(
+                "Output nests {depth} levels, deeper than the {} allowed",
+                capability_core::json::MAX_DEPTH
+            ),
+        ));
+    }
+    let issues = capability.validate_output(&executed.output);
+    if !issues.is_empty() {
+        return Err(CapabilityError::new(
+            ErrorCode::InvalidOutput,
+            "Output failed schema validation",
+        )
+        .with_details(serde_json::to_value(issues).unwrap_or(Value::Null)));
+    }
+    Ok(())
 }
 
 fn hook_to_plan_error(e: HookError) -> CapabilityError {

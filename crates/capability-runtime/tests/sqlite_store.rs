@@ -221,3 +221,45 @@ fn a_journaled_receipt_as_deep_as_accepted_is_replayed_not_dropped() {
     assert_eq!(listing.receipts.len(), 1);
     assert!(listing.skipped.is_empty(), "{:?}", listing.skipped);
 }
+
+#[test]
+fn a_committed_journal_is_rotated_not_left_to_grow_and_nothing_is_lost() {
+    let home = tempfile::tempdir().unwrap();
+    let store = SqliteReceiptStore::open(home.path()).unwrap();
+    // Enough bytes for several rotations.
+    let padding = "x".repeat(4096);
+    let n = (capability_journal::ROTATE_BYTES as usize / 4096) * 3;
+    for i in 0..n {
+        let mut r = receipt(&format!("r{i}"), "demo/a", ReceiptStatus::Succeeded, "t");
+        r.input = json!({"n": i, "pad": padding});
+        store.put(Arc::new(r)).unwrap();
+        // Let the writer keep up now and then, so that the journal is fully committed when
+        // it passes the rotation size.
+        if i % 64 == 0 {
+            store.flush().unwrap();
+        }
+    }
+    store.flush().unwrap();
+    for i in [0, n / 2, n - 1] {
+        assert!(store.get(&format!("r{i}")).unwrap().is_some(), "r{i}");
+    }
+    let journals: Vec<_> = std::fs::read_dir(home.path().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("receipts-")
+        })
+        .collect();
+    assert_eq!(journals.len(), 1, "{journals:?}");
+    let size = std::fs::metadata(&journals[0]).unwrap().len();
+    assert!(
+        size < 2 * capability_journal::ROTATE_BYTES,
+        "the journal kept growing: {size} bytes"
+    );
+    drop(store);
+    let reopened = SqliteReceiptStore::open(home.path()).unwrap();
+    assert!(reopened.get(&format!("r{}", n - 1)).unwrap().is_some());
+}

@@ -13,7 +13,8 @@
 //! * **Receipts**: every run that crossed the boundary records it (kind, runner, namespaces,
 //!   landlock, seccomp, network, limits) in the receipt's `isolation`, failures included.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use capability_core::binder::CancelToken;
 use capability_core::plan::PlanDetails;
@@ -28,6 +29,7 @@ use serde_json::Value;
 use crate::error::SandboxError;
 use crate::oci::{OciExecutor, OciImages};
 use crate::process::ProcessSandbox;
+use crate::session::Session;
 use crate::types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, Op, RunOutcome};
 
 /// Which boundary runs package modules.
@@ -87,7 +89,22 @@ pub struct ModuleExecutor {
     process: &'static ProcessSandbox,
     oci: Result<OciExecutor, String>,
     wasm: Option<Arc<dyn Executor>>,
+    /// Sessions whose `plan` ran without grants, kept for the `execute` of the same run when
+    /// it needs no grants either (see [`ModuleExecutor::plan`]).
+    parked: Mutex<Vec<Parked>>,
 }
+
+/// A session parked between `plan` and `execute`.
+struct Parked {
+    /// The thread, capability, module and input it planned: only the `execute` of that run
+    /// (same thread, same capability, same input) may continue it.
+    key: String,
+    session: Session,
+    at: Instant,
+}
+
+/// At most this many sessions wait between `plan` and `execute`; the oldest is closed first.
+const MAX_PARKED: usize = 8;
 
 impl std::fmt::Debug for ModuleExecutor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -173,12 +190,19 @@ impl ModuleExecutor {
             process: ProcessSandbox::global(),
             oci: Err("no OCI engine was configured (ModuleExecutor::with_oci)".into()),
             wasm: None,
+            parked: Mutex::new(Vec::new()),
         }
     }
 
     /// What the host opens when the matching effects are granted.
     pub fn with_host_grants(mut self, host: HostGrants) -> Self {
         self.host = host;
+        self
+    }
+
+    /// Runs process-sandbox modules in this sandbox instead of the process-wide one.
+    pub fn with_process_sandbox(mut self, process: &'static ProcessSandbox) -> Self {
+        self.process = process;
         self
     }
 
@@ -297,6 +321,59 @@ impl ModuleExecutor {
     }
 }
 
+/// Which run a parked session belongs to.
+fn park_key(capability: &dyn CapabilityView, spec: &ModuleSpec, input: &Value) -> String {
+    format!(
+        "{:?}\u{0}{}\u{0}{}\u{0}{}",
+        std::thread::current().id(),
+        capability.id(),
+        spec.module,
+        capability_core::json::canonical_hash(input)
+    )
+}
+
+/// Whether the module runs through a shim that speaks sessions (node, python).
+fn speaks_sessions(spec: &ModuleSpec) -> bool {
+    matches!(
+        ModuleKind::of(&spec.module),
+        ModuleKind::Node | ModuleKind::Python
+    )
+}
+
+impl ModuleExecutor {
+    fn park(&self, key: String, session: Session) {
+        if !session.is_open() {
+            return;
+        }
+        let Ok(mut parked) = self.parked.lock() else {
+            return;
+        };
+        parked.retain(|p| p.session.is_open() && p.at.elapsed() < Session::IDLE);
+        if parked.len() >= MAX_PARKED {
+            parked.remove(0);
+        }
+        parked.push(Parked {
+            key,
+            session,
+            at: Instant::now(),
+        });
+    }
+
+    /// The session parked by this run's `plan`, when it can run `execute` with exactly these
+    /// grants and limits; any other session of the run is closed.
+    fn unpark(&self, key: &str, grants: &Grants, limits: &Limits) -> Option<Session> {
+        let mut parked = self.parked.lock().ok()?;
+        let i = parked.iter().position(|p| p.key == key)?;
+        let p = parked.remove(i);
+        drop(parked);
+        let fits = p.session.is_open()
+            && p.at.elapsed() < Session::IDLE
+            && p.session.grants() == grants
+            && p.session.limits() == limits;
+        fits.then_some(p.session)
+    }
+}
+
 enum Route<'a> {
     Process,
     Oci(&'a OciExecutor),
@@ -382,16 +459,33 @@ impl Executor for ModuleExecutor {
         if let Route::Wasm(w) = route {
             return w.plan(capability, input, cancel);
         }
-        // Plan hooks run before authorization: no effect is granted to them.
-        let outcome = self
-            .run(
+        // Plan hooks run before authorization: no effect is granted to them. A node or python
+        // plan runs in a session that is parked for this run's `execute`, which continues it
+        // only if it needs no grant either; otherwise `execute` starts its own sandbox.
+        let outcome = if matches!(route, Route::Process) && speaks_sessions(&spec) {
+            let grants = grants_for(&self.host, &[]);
+            let (session, outcome) = Session::start(
+                self.process,
+                &spec,
+                &Invocation::plan(input.clone()),
+                &grants,
+                &self.limits,
+            )
+            .map_err(|e| hook_error(capability.id(), e))?;
+            if outcome.result.is_ok() {
+                self.park(park_key(capability, &spec, input), session);
+            }
+            outcome
+        } else {
+            self.run(
                 capability,
                 &spec,
                 &route,
                 &Invocation::plan(input.clone()),
                 &[],
             )
-            .map_err(|e| hook_error(capability.id(), e))?;
+            .map_err(|e| hook_error(capability.id(), e))?
+        };
         if !outcome.hook_present {
             return Ok(None);
         }
@@ -429,6 +523,86 @@ impl Executor for ModuleExecutor {
                 isolation: Some(isolation),
             }),
         }
+    }
+
+    /// One sandboxed process for the run: `execute` continues the session `plan` left when
+    /// it needs no grant, else starts one with its grants; `verify` is answered by the same
+    /// process (with `execute`'s grants, which are never wider than the plan's effects), and
+    /// not asked at all when the module exports no verify hook.
+    fn execute_verified(
+        &self,
+        request: &ExecutionRequest<'_>,
+        check: &mut dyn FnMut(&mut Executed) -> Result<(), CapabilityError>,
+    ) -> Result<(Executed, Option<Verification>), ExecutionFailure> {
+        let capability = request.capability;
+        let spec = ModuleExecutor::spec(capability)?;
+        let route = self.route(capability, &spec)?;
+        if let Route::Wasm(w) = route {
+            return w.execute_verified(request, check);
+        }
+        if !(matches!(route, Route::Process) && speaks_sessions(&spec)) {
+            return capability_exec::execute_then_verify(self, request, check);
+        }
+        let (granted, limits) = self.constrained(request, IsolationTier::Process)?;
+        let grants = grants_for(&self.host, &granted);
+        let plan = request.plan.to_value();
+        let invocation = Invocation {
+            op: Op::Execute,
+            input: request.plan.input.clone(),
+            plan: Some(plan.clone()),
+            output: None,
+            receipt: None,
+        };
+        let key = park_key(capability, &spec, &request.plan.input);
+        let (mut session, outcome) = match self.unpark(&key, &grants, &limits) {
+            Some(mut session) => {
+                let outcome = session.call(&invocation);
+                (session, outcome)
+            }
+            None => match Session::start(self.process, &spec, &invocation, &grants, &limits) {
+                Ok((session, outcome)) => (session, Ok(outcome)),
+                Err(e) => return Err(hook_error(capability.id(), e).into()),
+            },
+        };
+        let outcome = outcome.map_err(|e| hook_error(capability.id(), e))?;
+        let isolation = boundary(&outcome);
+        let mut executed = match outcome.result {
+            Ok(output) => Executed {
+                output,
+                isolation: isolation.clone(),
+            },
+            Err(e) => {
+                return Err(ExecutionFailure {
+                    error: hook_error(capability.id(), e),
+                    isolation: Some(isolation),
+                });
+            }
+        };
+        let failed = |error: HookError| ExecutionFailure {
+            error,
+            isolation: Some(isolation.clone()),
+        };
+        check(&mut executed).map_err(|e| failed(HookError::Capability(e)))?;
+        if !session.has_hook("verify") {
+            return Ok((executed, None));
+        }
+        let outcome = session
+            .call(&Invocation {
+                op: Op::Verify,
+                input: request.plan.input.clone(),
+                plan: Some(plan),
+                output: Some(executed.output.clone()),
+                receipt: None,
+            })
+            .map_err(|e| failed(hook_error(capability.id(), e)))?;
+        session.close();
+        if !outcome.hook_present {
+            return Ok((executed, None));
+        }
+        let v = outcome
+            .result
+            .map_err(|e| failed(hook_error(capability.id(), e)))?;
+        Ok((executed, Some(verification(&v))))
     }
 
     fn verify(

@@ -226,6 +226,7 @@ mod process;
 mod protect;
 mod protocol;
 mod report;
+mod session;
 mod types;
 mod wasm;
 
@@ -245,6 +246,7 @@ pub use process::{PACKAGE_MOUNT, ProcessSandbox, SANDBOX_UID, SandboxConfig};
 pub use protect::{default_capability_home, expose_read_only, protect_host_path};
 pub use protocol::{Response, envelope, parse_response};
 pub use report::{AppliedLimit, BoundaryReport};
+pub use session::Session;
 pub use types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, Op, RunOutcome, effects};
 pub use wasm::WasmExecutor;
 

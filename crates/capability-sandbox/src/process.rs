@@ -64,6 +64,22 @@ pub struct ProcessSandbox {
     python: OnceLock<Result<Interpreter, String>>,
     landlock: OnceLock<Result<u32, String>>,
     cgroup: OnceLock<Result<CgroupParent, String>>,
+    /// Sandboxes started by this instance.
+    starts: std::sync::atomic::AtomicU64,
+}
+
+/// What the host sends first, and for a session, who answers its responses.
+struct Opening<'a> {
+    initial: Vec<u8>,
+    on_reply: Option<&'a mut dyn FnMut(SessionReply) -> spawn::Next>,
+}
+
+/// One response of a session, handed to the session's callback.
+pub(crate) struct SessionReply {
+    /// The op's result, as a one-shot run would report it.
+    pub outcome: RunOutcome,
+    /// The hooks the module exports, as the shim's handshake listed them.
+    pub hooks: Option<Vec<String>>,
 }
 
 /// What a run executes, once resolved.
@@ -189,7 +205,71 @@ impl ProcessSandbox {
         let envelope = protocol::envelope(invocation, &spec.manifest, grants);
         let mut initial = capability_core::json::to_js_string(&envelope).into_bytes();
         initial.push(b'\n');
-        self.execute(target, &module, initial, spec, grants, limits)
+        self.execute(
+            target,
+            &module,
+            Opening {
+                initial,
+                on_reply: None,
+            },
+            spec,
+            grants,
+            limits,
+        )
+    }
+
+    /// How many sandboxes this instance has started (each run, and each session, is one).
+    pub fn starts(&self) -> u64 {
+        self.starts.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Starts one sandbox for a session of several hooks (see [`crate::Session`]): the first
+    /// invocation is sent with the envelope; every later one is answered in the same process,
+    /// with the same grants and limits. Only the node and python shims speak sessions.
+    pub(crate) fn run_session(
+        &self,
+        spec: &ModuleSpec,
+        first: &Invocation,
+        grants: &Grants,
+        limits: &Limits,
+        on_reply: &mut dyn FnMut(SessionReply) -> spawn::Next,
+    ) -> Result<RunOutcome, SandboxError> {
+        let kind = ModuleKind::of(&spec.module);
+        if !matches!(kind, ModuleKind::Node | ModuleKind::Python) {
+            return Err(SandboxError::Invalid {
+                detail: format!(
+                    "{}: only node and python modules run in sessions",
+                    spec.module
+                ),
+            });
+        }
+        check_limits(limits)?;
+        let module = resolve_module_limited(spec, limits.max_module_bytes)?;
+        let inside_module = Path::new(PACKAGE_MOUNT).join(&module.relative);
+        let target = self.target(kind, spec, &module, &inside_module, limits)?;
+        let mut envelope = protocol::envelope(first, &spec.manifest, grants);
+        if let Value::Object(m) = &mut envelope {
+            m.insert("session".into(), Value::Bool(true));
+        }
+        let mut initial = capability_core::json::to_js_string(&envelope).into_bytes();
+        initial.push(b'\n');
+        let opening = Opening {
+            initial,
+            on_reply: Some(on_reply),
+        };
+        self.execute(target, &module, opening, spec, grants, limits)
+    }
+
+    /// The envelope of a later request in a session.
+    pub(crate) fn session_request(
+        spec: &ModuleSpec,
+        invocation: &Invocation,
+        grants: &Grants,
+    ) -> Vec<u8> {
+        let envelope = protocol::envelope(invocation, &spec.manifest, grants);
+        let mut bytes = capability_core::json::to_js_string(&envelope).into_bytes();
+        bytes.push(b'\n');
+        bytes
     }
 
     fn target(
@@ -269,11 +349,15 @@ impl ProcessSandbox {
         &self,
         target: Target,
         module: &ResolvedModule,
-        initial: Vec<u8>,
+        opening: Opening<'_>,
         spec: &ModuleSpec,
         grants: &Grants,
         limits: &Limits,
     ) -> Result<RunOutcome, SandboxError> {
+        let Opening {
+            initial,
+            mut on_reply,
+        } = opening;
         let network = grants.network();
         let spawn_granted = grants.spawn();
         // SAFETY: geteuid/getegid cannot fail.
@@ -685,6 +769,8 @@ impl ProcessSandbox {
         };
 
         let start = Instant::now();
+        self.starts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let child = spawn::spawn(
             &plan,
             flags,
@@ -707,6 +793,7 @@ impl ProcessSandbox {
         let manifest_required = protocol::manifest_required(target.kind, &module.host_path);
         let id = spec.id().to_string();
         let module_name = spec.module.clone();
+        let hooks: std::cell::RefCell<Option<Vec<String>>> = std::cell::RefCell::new(None);
         let mut hello = |line: &[u8]| -> Result<Vec<u8>, SandboxError> {
             let value = capability_core::json::parse(protocol::trim_ascii(line)).map_err(|e| {
                 SandboxError::ProtocolViolation {
@@ -741,12 +828,57 @@ impl ProcessSandbox {
                     });
                 }
             }
+            // The hooks the module exports: a hint for skipping ops it has no hook for.
+            if let Some(Value::Array(names)) = value.get("hooks") {
+                *hooks.borrow_mut() = Some(
+                    names
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .map(String::from)
+                        .collect(),
+                );
+            }
             Ok(b"{\"proceed\":true}\n".to_vec())
         };
         let uses_shim = matches!(target.kind, ModuleKind::Node | ModuleKind::Python);
+        let session = uses_shim && on_reply.is_some();
+        let session_report = report.clone();
+        let module_for_reply = spec.module.clone();
+        let mut op_started = Instant::now();
+        let mut reply = |line: &[u8], stderr: &[u8]| -> spawn::Next {
+            let Some(on_reply) = on_reply.as_mut() else {
+                return spawn::Next::Close;
+            };
+            let mut hook_present = true;
+            let result = match protocol::parse_response(line) {
+                Ok(Response::Output {
+                    output,
+                    hook_present: present,
+                }) => {
+                    hook_present = present;
+                    Ok(output)
+                }
+                Ok(Response::Error(g)) => Err(guest_failure(g, &module_for_reply, limits)),
+                Err(e) => Err(e),
+            };
+            let outcome = RunOutcome {
+                result,
+                hook_present,
+                boundary: session_report.clone(),
+                duration: op_started.elapsed(),
+                stderr: String::from_utf8_lossy(stderr).into_owned(),
+            };
+            let next = on_reply(SessionReply {
+                outcome,
+                hooks: hooks.borrow().clone(),
+            });
+            op_started = Instant::now();
+            next
+        };
         let finished = child.converse(Exchange {
             initial,
             hello: if uses_shim { Some(&mut hello) } else { None },
+            reply: if session { Some(&mut reply) } else { None },
             deadline: start + limits.wall_timeout,
             max_output: limits.max_output_bytes,
         });

@@ -139,7 +139,7 @@ impl ModuleKind {
 /// `read_paths` with `filesystem.read`, `write_paths` with `filesystem.write`, `env` with
 /// `environment.read`, `secrets` with `secrets.read`. Paths are host paths, chosen by the host;
 /// they appear at the same path inside the sandbox.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Grants {
     pub effects: BTreeSet<String>,
     pub read_paths: Vec<PathBuf>,

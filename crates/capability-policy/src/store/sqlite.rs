@@ -151,17 +151,41 @@ impl Job for Append {
             chained,
         } = *self;
         if journaled {
-            let mut p = lock(&pending);
-            if result.is_ok() {
-                p.count = p.count.saturating_sub(entries.len());
-                if p.count == 0
-                    && !p.failed
-                    && let Some(j) = p.journal.as_mut()
-                {
-                    let _ = j.truncate();
+            // Rotated, not truncated at every batch: see capability_journal's docs.
+            let due = {
+                let mut p = lock(&pending);
+                if result.is_ok() {
+                    p.count = p.count.saturating_sub(entries.len());
+                } else {
+                    p.failed = true;
                 }
+                p.count == 0
+                    && !p.failed
+                    && p.journal
+                        .as_ref()
+                        .is_some_and(|j| j.len() >= capability_journal::ROTATE_BYTES)
+            };
+            let seed = if due {
+                lock(&pending).journal.as_ref().map(Journal::seed)
             } else {
-                p.failed = true;
+                None
+            };
+            let next = seed.and_then(|s| s.create().ok());
+            if let Some(next) = next {
+                let old = {
+                    let mut p = lock(&pending);
+                    let idle = p.count == 0 && !p.failed;
+                    match p.journal.as_mut() {
+                        Some(j) if idle => Some(j.rotate(next)),
+                        _ => {
+                            let _ = next.remove();
+                            None
+                        }
+                    }
+                };
+                if let Some(old) = old {
+                    let _ = old.remove();
+                }
             }
         }
         if let Some(reply) = reply {

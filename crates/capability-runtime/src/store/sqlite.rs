@@ -122,13 +122,32 @@ impl Job for Put {
         // Empty the journal once all it holds is in the database. The journal lock orders
         // this against `put`, which writes the journal and registers the receipt as pending
         // under the same lock.
+        // Rotated, not truncated at every batch: see capability_journal's docs.
         if lock(&shared.dirty).is_none() {
-            let mut journal = lock(&shared.journal);
-            let pending = lock(&shared.pending);
-            if pending.is_empty()
-                && let Some(j) = journal.as_mut()
-            {
-                let _ = j.truncate();
+            let due = lock(&shared.journal)
+                .as_ref()
+                .is_some_and(|j| j.len() >= capability_journal::ROTATE_BYTES);
+            let seed = if due {
+                lock(&shared.journal).as_ref().map(Journal::seed)
+            } else {
+                None
+            };
+            let next = seed.and_then(|s| s.create().ok());
+            if let Some(next) = next {
+                let old = {
+                    let mut journal = lock(&shared.journal);
+                    let pending = lock(&shared.pending);
+                    match journal.as_mut() {
+                        Some(j) if pending.is_empty() => Some(j.rotate(next)),
+                        _ => {
+                            let _ = next.remove();
+                            None
+                        }
+                    }
+                };
+                if let Some(old) = old {
+                    let _ = old.remove();
+                }
             }
         }
         shared.idle.notify_all();

@@ -1234,12 +1234,32 @@ pub(crate) struct Finished {
 /// The handshake callback: given the shim's first stdout line, the bytes to send next.
 pub(crate) type HelloFn<'a> = &'a mut dyn FnMut(&[u8]) -> Result<Vec<u8>, SandboxError>;
 
+/// What a session's reply callback asks for next.
+pub(crate) enum Next {
+    /// Send these bytes (the next request) and answer it by this deadline.
+    Send(Vec<u8>, Instant),
+    /// Close stdin: the session is over (the guest gets a short grace to exit).
+    Close,
+}
+
+/// A session's reply callback: given one response line after the handshake (and the stderr
+/// kept so far), what to do next. While it runs the guest is idle, waiting on stdin.
+pub(crate) type ReplyFn<'a> = &'a mut dyn FnMut(&[u8], &[u8]) -> Next;
+
+/// How long a guest whose session was closed may take to exit before it is killed.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
 /// What the host says on stdin.
 pub(crate) struct Exchange<'a> {
     pub initial: Vec<u8>,
     /// Called with the first stdout line (the shims' manifest hello); returns the bytes to send
-    /// next (stdin is closed after them), or an error that aborts the run.
+    /// next (stdin is closed after them unless this is a session), or an error that aborts the
+    /// run.
     pub hello: Option<HelloFn<'a>>,
+    /// A session: after the handshake, every stdout line is one response, handed to this
+    /// callback, which sends the next request or closes. Without it, stdin is closed after the
+    /// handshake and the one response is whatever stdout holds at the end.
+    pub reply: Option<ReplyFn<'a>>,
     pub deadline: Instant,
     pub max_output: usize,
 }
@@ -1400,13 +1420,34 @@ impl Sandboxed {
                     if let Some(hello) = ex.hello.as_mut() {
                         match hello(&line) {
                             Ok(next) => {
+                                // A session stays open after the handshake unless the
+                                // handshake ended it (an empty answer).
+                                close_after_pending = ex.reply.is_none() || next.is_empty();
                                 pending.extend_from_slice(&next);
-                                close_after_pending = true;
                             }
                             Err(e) => {
                                 self.kill();
                                 end.get_or_insert(End::Aborted(e));
                             }
+                        }
+                    }
+                }
+                // Session responses: one line each, after the handshake.
+                while hello_done
+                    && !close_after_pending
+                    && end.is_none()
+                    && let Some(reply) = ex.reply.as_mut()
+                    && let Some(nl) = stdout.iter().position(|&b| b == b'\n')
+                {
+                    let line: Vec<u8> = stdout.drain(..=nl).collect();
+                    match reply(&line, &stderr) {
+                        Next::Send(bytes, deadline) => {
+                            pending.extend_from_slice(&bytes);
+                            ex.deadline = deadline;
+                        }
+                        Next::Close => {
+                            close_after_pending = true;
+                            ex.deadline = ex.deadline.min(Instant::now() + CLOSE_GRACE);
                         }
                     }
                 }

@@ -1,6 +1,8 @@
 // capability-sandbox node shim: speaks the native protocol for a JavaScript module.
 // argv[1] is the module path inside the sandbox. stdin: line 1 = request envelope; after the
-// shim answers {"manifest": ...} the host sends {"proceed": true} and closes stdin.
+// shim answers {"manifest": ..., "hooks": [...]} the host sends {"proceed": true} and closes
+// stdin. In a session (line 1 has "session": true) stdin stays open: each further line is one
+// more envelope, answered by one response line, until the host closes stdin.
 import { readSync, writeSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 
@@ -77,7 +79,8 @@ if (!cap || (typeof cap !== 'object' && typeof cap !== 'function') || typeof cap
   send({ error: { message: 'module does not export a capability {manifest, execute}', code: 'NOT_A_CAPABILITY' } });
   process.exit(0);
 }
-send({ manifest: cap.manifest });
+const hooks = ['plan', 'verify', 'rollback'].filter((h) => typeof cap[h] === 'function');
+send({ manifest: cap.manifest, hooks });
 let go;
 try {
   go = JSON.parse(readLine() ?? 'null');
@@ -85,40 +88,59 @@ try {
   go = null;
 }
 if (!go || go.proceed !== true) process.exit(3);
-const context = {
-  manifest: envelope.manifest,
-  plan: envelope.plan ?? undefined,
-  effects: envelope.effects ?? [],
-  secrets: envelope.secrets ?? {},
-};
-try {
-  let result;
-  let hook = true;
-  switch (envelope.op) {
-    case 'execute':
-      result = await cap.execute(envelope.input, context);
-      break;
-    case 'plan':
-      if (typeof cap.plan === 'function') result = await cap.plan(envelope.input, context);
-      else { hook = false; result = {}; }
-      break;
-    case 'verify':
-      if (typeof cap.verify === 'function') result = await cap.verify(envelope.input, envelope.output, context);
-      else { hook = false; result = null; }
-      break;
-    case 'rollback':
-      if (typeof cap.rollback !== 'function') {
-        const err = new Error('Capability does not provide rollback(): ' + String(cap.manifest.id));
-        err.code = 'ROLLBACK_UNSUPPORTED';
-        throw err;
-      }
-      result = await cap.rollback(envelope.receipt, context);
-      break;
-    default:
-      throw Object.assign(new Error('unknown op ' + String(envelope.op)), { code: 'PROTOCOL' });
+async function runOp(env) {
+  const context = {
+    manifest: env.manifest,
+    plan: env.plan ?? undefined,
+    effects: env.effects ?? [],
+    secrets: env.secrets ?? {},
+  };
+  try {
+    let result;
+    let hook = true;
+    switch (env.op) {
+      case 'execute':
+        result = await cap.execute(env.input, context);
+        break;
+      case 'plan':
+        if (typeof cap.plan === 'function') result = await cap.plan(env.input, context);
+        else { hook = false; result = {}; }
+        break;
+      case 'verify':
+        if (typeof cap.verify === 'function') result = await cap.verify(env.input, env.output, context);
+        else { hook = false; result = null; }
+        break;
+      case 'rollback':
+        if (typeof cap.rollback !== 'function') {
+          const err = new Error('Capability does not provide rollback(): ' + String(cap.manifest.id));
+          err.code = 'ROLLBACK_UNSUPPORTED';
+          throw err;
+        }
+        result = await cap.rollback(env.receipt, context);
+        break;
+      default:
+        throw Object.assign(new Error('unknown op ' + String(env.op)), { code: 'PROTOCOL' });
+    }
+    send({ output: result === undefined ? null : result, hook });
+  } catch (e) {
+    send(errorOf(e));
   }
-  send({ output: result === undefined ? null : result, hook });
-} catch (e) {
-  send(errorOf(e));
+}
+await runOp(envelope);
+// A session: the host sends one envelope per line and closes stdin when it is done.
+if (envelope.session === true) {
+  for (;;) {
+    const line = readLine();
+    if (line === null) break;
+    let next;
+    try {
+      next = JSON.parse(line);
+    } catch (e) {
+      send({ error: { message: 'shim: bad request envelope: ' + String(e && e.message), code: 'PROTOCOL' } });
+      break;
+    }
+    if (!next || typeof next !== 'object') break;
+    await runOp(next);
+  }
 }
 process.exit(0);

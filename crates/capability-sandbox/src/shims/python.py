@@ -1,6 +1,8 @@
 # capability-sandbox python shim: speaks the native protocol for a Python module.
 # argv[1] is the module path inside the sandbox. stdin: line 1 = request envelope; after the
-# shim answers {"manifest": ...} the host sends {"proceed": true} and closes stdin.
+# shim answers {"manifest": ..., "hooks": [...]} the host sends {"proceed": true} and closes
+# stdin. In a session (line 1 has "session": true) stdin stays open: each further line is one
+# more envelope, answered by one response line, until the host closes stdin.
 import sys, os, json
 
 _out = sys.stdout.buffer
@@ -70,13 +72,32 @@ def _main():
     if not callable(execute):
         _send({"error": {"message": "module does not define execute(input, context)", "code": "NOT_A_CAPABILITY"}})
         return
-    _send({"manifest": getattr(mod, "MANIFEST", None)})
+    hooks = [h for h in ("plan", "verify", "rollback") if callable(getattr(mod, h, None))]
+    _send({"manifest": getattr(mod, "MANIFEST", None), "hooks": hooks})
     try:
         go = json.loads(sys.stdin.buffer.readline() or b"null")
     except Exception:
         go = None
     if not isinstance(go, dict) or go.get("proceed") is not True:
         os._exit(3)
+    _run_op(mod, execute, envelope)
+    # A session: the host sends one envelope per line and closes stdin when it is done.
+    if envelope.get("session") is True:
+        while True:
+            line = sys.stdin.buffer.readline()
+            if not line:
+                break
+            try:
+                nxt = json.loads(line)
+            except Exception as e:
+                _send({"error": {"message": "shim: bad request envelope: %s" % e, "code": "PROTOCOL"}})
+                break
+            if not isinstance(nxt, dict):
+                break
+            _run_op(mod, execute, nxt)
+
+
+def _run_op(mod, execute, envelope):
     context = {
         "manifest": envelope.get("manifest"),
         "plan": envelope.get("plan"),

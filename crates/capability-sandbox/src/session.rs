@@ -1,0 +1,186 @@
+//! A session: several hooks of one module answered by ONE sandboxed process.
+//!
+//! Starting a sandbox (namespaces, mounts, landlock, seccomp, then node or python importing the
+//! module) costs far more than a hook call, so a run's `execute` and `verify` (and a `plan`
+//! whose run goes on without grants) share one process. The boundary does not change between
+//! the ops of a session: one set of grants and limits is fixed when it starts, and a caller
+//! that needs other grants starts another session (see [`crate::ModuleExecutor`]).
+//!
+//! The protocol is the shims' one with `"session": true` in the first envelope: after the
+//! handshake the shim answers each envelope line with one response line and reads the next,
+//! until stdin is closed. A thread owns the process (the sandbox is tied to the thread that
+//! started it: it dies with it); [`Session::call`] hands it the next envelope. A session left
+//! idle for [`Session::IDLE`] is closed by its thread, and dropping a session closes it.
+
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use crate::error::SandboxError;
+use crate::linux::spawn::Next;
+use crate::process::{ProcessSandbox, SessionReply};
+use crate::types::{Grants, Invocation, Limits, ModuleSpec, RunOutcome};
+
+enum Event {
+    /// The answer to the pending op; the process waits for the next request.
+    Reply(SessionReply),
+    /// The process ended (the result of the pending op, if one was pending).
+    Ended(Result<RunOutcome, SandboxError>),
+}
+
+/// One sandboxed process answering several hooks of one module, with fixed grants and limits.
+pub struct Session {
+    requests: Option<mpsc::Sender<(Vec<u8>, Instant)>>,
+    events: mpsc::Receiver<Event>,
+    spec: ModuleSpec,
+    grants: Grants,
+    limits: Limits,
+    hooks: Option<Vec<String>>,
+    open: bool,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("module", &self.spec.module)
+            .field("hooks", &self.hooks)
+            .field("open", &self.open)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// How long a session waits for its next request before it closes.
+    pub const IDLE: Duration = Duration::from_secs(5);
+
+    /// Starts the sandbox and runs the first invocation in it. `Err` means the run was refused
+    /// before any code ran, as for [`ProcessSandbox::run`]; otherwise the first outcome is
+    /// returned with the session (closed already when the process ended).
+    pub fn start(
+        sandbox: &'static ProcessSandbox,
+        spec: &ModuleSpec,
+        first: &Invocation,
+        grants: &Grants,
+        limits: &Limits,
+    ) -> Result<(Session, RunOutcome), SandboxError> {
+        let (request_tx, request_rx) = mpsc::channel::<(Vec<u8>, Instant)>();
+        let (event_tx, event_rx) = mpsc::channel::<Event>();
+        let (thread_spec, thread_first, thread_grants, thread_limits) =
+            (spec.clone(), first.clone(), grants.clone(), limits.clone());
+        thread::Builder::new()
+            .name("sandbox-session".into())
+            .spawn(move || {
+                let replies = event_tx.clone();
+                let mut on_reply = |reply: SessionReply| -> Next {
+                    if replies.send(Event::Reply(reply)).is_err() {
+                        return Next::Close;
+                    }
+                    match request_rx.recv_timeout(Session::IDLE) {
+                        Ok((bytes, deadline)) => Next::Send(bytes, deadline),
+                        Err(_) => Next::Close,
+                    }
+                };
+                let ended = sandbox.run_session(
+                    &thread_spec,
+                    &thread_first,
+                    &thread_grants,
+                    &thread_limits,
+                    &mut on_reply,
+                );
+                let _ = event_tx.send(Event::Ended(ended));
+            })
+            .map_err(|e| SandboxError::io("spawn the session thread", e))?;
+        let mut session = Session {
+            requests: Some(request_tx),
+            events: event_rx,
+            spec: spec.clone(),
+            grants: grants.clone(),
+            limits: limits.clone(),
+            hooks: None,
+            open: true,
+        };
+        let outcome = session.wait()?;
+        Ok((session, outcome))
+    }
+
+    fn wait(&mut self) -> Result<RunOutcome, SandboxError> {
+        match self.events.recv() {
+            Ok(Event::Reply(reply)) => {
+                let SessionReply { outcome, hooks } = reply;
+                if hooks.is_some() {
+                    self.hooks = hooks;
+                }
+                Ok(outcome)
+            }
+            Ok(Event::Ended(ended)) => {
+                self.close();
+                ended
+            }
+            Err(_) => {
+                self.close();
+                Err(SandboxError::Spawn {
+                    detail: "the session thread ended without an answer".into(),
+                })
+            }
+        }
+    }
+
+    /// Runs one more hook in the same process (with the session's grants and limits).
+    pub fn call(&mut self, invocation: &Invocation) -> Result<RunOutcome, SandboxError> {
+        let Some(requests) = self.requests.as_ref().filter(|_| self.open) else {
+            return Err(SandboxError::Invalid {
+                detail: format!("the session of {} is closed", self.spec.module),
+            });
+        };
+        let bytes = ProcessSandbox::session_request(&self.spec, invocation, &self.grants);
+        let deadline = Instant::now() + self.limits.wall_timeout;
+        if requests.send((bytes, deadline)).is_err() {
+            self.close();
+            return Err(SandboxError::Invalid {
+                detail: format!("the session of {} is closed", self.spec.module),
+            });
+        }
+        self.wait()
+    }
+
+    /// Whether the process still waits for requests.
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+
+    /// Whether the module exports this hook (`plan`, `verify`, `rollback`); true when the shim
+    /// did not say.
+    pub fn has_hook(&self, op: &str) -> bool {
+        self.hooks
+            .as_ref()
+            .is_none_or(|hooks| hooks.iter().any(|h| h == op))
+    }
+
+    /// The hooks the module exports, as the shim's handshake listed them.
+    pub fn hooks(&self) -> Option<&[String]> {
+        self.hooks.as_deref()
+    }
+
+    /// The grants the process was started with.
+    pub fn grants(&self) -> &Grants {
+        &self.grants
+    }
+
+    /// The limits the process was started with.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Ends the session: the shim sees end of input and exits (it is killed after a short
+    /// grace if it does not).
+    pub fn close(&mut self) {
+        self.open = false;
+        self.requests = None;
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
