@@ -118,49 +118,75 @@ pub fn mcp_serve(args: McpServeArgs) -> Result<i32, String> {
         },
     };
     let server = McpServer::new(host, options);
+    let watcher = server.clone();
+    let packages = args.packages.clone();
+    let run_options = args.options.clone();
+    serve_surface(
+        "mcp-serve",
+        args.listen.as_deref(),
+        move || watch_packages(watcher, packages, run_options),
+        || async { server.serve_stdio().await },
+        |listener| async { server.serve_http(listener, shutdown_signal()).await },
+    )
+}
+
+/// Reopens the host when a served package.json changes (the server then tells its clients
+/// the tools changed); a package that does not read keeps the current host.
+fn watch_packages(server: McpServer, packages: Vec<PathBuf>, run_options: RunOptions) {
+    if packages.is_empty() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut seen = modified(&packages);
+        loop {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+            let now = modified(&packages);
+            if now == seen {
+                continue;
+            }
+            seen = now;
+            match sources(&packages).and_then(|s| run_options.open(s)) {
+                Ok(host) => {
+                    server.set_host(Arc::new(host)).await;
+                }
+                Err(e) => eprintln!("mcp-serve: keeping the previous tools: {e}"),
+            }
+        }
+    });
+}
+
+/// Runs a surface on a multi-threaded runtime: `setup` inside it, then stdio, or streamable
+/// HTTP on `listen` (the address printed on stderr) until SIGTERM or Ctrl-C.
+fn serve_surface<S, H, FS, FH>(
+    name: &str,
+    listen: Option<&str>,
+    setup: impl FnOnce(),
+    stdio: S,
+    http: H,
+) -> Result<i32, String>
+where
+    S: FnOnce() -> FS,
+    FS: std::future::Future<Output = std::io::Result<()>>,
+    H: FnOnce(tokio::net::TcpListener) -> FH,
+    FH: std::future::Future<Output = std::io::Result<()>>,
+{
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .map_err(|e| format!("mcp-serve: {e}"))?;
+        .map_err(|e| format!("{name}: {e}"))?;
     runtime
         .block_on(async move {
-            if !args.packages.is_empty() {
-                let watched = server.clone();
-                let packages = args.packages.clone();
-                let run_options = args.options.clone();
-                tokio::spawn(async move {
-                    let mut seen = modified(&packages);
-                    loop {
-                        tokio::time::sleep(Duration::from_millis(250)).await;
-                        let now = modified(&packages);
-                        if now == seen {
-                            continue;
-                        }
-                        seen = now;
-                        // A package that does not read (yet) keeps the current host.
-                        let reopened = sources(&packages).and_then(|s| run_options.open(s));
-                        match reopened {
-                            Ok(host) => {
-                                watched.set_host(Arc::new(host)).await;
-                            }
-                            Err(e) => eprintln!("mcp-serve: keeping the previous tools: {e}"),
-                        }
-                    }
-                });
-            }
-            match &args.listen {
-                None => server.serve_stdio().await,
+            setup();
+            match listen {
+                None => stdio().await,
                 Some(addr) => {
                     let listener = tokio::net::TcpListener::bind(addr).await?;
-                    eprintln!(
-                        "mcp-serve: listening on http://{}/mcp",
-                        listener.local_addr()?
-                    );
-                    server.serve_http(listener, shutdown_signal()).await
+                    eprintln!("{name}: listening on http://{}/mcp", listener.local_addr()?);
+                    http(listener).await
                 }
             }
         })
-        .map_err(|e| format!("mcp-serve: {e}"))?;
+        .map_err(|e| format!("{name}: {e}"))?;
     Ok(0)
 }
 
@@ -342,26 +368,13 @@ pub fn mcp_gateway(args: McpGatewayArgs) -> Result<i32, String> {
         eprintln!("mcp-gateway: upstream {server}: {problem}");
     }
     let server = GatewayServer(Arc::new(gateway));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("mcp-gateway: {e}"))?;
-    runtime
-        .block_on(async move {
-            match &args.listen {
-                None => server.serve_stdio().await,
-                Some(addr) => {
-                    let listener = tokio::net::TcpListener::bind(addr).await?;
-                    eprintln!(
-                        "mcp-gateway: listening on http://{}/mcp",
-                        listener.local_addr()?
-                    );
-                    server.serve_http(listener, shutdown_signal()).await
-                }
-            }
-        })
-        .map_err(|e| format!("mcp-gateway: {e}"))?;
-    Ok(0)
+    serve_surface(
+        "mcp-gateway",
+        args.listen.as_deref(),
+        || {},
+        || async { server.serve_stdio().await },
+        |listener| async { server.serve_http(listener, shutdown_signal()).await },
+    )
 }
 
 #[derive(Args, Debug)]
