@@ -41,7 +41,7 @@ fn clients_present() -> bool {
 }
 
 /// Runs the Python client with `ops` and returns what it printed.
-fn py_client(args: &[&str], ops: &Value) -> Value {
+fn py_client<S: AsRef<std::ffi::OsStr>>(args: &[S], ops: &Value) -> Value {
     let mut child = Command::new(python())
         .arg(tools().join("client.py"))
         .args(args)
@@ -779,6 +779,30 @@ fn fixture_server(kind: &str, extra: &str) -> String {
     )
 }
 
+/// The Python client's arguments for a legacy stdio session with `cap mcp-gateway`.
+fn gateway_stdio(config: &Path, home: &Path, agent: Option<&str>) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--mode",
+        "legacy",
+        "--stdio",
+        "--",
+        env!("CARGO_BIN_EXE_cap"),
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    args.extend([
+        "mcp-gateway".into(),
+        "--config".into(),
+        config.display().to_string(),
+    ]);
+    args.extend(["--home".into(), home.display().to_string()]);
+    if let Some(agent) = agent {
+        args.extend(["--agent".into(), agent.to_string()]);
+    }
+    args
+}
+
 fn gateway_config(dir: &Path, policy: &str, body: &str) -> PathBuf {
     std::fs::write(dir.join("gateway.cedar"), policy).unwrap();
     let path = dir.join("gateway.toml");
@@ -966,20 +990,7 @@ fn gateway_shadow_mode_records_without_enforcing() {
         ),
     );
     let out = py_client(
-        &[
-            "--mode",
-            "legacy",
-            "--stdio",
-            "--",
-            env!("CARGO_BIN_EXE_cap"),
-            "mcp-gateway",
-            "--config",
-            config.to_str().unwrap(),
-            "--home",
-            home.to_str().unwrap(),
-            "--agent",
-            "bot",
-        ],
+        &gateway_stdio(&config, &home, Some("bot")),
         &json!([
             {"op": "list"},
             {"op": "call", "name": "everything__get-env", "arguments": {}},
@@ -1020,25 +1031,7 @@ fn gateway_pins_definitions_and_flags_hidden_characters() {
             fixture_server("hidden", "")
         ),
     );
-    let run = |ops: Value| {
-        py_client(
-            &[
-                "--mode",
-                "legacy",
-                "--stdio",
-                "--",
-                env!("CARGO_BIN_EXE_cap"),
-                "mcp-gateway",
-                "--config",
-                config.to_str().unwrap(),
-                "--home",
-                home.to_str().unwrap(),
-                "--agent",
-                "bot",
-            ],
-            &ops,
-        )
-    };
+    let run = |ops: Value| py_client(&gateway_stdio(&config, &home, Some("bot")), &ops);
     let ops = json!([
         {"op": "list"},
         {"op": "call", "name": "rug__fetch", "arguments": {"url": "http://x"}},
@@ -1108,18 +1101,7 @@ fn gateway_survives_hostile_upstreams() {
     );
     let started = Instant::now();
     let out = py_client(
-        &[
-            "--mode",
-            "legacy",
-            "--stdio",
-            "--",
-            env!("CARGO_BIN_EXE_cap"),
-            "mcp-gateway",
-            "--config",
-            config.to_str().unwrap(),
-            "--home",
-            home.to_str().unwrap(),
-        ],
+        &gateway_stdio(&config, &home, None),
         &json!([
             {"op": "call", "name": "bad__ok", "arguments": {"text": "first"}},
             {"op": "call", "name": "bad__hang", "arguments": {}},
@@ -1310,20 +1292,7 @@ when { resource.server == "remote" && context.input has text && context.input.te
         ),
     );
     let out = py_client(
-        &[
-            "--mode",
-            "legacy",
-            "--stdio",
-            "--",
-            env!("CARGO_BIN_EXE_cap"),
-            "mcp-gateway",
-            "--config",
-            config.to_str().unwrap(),
-            "--home",
-            home.to_str().unwrap(),
-            "--agent",
-            "bot",
-        ],
+        &gateway_stdio(&config, &home, Some("bot")),
         &json!([
             {"op": "list"},
             {"op": "call", "name": "remote__ok", "arguments": {"text": "over http"}},
