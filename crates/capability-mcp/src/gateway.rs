@@ -244,6 +244,18 @@ struct Upstream {
     last_error: Option<String>,
 }
 
+impl Upstream {
+    /// Records a failure; the next start waits `retry_after`, or the backoff (1 s doubling
+    /// with each failure, at most 30 s).
+    fn fail(&mut self, error: String, retry_after: Option<Duration>) {
+        self.last_error = Some(error);
+        self.failures += 1;
+        let backoff = Duration::from_secs(1 << self.failures.min(5).saturating_sub(1))
+            .min(Duration::from_secs(30));
+        self.retry_at = Some(Instant::now() + retry_after.unwrap_or(backoff));
+    }
+}
+
 /// The gateway: upstream sessions, the governed tools and the downstream surface.
 pub struct Gateway {
     host: Arc<Host>,
@@ -417,12 +429,8 @@ impl Gateway {
                 if let Some(s) = &u.session
                     && let Some(e) = s.dead()
                 {
-                    u.last_error = Some(e.to_string());
                     u.session = None;
-                    u.failures += 1;
-                    let backoff = Duration::from_secs(1 << u.failures.min(5).saturating_sub(1))
-                        .min(Duration::from_secs(30));
-                    u.retry_at = Some(Instant::now() + backoff);
+                    u.fail(e.to_string(), None);
                 }
                 if u.session.is_none() && u.retry_at.is_none_or(|t| Instant::now() >= t) {
                     match start(&u.config, timeout_of(&self.config, &u.config)) {
@@ -432,12 +440,7 @@ impl Gateway {
                             relist.push((u.config.clone(), s));
                         }
                         Err(e) => {
-                            u.last_error = Some(e.to_string());
-                            u.failures += 1;
-                            let backoff =
-                                Duration::from_secs(1 << u.failures.min(5).saturating_sub(1))
-                                    .min(Duration::from_secs(30));
-                            u.retry_at = Some(Instant::now() + backoff);
+                            u.fail(e.to_string(), None);
                         }
                     }
                     continue;
@@ -472,9 +475,7 @@ impl Gateway {
             if let Some(s) = u.session.take() {
                 s.kill();
             }
-            u.last_error = Some(e.to_string());
-            u.failures += 1;
-            u.retry_at = Some(Instant::now() + Duration::from_secs(1));
+            u.fail(e.to_string(), Some(Duration::from_secs(1)));
         }
     }
 
