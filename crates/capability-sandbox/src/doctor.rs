@@ -299,14 +299,14 @@ pub fn select_boundary(
 }
 
 #[derive(Clone, Copy)]
-enum ProbeAction {
+pub(crate) enum ProbeAction {
     Exit,
     MountTmpfs,
     IsPidOne,
 }
 
 /// Creates a child in new namespaces and lets it try `action`.
-fn probe_clone(flags: u64, action: ProbeAction) -> Probe {
+pub(crate) fn probe_clone(flags: u64, action: ProbeAction) -> Probe {
     let mut args = sys::CloneArgs {
         flags,
         pidfd: 0,

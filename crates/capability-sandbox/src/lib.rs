@@ -12,6 +12,11 @@
 //!   (integrity mismatch, path escape, boundary unavailable, invalid grant); once the boundary
 //!   was entered, the outcome — output, guest error, limit, protocol violation, manifest
 //!   mismatch — is in [`RunOutcome::result`], next to the [`BoundaryReport`].
+//! * [`ProcessSandbox::spawn_child`]: any long-lived program (an MCP server over stdio, say)
+//!   behind the same boundary, talking to the host over its stdin and stdout in its own
+//!   protocol ([`SandboxedChild`]): its code read-only at its host paths ([`ChildSpec::command`]
+//!   finds it), the granted effects only, [`ChildLimits`] without a wall clock, killed with
+//!   its handle or with the host process (see *Sandboxed children* below).
 //! * [`OciExecutor`]: the same protocol through docker or podman, when an engine answers.
 //! * [`doctor`] and [`select_boundary`]: what works on this host; the strongest boundary for a
 //!   module kind. In-process execution is never selected for package code.
@@ -190,6 +195,35 @@
 //!   the sandbox's pid namespace makes every memfd non-executable (when the host runs as root,
 //!   the only case where the init may write it; kernel 6.3+).
 //!
+//! # Sandboxed children
+//!
+//! A hook run ([`ProcessSandbox::run`]) and a [`crate::Session`] speak this crate's protocol
+//! with a module. A *child* is any program (node or python with a script, a native server)
+//! that the host talks to over its stdin and stdout in a protocol of its own, an MCP server
+//! over stdio say, for as long as the host likes. It runs behind the same boundary as a module
+//! (namespaces, the tmpfs root, landlock, seccomp, rlimits, a cgroup when there is one):
+//!
+//! * **Filesystem**: the system directories, the minimal `/etc`, `/dev`, a fresh `/proc` and a
+//!   private size-limited `/tmp` as in every sandbox; the program's code read-only at its host
+//!   paths ([`ChildSpec::code`]; [`ChildSpec::command`] finds it); the interpreter's prefix when
+//!   it lives outside the system directories; the granted paths (`filesystem.read` with
+//!   [`Grants::read_paths`] read-only, `filesystem.write` with [`Grants::write_paths`]
+//!   read-write, both noexec). Nothing else of the host, and never a protected path such as
+//!   the capability home (masked or refused as for a package).
+//! * **Effects** as for a module: the host's network only with `network.connect` (otherwise an
+//!   empty network namespace, and no `AF_INET`/`AF_INET6`/`AF_UNIX` sockets), new processes
+//!   only with `process.spawn` (otherwise the program's own `execve` is the only one), no
+//!   writes outside `/tmp` and the write grants. The environment is exactly
+//!   [`ChildSpec::env`]: it is the program's configuration, chosen by the host, so it needs no
+//!   `environment.read`.
+//! * **Limits** ([`ChildLimits`]): memory, processes (threads included), open files, file size
+//!   and `/tmp` size, held as for a run (see `ISOLATION.md`). No wall clock and no CPU limit:
+//!   the host decides when the child ends.
+//! * **Lifetime**: a thread of its own starts the sandbox and waits for it. The child ends when
+//!   its [`SandboxedChild`] is killed or dropped, and when the host process dies (the sandbox
+//!   init has `PR_SET_PDEATHSIG`, and the kernel kills the whole pid namespace with the init):
+//!   no process outlives the host.
+//!
 //! # The OCI executor
 //!
 //! [`OciExecutor`] runs the same protocols through `docker run` or `podman run` (see
@@ -216,6 +250,7 @@
 //! runtime and the policy crate are not dependencies (the runtime is used by the integration
 //! tests only). [`HostGrants`] and [`effects`] are `capability-exec`'s, re-exported.
 
+mod child;
 mod doctor;
 mod error;
 mod executor;
@@ -232,6 +267,7 @@ mod wasm;
 
 pub use capability_exec::HostGrants;
 pub use capability_wasm::Limits as WasmLimits;
+pub use child::{ChildExit, ChildLimits, ChildSpec, ChildStdin, SandboxedChild};
 pub use doctor::{
     Boundary, DoctorReport, EngineProbes, Probe, doctor, probe_engines, select_boundary,
 };

@@ -83,13 +83,13 @@ pub(crate) struct SessionReply {
 }
 
 /// What a run executes, once resolved.
-struct Target {
-    kind: ModuleKind,
-    program_label: String,
-    argv: Vec<Vec<u8>>,
-    extra_roots: Vec<PathBuf>,
+pub(crate) struct Target {
+    pub kind: ModuleKind,
+    pub program_label: String,
+    pub argv: Vec<Vec<u8>>,
+    pub extra_roots: Vec<PathBuf>,
     /// Files the guest must be able to `execve` (inside paths == host paths, or /package/...).
-    exec_files: Vec<PathBuf>,
+    pub exec_files: Vec<PathBuf>,
 }
 
 impl ProcessSandbox {
@@ -345,19 +345,18 @@ impl ProcessSandbox {
         }
     }
 
-    fn execute(
+    /// Everything a sandbox needs before it starts: the new root (the system, `contents`, the
+    /// grants), landlock, seccomp, limits, the cgroup and the report. `long_lived` (a child
+    /// program rather than one hook run) drops RLIMIT_CPU and the run-only limits (wall clock,
+    /// output, module size) from the plan and the report.
+    pub(crate) fn prepare(
         &self,
-        target: Target,
-        module: &ResolvedModule,
-        opening: Opening<'_>,
-        spec: &ModuleSpec,
+        target: &Target,
+        contents: Contents<'_>,
         grants: &Grants,
         limits: &Limits,
-    ) -> Result<RunOutcome, SandboxError> {
-        let Opening {
-            initial,
-            mut on_reply,
-        } = opening;
+        long_lived: bool,
+    ) -> Result<Prepared, SandboxError> {
         let network = grants.network();
         let spawn_granted = grants.spawn();
         // SAFETY: geteuid/getegid cannot fail.
@@ -371,7 +370,6 @@ impl ProcessSandbox {
             ));
         }
 
-        protect::refuse_whole_home(&module.mount_root, "the package root")?;
         let protected = protect::protected_paths(&self.config.protected);
         let scratch = MountDir::create(self.config.scratch_dir.as_deref())?;
         let mut root = RootBuilder::new(scratch.path.clone(), protected);
@@ -458,9 +456,11 @@ impl ProcessSandbox {
             root.symlink(Path::new(to), Path::new(link))?;
         }
         allow(&mut ll, "/dev", sys::FS_READ_DIR, true);
-        // The package, read-only, through an overlay that hides its host path.
-        root.overlay(&module.mount_root, Path::new(PACKAGE_MOUNT), ro_attrs())?;
-        allow(&mut ll, PACKAGE_MOUNT, landlock::READ, true);
+        if let Contents::Package(module) = contents {
+            // The package, read-only, through an overlay that hides its host path.
+            root.overlay(&module.mount_root, Path::new(PACKAGE_MOUNT), ro_attrs())?;
+            allow(&mut ll, PACKAGE_MOUNT, landlock::READ, true);
+        }
         // Private tmp.
         root.mkdir_p(Path::new("/tmp"))?;
         let inodes = (limits.tmp_size / 4096).clamp(1024, 1 << 20);
@@ -487,10 +487,11 @@ impl ProcessSandbox {
         // Executables the guest itself must be able to execve.
         let mut exec_files = target.exec_files.clone();
         for f in &target.exec_files {
-            let host_path = if f.starts_with(PACKAGE_MOUNT) {
-                module.host_path.clone()
-            } else {
-                f.clone()
+            let host_path = match contents {
+                Contents::Package(module) if f.starts_with(PACKAGE_MOUNT) => {
+                    module.host_path.clone()
+                }
+                _ => f.clone(),
             };
             if let Some(interp) = host::elf_interpreter(&host_path) {
                 exec_files.push(interp);
@@ -518,9 +519,27 @@ impl ProcessSandbox {
                 grant_list.push((check_grant_path(p)?, true));
             }
         }
-        grant_list.sort_by_key(|(p, _)| p.components().count());
-        for (p, write) in grant_list {
+        // A child's code: read-only at its host path, mappable as code like the package.
+        let code: Vec<PathBuf> = match contents {
+            Contents::Package(_) => Vec::new(),
+            Contents::Code { roots, .. } => code_roots(roots, &target.extra_roots)?,
+        };
+        let mut mounts: Vec<(PathBuf, Option<bool>)> =
+            code.into_iter().map(|p| (p, None)).collect();
+        mounts.extend(grant_list.into_iter().map(|(p, w)| (p, Some(w))));
+        mounts.sort_by_key(|(p, _)| p.components().count());
+        for (p, grant) in mounts {
             let is_dir = p.is_dir();
+            let Some(write) = grant else {
+                root.bind(&p, &p, ro_attrs(), is_dir)?;
+                allow(
+                    &mut ll,
+                    &p.to_string_lossy(),
+                    landlock::READ | exec_right,
+                    is_dir,
+                );
+                continue;
+            };
             // Granted paths hold data, not code: noexec, so that neither execve nor an
             // executable mapping (the dynamic loader, dlopen) can use a file from them.
             let attrs = if write {
@@ -551,14 +570,15 @@ impl ProcessSandbox {
         }
 
         // Environment.
-        let env: Vec<(String, String)> = if grants.has(effects::ENVIRONMENT_READ) {
-            grants
+        let env: Vec<(String, String)> = match contents {
+            // A child's environment is its configuration, chosen by the host.
+            Contents::Code { env, .. } => env.to_vec(),
+            Contents::Package(_) if grants.has(effects::ENVIRONMENT_READ) => grants
                 .env
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
-        } else {
-            Vec::new()
+                .collect(),
+            Contents::Package(_) => Vec::new(),
         };
         if !grants.has(effects::ENVIRONMENT_READ) && !grants.env.is_empty() {
             notes.push("environment ignored: environment.read is not granted".into());
@@ -581,7 +601,6 @@ impl ProcessSandbox {
                 limits.memory_bytes,
                 limits.memory_bytes,
             ),
-            (libc::RLIMIT_CPU as libc::c_int, cpu_secs, cpu_secs + 1),
             (
                 libc::RLIMIT_NOFILE as libc::c_int,
                 limits.max_open_files,
@@ -595,6 +614,9 @@ impl ProcessSandbox {
             (libc::RLIMIT_CORE as libc::c_int, 0, 0),
             (libc::RLIMIT_MSGQUEUE as libc::c_int, 0, 0),
         ];
+        if !long_lived {
+            rlimits.push((libc::RLIMIT_CPU as libc::c_int, cpu_secs, cpu_secs + 1));
+        }
         let cgroup = match self.cgroup_parent() {
             Ok(parent) => match RunCgroup::create(&parent, limits.memory_bytes, limits.max_pids) {
                 Ok(cg) => Some(cg),
@@ -637,15 +659,19 @@ impl ProcessSandbox {
         let guest_uid = identity.host_uid(uid);
         let pids_watchdog =
             (spawn_granted && !pids_cgroup && guest_uid == 0).then_some(limits.max_pids);
-        let mut applied = vec![
-            AppliedLimit::new(
-                "wallTimeoutMs",
-                limits.wall_timeout.as_millis() as u64,
-                "timer",
-            ),
-            AppliedLimit::new("cpuTimeMs", cpu_secs * 1000, "rlimit"),
-            memory.applied,
-        ];
+        let mut applied = if long_lived {
+            Vec::new()
+        } else {
+            vec![
+                AppliedLimit::new(
+                    "wallTimeoutMs",
+                    limits.wall_timeout.as_millis() as u64,
+                    "timer",
+                ),
+                AppliedLimit::new("cpuTimeMs", cpu_secs * 1000, "rlimit"),
+            ]
+        };
+        applied.push(memory.applied);
         applied.push(match (&cgroup, guest_uid, spawn_granted) {
             (Some(cg), _, _) if pids_cgroup => AppliedLimit::new(
                 "maxPids",
@@ -675,16 +701,18 @@ impl ProcessSandbox {
             "rlimit",
         ));
         applied.push(AppliedLimit::new("tmpSize", limits.tmp_size, "tmpfs"));
-        applied.push(AppliedLimit::new(
-            "maxOutputBytes",
-            limits.max_output_bytes as u64,
-            "host",
-        ));
-        applied.push(AppliedLimit::new(
-            "maxModuleBytes",
-            limits.max_module_bytes,
-            "host",
-        ));
+        if !long_lived {
+            applied.push(AppliedLimit::new(
+                "maxOutputBytes",
+                limits.max_output_bytes as u64,
+                "host",
+            ));
+            applied.push(AppliedLimit::new(
+                "maxModuleBytes",
+                limits.max_module_bytes,
+                "host",
+            ));
+        }
         if let Some(w) = pids_watchdog {
             notes.push(format!("pid watchdog active (limit {w})"));
         }
@@ -743,7 +771,7 @@ impl ProcessSandbox {
             sysctls: sysctls(memory_cgroup, limits)?,
         };
 
-        let mut report = BoundaryReport {
+        let report = BoundaryReport {
             kind: "process-sandbox",
             runner: target.kind.as_str(),
             program: target.program_label.clone(),
@@ -768,26 +796,40 @@ impl ProcessSandbox {
             notes,
         };
 
-        let start = Instant::now();
-        self.starts
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let child = spawn::spawn(
-            &plan,
+        Ok(Prepared {
+            plan,
             flags,
-            cgroup
-                .as_ref()
-                .and_then(|c| c.dir_fd.as_ref())
-                .map(|f| f.as_raw_fd()),
-        )?;
-        if let Some(why) = &child.maps_fallback {
-            report
-                .notes
-                .retain(|n| !n.starts_with("the guest runs as host uid"));
-            report.notes.push(format!(
-                "the host could not map the guest to nobody ({why}): the guest has the host \
-                 user's permissions (uid {uid}) on granted paths"
-            ));
-        }
+            cgroup,
+            scratch,
+            report,
+            uid,
+        })
+    }
+
+    fn execute(
+        &self,
+        target: Target,
+        module: &ResolvedModule,
+        opening: Opening<'_>,
+        spec: &ModuleSpec,
+        grants: &Grants,
+        limits: &Limits,
+    ) -> Result<RunOutcome, SandboxError> {
+        let Opening {
+            initial,
+            mut on_reply,
+        } = opening;
+        protect::refuse_whole_home(&module.mount_root, "the package root")?;
+        let mut prepared =
+            self.prepare(&target, Contents::Package(module), grants, limits, false)?;
+        let start = Instant::now();
+        let child = self.start(&mut prepared)?;
+        let Prepared {
+            scratch,
+            mut report,
+            cgroup,
+            ..
+        } = prepared;
         let mut hello_error: Option<SandboxError> = None;
         let manifest_hash = capability_core::json::canonical_hash(&spec.manifest);
         let manifest_required = protocol::manifest_required(target.kind, &module.host_path);
@@ -925,6 +967,102 @@ impl ProcessSandbox {
             stderr,
         })
     }
+
+    /// Starts a prepared sandbox (counted in [`ProcessSandbox::starts`]).
+    pub(crate) fn start(&self, prepared: &mut Prepared) -> Result<spawn::Sandboxed, SandboxError> {
+        self.count_start();
+        prepared.spawn()
+    }
+
+    /// Counts one more sandbox started by this instance.
+    pub(crate) fn count_start(&self) {
+        self.starts
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl Prepared {
+    /// Starts the sandbox. The init dies with the thread that calls this
+    /// (`PR_SET_PDEATHSIG`), and the whole sandbox with it.
+    pub(crate) fn spawn(&mut self) -> Result<spawn::Sandboxed, SandboxError> {
+        let child = spawn::spawn(
+            &self.plan,
+            self.flags,
+            self.cgroup
+                .as_ref()
+                .and_then(|c| c.dir_fd.as_ref())
+                .map(|f| f.as_raw_fd()),
+        )?;
+        let uid = self.uid;
+        if let Some(why) = &child.maps_fallback {
+            self.report
+                .notes
+                .retain(|n| !n.starts_with("the guest runs as host uid"));
+            self.report.notes.push(format!(
+                "the host could not map the guest to nobody ({why}): the guest has the host \
+                 user's permissions (uid {uid}) on granted paths"
+            ));
+        }
+        Ok(child)
+    }
+}
+
+/// What a sandbox holds besides the system directories: a module's package, or a child
+/// program's code and environment.
+#[derive(Clone, Copy)]
+pub(crate) enum Contents<'a> {
+    /// The package, read-only at [`PACKAGE_MOUNT`].
+    Package(&'a ResolvedModule),
+    /// Code directories (or files), read-only at their host paths; the exact environment.
+    Code {
+        roots: &'a [PathBuf],
+        env: &'a [(String, String)],
+    },
+}
+
+/// A sandbox ready to start (see `ProcessSandbox::prepare`).
+pub(crate) struct Prepared {
+    pub plan: ChildPlan,
+    pub flags: u64,
+    pub cgroup: Option<RunCgroup>,
+    /// The mount point of the new root; removed when dropped, after the sandbox ended.
+    pub scratch: MountDir,
+    pub report: BoundaryReport,
+    /// The host's effective uid.
+    pub uid: u32,
+}
+
+/// A child's code roots, canonical, without those the system directories or the
+/// interpreter's prefix already show, nor those inside another root.
+fn code_roots(roots: &[PathBuf], extra: &[PathBuf]) -> Result<Vec<PathBuf>, SandboxError> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for r in roots {
+        let real = r.canonicalize().map_err(|e| SandboxError::Invalid {
+            detail: format!("code path {} cannot be opened: {e}", r.display()),
+        })?;
+        for reserved in ["/proc", "/dev", "/sys", PACKAGE_MOUNT] {
+            if real.starts_with(reserved) || real == Path::new("/tmp") {
+                return Err(SandboxError::Invalid {
+                    detail: format!(
+                        "code path {} lies under the reserved {reserved}",
+                        real.display()
+                    ),
+                });
+            }
+        }
+        protect::refuse_whole_home(&real, "the code path")?;
+        if !host::under_system_dirs(&real) && !extra.iter().any(|e| real.starts_with(e)) {
+            out.push(real);
+        }
+    }
+    out.sort_by_key(|p| p.components().count());
+    let mut kept: Vec<PathBuf> = Vec::new();
+    for p in out {
+        if !kept.iter().any(|k| p.starts_with(k)) {
+            kept.push(p);
+        }
+    }
+    Ok(kept)
 }
 
 /// Who the guest is on the host.
@@ -1095,7 +1233,7 @@ fn sysctls(
     Ok(out)
 }
 
-fn check_limits(limits: &Limits) -> Result<(), SandboxError> {
+pub(crate) fn check_limits(limits: &Limits) -> Result<(), SandboxError> {
     let bad = |what: &str| {
         Err(SandboxError::Invalid {
             detail: format!("limit {what} must be positive"),
@@ -1357,7 +1495,7 @@ impl RootBuilder {
 }
 
 /// The empty host directory the new root is mounted on (in the child's namespace only).
-struct MountDir {
+pub(crate) struct MountDir {
     path: PathBuf,
 }
 

@@ -1469,16 +1469,7 @@ impl Sandboxed {
                 match read_some(self.report.as_ref(), &mut buf) {
                     ReadResult::Data(n) => {
                         partial.extend_from_slice(&buf[..n]);
-                        let size = std::mem::size_of::<Record>();
-                        while partial.len() >= size {
-                            let chunk: Vec<u8> = partial.drain(..size).collect();
-                            // SAFETY: `chunk` holds exactly one Record written by our child;
-                            // Record is plain old data, read unaligned.
-                            let rec = unsafe {
-                                std::ptr::read_unaligned(chunk.as_ptr() as *const Record)
-                            };
-                            records.push(rec);
-                        }
+                        take_records(&mut partial, &mut records);
                     }
                     ReadResult::Eof => self.report = None,
                     ReadResult::Again => {}
@@ -1553,5 +1544,62 @@ fn read_some(fd: Option<&OwnedFd>, buf: &mut [u8]) -> ReadResult {
         } else {
             ReadResult::Eof
         }
+    }
+}
+
+/// Moves every complete record at the front of `partial` to `records`.
+fn take_records(partial: &mut Vec<u8>, records: &mut Vec<Record>) {
+    let size = std::mem::size_of::<Record>();
+    while partial.len() >= size {
+        let chunk: Vec<u8> = partial.drain(..size).collect();
+        // SAFETY: `chunk` holds exactly one Record written by our child; Record is plain old
+        // data, read unaligned.
+        let rec = unsafe { std::ptr::read_unaligned(chunk.as_ptr() as *const Record) };
+        records.push(rec);
+    }
+}
+
+/// The host side of a sandbox whose guest lives on (`crate::child`): its pipes are handed
+/// out instead of conversed with.
+impl Sandboxed {
+    /// The host ends of the guest's stdin (a socket), stdout and stderr; `None` once taken.
+    pub(crate) fn take_stdio(&mut self) -> Option<(OwnedFd, OwnedFd, OwnedFd)> {
+        match (self.stdin.take(), self.stdout.take(), self.stderr.take()) {
+            (Some(i), Some(o), Some(e)) => Some((i, o, e)),
+            _ => None,
+        }
+    }
+
+    /// A second descriptor of the init's pidfd: SIGKILL sent to it, from any thread, ends the
+    /// whole sandbox.
+    pub(crate) fn pidfd_clone(&self) -> Result<OwnedFd, SandboxError> {
+        self.pidfd
+            .try_clone()
+            .map_err(|e| SandboxError::io("dup the sandbox pidfd", e))
+    }
+
+    /// Blocks until the init has exited, reaps it, and returns what it reported.
+    pub(crate) fn wait_records(mut self) -> Vec<Record> {
+        loop {
+            let mut pfd = libc::pollfd {
+                fd: self.pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: polling one valid pollfd.
+            let r = unsafe { libc::poll(&mut pfd, 1, -1) };
+            if r >= 0 || last_errno() != libc::EINTR {
+                break;
+            }
+        }
+        self.reap();
+        let mut records = Vec::new();
+        let mut partial = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let ReadResult::Data(n) = read_some(self.report.as_ref(), &mut buf) {
+            partial.extend_from_slice(&buf[..n]);
+        }
+        take_records(&mut partial, &mut records);
+        records
     }
 }
