@@ -10,11 +10,17 @@ kinds:
   hostile    tools that hang, crash the server, answer 50 MB, flood notifications, and
              write garbage to stdout, plus a well-behaved `ok`
   conformance the fixture tools the MCP conformance suite calls
+  escape     tools that try to leave a sandbox: `read` a file, `write` one, `connect` to a
+             port on 127.0.0.1 (and send "hello"), `spawn` a process; each answers what
+             happened, or `error:<errno name>`
 """
 
 import asyncio
 import base64
+import errno
 import os
+import socket
+import subprocess
 import sys
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -138,6 +144,48 @@ elif kind == "conformance":
     def test_error_handling() -> str:
         """Always fails."""
         raise ValueError("This tool intentionally returns an error for testing")
+
+elif kind == "escape":
+
+    def failure(e: OSError) -> str:
+        return "error:" + errno.errorcode.get(e.errno or 0, type(e).__name__)
+
+    @mcp.tool()
+    def read(path: str) -> str:
+        """Reads a file."""
+        try:
+            with open(path) as f:
+                return "read:" + f.read()
+        except OSError as e:
+            return failure(e)
+
+    @mcp.tool()
+    def write(path: str, text: str) -> str:
+        """Writes a file."""
+        try:
+            with open(path, "w") as f:
+                f.write(text)
+            return "wrote"
+        except OSError as e:
+            return failure(e)
+
+    @mcp.tool()
+    def connect(port: int) -> str:
+        """Connects to 127.0.0.1:port and says hello."""
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+                s.sendall(b"hello")
+            return "connected"
+        except OSError as e:
+            return failure(e)
+
+    @mcp.tool()
+    def spawn() -> str:
+        """Starts /bin/true."""
+        try:
+            return "spawned:%d" % subprocess.run(["/bin/true"]).returncode
+        except OSError as e:
+            return failure(e)
 
 else:
     raise SystemExit(f"unknown fixture {kind}")

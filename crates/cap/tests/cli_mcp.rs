@@ -1470,3 +1470,297 @@ forbid(principal, action, resource == Capability::"mcp.everything.get-sum");"#,
         String::from_utf8_lossy(&beta.stdout)
     );
 }
+
+// ---------------------------------------------------------------------------------------
+// Sandboxed upstreams (`sandbox = true`)
+// ---------------------------------------------------------------------------------------
+
+/// The text of result `i` of a client run.
+fn result_text(out: &Value, i: usize) -> String {
+    out["results"][i]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The real server-everything inside the process sandbox answers through the gateway, the
+/// same config serves `cap exec --gateway`, and `cap mcp-import --sandbox` lists it.
+#[test]
+fn a_sandboxed_server_everything_lists_and_answers_through_the_gateway() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let config = gateway_config(
+        dir.path(),
+        "permit(principal, action, resource);",
+        &format!(
+            "[[server]]\nname = \"everything\"\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\nsandbox = true\n",
+            everything()
+        ),
+    );
+    let out = py_client(
+        &gateway_stdio(&config, &home, None),
+        &json!([
+            {"op": "list"},
+            {"op": "call", "name": "everything__echo", "arguments": {"message": "from the jail"}},
+            {"op": "call", "name": "everything__get-sum", "arguments": {"a": 2, "b": 40}},
+        ]),
+    );
+    let listed = names(&out["results"][0]);
+    assert!(
+        listed.contains(&"everything__echo".to_string()),
+        "{listed:?}"
+    );
+    assert_eq!(result_text(&out, 1), "Echo: from the jail", "{out}");
+    assert!(result_text(&out, 2).contains("42"), "{out}");
+
+    let exec = cap(
+        &home,
+        &[
+            "exec",
+            "mcp.everything.get-sum",
+            r#"{"a": 1, "b": 2}"#,
+            "--gateway",
+            config.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        exec.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&exec.stdout),
+        String::from_utf8_lossy(&exec.stderr)
+    );
+    assert!(stdout_json(&exec)["result"].to_string().contains('3'));
+
+    let import = cap(
+        &home,
+        &["mcp-import", "--sandbox", "node", &everything(), "stdio"],
+    );
+    assert_eq!(
+        import.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&import.stderr)
+    );
+    assert!(
+        stdout_json(&import)["tools"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("get-sum"))
+    );
+}
+
+/// A scratch directory outside `/tmp` (the sandbox's `/tmp` is private, so a host file there
+/// would be out of reach anyway), open to the guest's uid (`nobody` on a root host).
+fn scratch_outside_tmp() -> tempfile::TempDir {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    dir
+}
+
+/// The hostile fixture behind `sandbox = true` without grants: it cannot read a host file,
+/// the repository or the capability home's database, cannot write outside its `/tmp`,
+/// cannot reach a listener on 127.0.0.1 and cannot start a process; the host sees that
+/// nothing happened. With `network.connect`, `filesystem.read` and `filesystem.write` (and
+/// their `read`/`write` paths) exactly those open.
+#[test]
+fn a_sandboxed_upstream_cannot_reach_beyond_its_grants() {
+    if !clients_present() {
+        return;
+    }
+    let dir = scratch_outside_tmp();
+    let secret = dir.path().join("secret.txt");
+    std::fs::write(&secret, "the host's secret").unwrap();
+    let granted = dir.path().join("granted");
+    let outbox = dir.path().join("out");
+    std::fs::create_dir(&granted).unwrap();
+    // The home lies inside a read grant of the second run: it stays masked.
+    let home = granted.join("home");
+    std::fs::create_dir(&outbox).unwrap();
+    std::fs::set_permissions(&outbox, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    std::fs::write(granted.join("shared.txt"), "shared").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let database = home.join("capability.db");
+    // Canonical paths: inside, only what is mounted exists (a `..` through an unmounted
+    // directory would fail for that reason alone).
+    let repository = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../Cargo.toml")
+        .canonicalize()
+        .unwrap();
+    let code = tools().canonicalize().unwrap();
+    let planted_code = code.join(format!("planted-{}", std::process::id()));
+    let planted_host = dir.path().join("planted");
+
+    let jailed = gateway_config(
+        dir.path(),
+        "permit(principal, action, resource);",
+        &format!(
+            "[[server]]\nname = \"jail\"\n{}sandbox = true\n",
+            fixture_server("escape", "")
+        ),
+    );
+    let out = py_client(
+        &gateway_stdio(&jailed, &home, None),
+        &json!([
+            {"op": "call", "name": "jail__read", "arguments": {"path": secret}},
+            {"op": "call", "name": "jail__read", "arguments": {"path": database}},
+            {"op": "call", "name": "jail__read", "arguments": {"path": repository}},
+            {"op": "call", "name": "jail__write", "arguments": {"path": planted_host, "text": "x"}},
+            {"op": "call", "name": "jail__write", "arguments": {"path": planted_code, "text": "x"}},
+            {"op": "call", "name": "jail__write", "arguments": {"path": "/tmp/private", "text": "x"}},
+            {"op": "call", "name": "jail__connect", "arguments": {"port": port}},
+            {"op": "call", "name": "jail__spawn", "arguments": {}},
+            {"op": "call", "name": "jail__read", "arguments": {"path": code.join("fixtures.py")}},
+        ]),
+    );
+    assert!(
+        database.exists(),
+        "the home's database is there to be stolen"
+    );
+    for i in 0..3 {
+        let t = result_text(&out, i);
+        assert!(
+            matches!(t.as_str(), "error:ENOENT" | "error:EACCES"),
+            "read {i}: {t} ({out})"
+        );
+    }
+    for i in 3..5 {
+        let t = result_text(&out, i);
+        assert!(
+            matches!(t.as_str(), "error:ENOENT" | "error:EROFS" | "error:EACCES"),
+            "write {i}: {t}"
+        );
+    }
+    assert!(!planted_host.exists() && !planted_code.exists());
+    assert_eq!(result_text(&out, 5), "wrote", "its own /tmp is writable");
+    let t = result_text(&out, 6);
+    assert!(
+        matches!(
+            t.as_str(),
+            "error:EACCES" | "error:EPERM" | "error:ENETUNREACH" | "error:ECONNREFUSED"
+        ),
+        "connect: {t}"
+    );
+    listener.set_nonblocking(true).unwrap();
+    assert!(
+        matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the listener saw a connection"
+    );
+    let t = result_text(&out, 7);
+    assert!(
+        matches!(t.as_str(), "error:EPERM" | "error:EACCES" | "error:ENOSYS"),
+        "spawn: {t}"
+    );
+    assert!(
+        result_text(&out, 8).starts_with("read:"),
+        "its own code is readable"
+    );
+
+    // The same fixture with grants: exactly those open.
+    let freed = gateway_config(
+        dir.path(),
+        "permit(principal, action, resource);",
+        &format!(
+            "[[server]]\nname = \"jail\"\n{}sandbox = true\neffects = [\"network.connect\", \"filesystem.read\", \"filesystem.write\"]\nread = [\"granted\"]\nwrite = [\"out\"]\n",
+            fixture_server("escape", "")
+        ),
+    );
+    listener.set_nonblocking(false).unwrap();
+    let result = outbox.join("result.txt");
+    let out = py_client(
+        &gateway_stdio(&freed, &home, None),
+        &json!([
+            {"op": "call", "name": "jail__read", "arguments": {"path": granted.join("shared.txt")}},
+            {"op": "call", "name": "jail__read", "arguments": {"path": secret}},
+            {"op": "call", "name": "jail__write", "arguments": {"path": result, "text": "from inside"}},
+            {"op": "call", "name": "jail__connect", "arguments": {"port": port}},
+            {"op": "call", "name": "jail__read", "arguments": {"path": database}},
+        ]),
+    );
+    assert_eq!(result_text(&out, 0), "read:shared", "{out}");
+    let t = result_text(&out, 4);
+    assert!(
+        matches!(t.as_str(), "error:ENOENT" | "error:EACCES" | "error:EISDIR"),
+        "the home inside a grant: {t}"
+    );
+    assert!(result_text(&out, 1).starts_with("error:"), "{out}");
+    assert_eq!(result_text(&out, 2), "wrote", "{out}");
+    assert_eq!(std::fs::read_to_string(&result).unwrap(), "from inside");
+    assert_eq!(result_text(&out, 3), "connected", "{out}");
+    let (mut conn, _) = listener.accept().unwrap();
+    let mut hello = String::new();
+    conn.read_to_string(&mut hello).unwrap();
+    assert_eq!(hello, "hello");
+}
+
+/// The host pids of the processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
+        })
+        .collect()
+}
+
+/// Whether `processes(marker)` becomes `want` (empty or not) within `limit`.
+fn eventually(marker: &str, present: bool, limit: Duration) -> bool {
+    let until = Instant::now() + limit;
+    while Instant::now() < until {
+        if processes_with(marker).is_empty() != present {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// A sandboxed upstream dies with the gateway, even one killed with SIGKILL: no process of
+/// it is left.
+#[test]
+fn a_sandboxed_upstream_dies_with_the_gateway() {
+    if !clients_present() {
+        return;
+    }
+    let dir = scratch_outside_tmp();
+    let home = dir.path().join("home");
+    let marker = format!("marker-{}", std::process::id());
+    let config = gateway_config(
+        dir.path(),
+        "permit(principal, action, resource);",
+        &format!(
+            "[[server]]\nname = \"jail\"\n{}sandbox = true\n",
+            fixture_server("escape", &format!(", {marker:?}"))
+        ),
+    );
+    let mut gateway = Command::new(env!("CARGO_BIN_EXE_cap"))
+        .args(["mcp-gateway", "--config", config.to_str().unwrap()])
+        .args(["--home", home.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    assert!(
+        eventually(&marker, true, Duration::from_secs(30)),
+        "the sandboxed upstream never started"
+    );
+    assert_eq!(processes_with(&marker).len(), 1);
+    gateway.kill().unwrap();
+    gateway.wait().unwrap();
+    assert!(
+        eventually(&marker, false, Duration::from_secs(10)),
+        "the sandboxed upstream outlived the gateway: {:?}",
+        processes_with(&marker)
+    );
+}

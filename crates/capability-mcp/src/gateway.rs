@@ -37,6 +37,7 @@ use capability_policy::{
     ActionType, CapabilityKind, DecisionType, GovernedCapability, InterceptError, InterceptRequest,
     RiskLevel, Stage,
 };
+use capability_sandbox::{ChildSpec, Grants, ProcessSandbox};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
@@ -99,12 +100,22 @@ pub struct ServerConfig {
     /// Headers sent to an HTTP upstream (its bearer token, say).
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
-    /// Run the child inside the process sandbox (not built yet).
+    /// Run the child inside the process sandbox: its code read-only, a private `/tmp`, and
+    /// only what `effects` (with `read` and `write`) grants; see the README.
     #[serde(default)]
     pub sandbox: bool,
-    /// Effects its tools have (also granted to a sandboxed child).
+    /// Effects its tools have (also granted to a sandboxed child: `network.connect`,
+    /// `process.spawn`, `filesystem.read` with `read`, `filesystem.write` with `write`).
     #[serde(default)]
     pub effects: Vec<String>,
+    /// Host paths a sandboxed child may read (relative to the config file; needs
+    /// `filesystem.read` in `effects`).
+    #[serde(default)]
+    pub read: Vec<PathBuf>,
+    /// Host paths a sandboxed child may write (relative to the config file; needs
+    /// `filesystem.write` in `effects`).
+    #[serde(default)]
+    pub write: Vec<PathBuf>,
     /// The declared effects are complete (no `custom:mcp.opaque-effects`).
     #[serde(default)]
     pub effects_complete: bool,
@@ -147,6 +158,10 @@ impl GatewayConfig {
             t.policy = t.policy.iter().map(rebase).collect();
         }
         config.pins = config.pins.as_ref().map(rebase);
+        for s in &mut config.servers {
+            s.read = s.read.iter().map(rebase).collect();
+            s.write = s.write.iter().map(rebase).collect();
+        }
         let mut seen = std::collections::BTreeSet::new();
         for s in &config.servers {
             let valid = !s.name.is_empty()
@@ -175,18 +190,71 @@ impl GatewayConfig {
                     ));
                 }
             }
-            if s.sandbox {
-                return Err(format!(
-                    "server {}: sandbox = true is not built yet (the upstream would run unsandboxed); remove it to run the server as a plain child",
-                    s.name
-                ));
-            }
+            check_sandbox(s)?;
             if let Some(r) = &s.risk {
                 RiskLevel::parse(r).map_err(|e| format!("server {}: {e}", s.name))?;
             }
         }
         Ok(config)
     }
+}
+
+/// The `sandbox`, `read` and `write` keys of a server: consistent, and a host that can
+/// sandbox when one is asked for.
+fn check_sandbox(s: &ServerConfig) -> Result<(), String> {
+    let name = &s.name;
+    if !s.sandbox {
+        if !s.read.is_empty() || !s.write.is_empty() {
+            return Err(format!(
+                "server {name}: read and write are grants of a sandboxed child: set sandbox = true"
+            ));
+        }
+        return Ok(());
+    }
+    if s.command.is_none() {
+        return Err(format!(
+            "server {name}: sandbox = true runs a stdio server (command), not a url"
+        ));
+    }
+    for (paths, effect, key) in [
+        (&s.read, "filesystem.read", "read"),
+        (&s.write, "filesystem.write", "write"),
+    ] {
+        if !paths.is_empty() && !s.effects.iter().any(|e| e == effect) {
+            return Err(format!(
+                "server {name}: {key} paths are granted only with {effect:?} in effects"
+            ));
+        }
+    }
+    ProcessSandbox::check_children().map_err(|e| format!("server {name}: sandbox = true, but {e}"))
+}
+
+/// What a sandboxed server runs: `command args` (and its code), `PATH`, `HOME=/tmp` and
+/// `env`, with `effects` (and the `read` and `write` paths) as grants.
+fn sandbox_spec(
+    command: &str,
+    args: &[String],
+    env: &BTreeMap<String, String>,
+    effects: &[String],
+    read: &[PathBuf],
+    write: &[PathBuf],
+) -> Result<ChildSpec, UpstreamError> {
+    let mut vars: Vec<(String, String)> = std::env::var("PATH")
+        .ok()
+        .map(|p| ("PATH".to_string(), p))
+        .into_iter()
+        .collect();
+    vars.push(("HOME".into(), "/tmp".into()));
+    vars.extend(env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let mut spec = ChildSpec::command(command, args, vars)
+        .map_err(|e| UpstreamError::Spawn(format!("{command}: {e}")))?;
+    spec.grants = Grants {
+        effects: effects.iter().cloned().collect(),
+        read_paths: read.to_vec(),
+        write_paths: write.to_vec(),
+        ..Grants::default()
+    };
+    Ok(spec)
 }
 
 /// The downstream name of `tool` of `server` (see the module docs); `taken` are the names
@@ -313,6 +381,17 @@ fn child_env(server: &ServerConfig) -> Vec<(String, String)> {
 /// Starts the session of an upstream (a child over stdio, or an HTTP server).
 fn start(server: &ServerConfig, timeout: Duration) -> Result<Arc<dyn McpSession>, UpstreamError> {
     match (&server.command, &server.url) {
+        (Some(command), _) if server.sandbox => Ok(Arc::new(StdioSession::start_sandboxed(
+            &sandbox_spec(
+                command,
+                &server.args,
+                &server.env,
+                &server.effects,
+                &server.read,
+                &server.write,
+            )?,
+            timeout,
+        )?)),
         (Some(command), _) => Ok(Arc::new(StdioSession::start(
             command,
             &server.args,
@@ -899,17 +978,31 @@ impl Gateway {
     }
 }
 
-/// `cap mcp-import`: the reference's `capabilitiesFromMcpTools` over a stdio server.
+/// `cap mcp-import`: the reference's `capabilitiesFromMcpTools` over a stdio server; with
+/// `sandbox` (the effects granted) the server runs inside the process sandbox, as a
+/// gateway's `sandbox = true` server does.
 pub fn import_stdio(
     command: &str,
     args: &[String],
     namespace: Option<&str>,
     version: Option<&str>,
     effects_complete: bool,
+    sandbox: Option<&[String]>,
 ) -> Result<Vec<Value>, String> {
-    let env: Vec<(String, String)> = std::env::vars().collect();
-    let session = StdioSession::start(command, args, &env, Duration::from_secs(30))
-        .map_err(|e| e.to_string())?;
+    let timeout = Duration::from_secs(30);
+    let session = match sandbox {
+        Some(effects) => {
+            ProcessSandbox::check_children()?;
+            let spec = sandbox_spec(command, args, &BTreeMap::new(), effects, &[], &[])
+                .map_err(|e| e.to_string())?;
+            StdioSession::start_sandboxed(&spec, timeout)
+        }
+        None => {
+            let env: Vec<(String, String)> = std::env::vars().collect();
+            StdioSession::start(command, args, &env, timeout)
+        }
+    }
+    .map_err(|e| e.to_string())?;
     let tools = session
         .list_tools(Duration::from_secs(30))
         .map_err(|e| e.to_string())?;
@@ -1022,6 +1115,42 @@ pub fn capabilities_from_mcp_tools(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sandbox_keys_are_checked_at_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = |body: &str| {
+            let path = dir.path().join("gateway.toml");
+            std::fs::write(&path, format!("[[server]]\nname = \"s\"\n{body}")).unwrap();
+            GatewayConfig::load(&path)
+        };
+        let refused = |body: &str, why: &str| {
+            let e = load(body).unwrap_err();
+            assert!(e.contains(why), "{body}: {e}");
+        };
+        refused(
+            "command = \"node\"\nread = [\"data\"]\n",
+            "set sandbox = true",
+        );
+        refused(
+            "command = \"node\"\nsandbox = true\nread = [\"data\"]\n",
+            "\"filesystem.read\" in effects",
+        );
+        refused(
+            "command = \"node\"\nsandbox = true\neffects = [\"filesystem.read\"]\nwrite = [\"out\"]\n",
+            "\"filesystem.write\" in effects",
+        );
+        refused(
+            "url = \"http://127.0.0.1:1/mcp\"\nsandbox = true\n",
+            "not a url",
+        );
+        let config = load(
+            "command = \"node\"\nsandbox = true\neffects = [\"filesystem.read\"]\nread = [\"data\"]\n",
+        )
+        .unwrap();
+        // Relative grants are taken from the config's directory.
+        assert_eq!(config.servers[0].read, vec![dir.path().join("data")]);
+    }
 
     #[test]
     fn downstream_names_are_valid_and_collision_free() {

@@ -7,16 +7,18 @@
 //! stderr; one that never answers is cut by the call's timeout; a line longer than
 //! [`MAX_LINE`] (a 50 MB answer) fails the call and the session; invalid JSON-RPC and floods
 //! of notifications are dropped and counted, never buffered. Blocking API: a reader thread
-//! per session hands responses to the waiting callers.
+//! per session hands responses to the waiting callers. A stdio server runs as a plain child
+//! ([`StdioSession::start`]) or inside the process sandbox ([`StdioSession::start_sandboxed`]).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use capability_sandbox::{ChildSpec, ProcessSandbox, SandboxedChild};
 use serde_json::{Value, json};
 
 /// The longest line accepted from an upstream (a larger answer fails the session).
@@ -76,10 +78,39 @@ impl Shared {
     }
 }
 
+/// The process of a stdio server: a plain child, or one inside the process sandbox.
+enum Process {
+    Plain(Child),
+    Sandboxed(Box<SandboxedChild>),
+}
+
+impl Process {
+    /// How it ended, once it has.
+    fn ended(&mut self) -> Option<String> {
+        match self {
+            Process::Plain(c) => c.try_wait().ok().flatten().map(|s| s.to_string()),
+            Process::Sandboxed(c) => c.try_wait().map(|e| e.to_string()),
+        }
+    }
+
+    fn kill(&mut self) {
+        match self {
+            Process::Plain(c) => {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            Process::Sandboxed(c) => {
+                c.kill();
+                c.wait();
+            }
+        }
+    }
+}
+
 /// One running upstream server.
 pub struct StdioSession {
-    child: Mutex<Child>,
-    stdin: Mutex<ChildStdin>,
+    child: Mutex<Process>,
+    stdin: Mutex<Box<dyn Write + Send>>,
     shared: Arc<Shared>,
     next_id: AtomicU64,
     /// What `initialize` answered.
@@ -179,12 +210,52 @@ impl StdioSession {
         let mut child = cmd
             .spawn()
             .map_err(|e| UpstreamError::Spawn(format!("{command}: {e}")))?;
-        let (Some(stdin), Some(stdout), Some(mut stderr)) =
+        let (Some(stdin), Some(stdout), Some(stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
             let _ = child.kill();
             return Err(UpstreamError::Spawn("no pipes".into()));
         };
+        StdioSession::begin(
+            Process::Plain(child),
+            Box::new(stdin),
+            stdout,
+            stderr,
+            timeout,
+        )
+    }
+
+    /// Starts the server of `spec` inside the process sandbox (its code, grants and limits)
+    /// and performs the handshake. The sandbox dies with the session (and with this process).
+    pub fn start_sandboxed(
+        spec: &ChildSpec,
+        timeout: Duration,
+    ) -> Result<StdioSession, UpstreamError> {
+        let mut child = ProcessSandbox::global()
+            .spawn_child(spec)
+            .map_err(|e| UpstreamError::Spawn(format!("{}: {e}", spec.program.display())))?;
+        let (Some(stdin), Some(stdout), Some(stderr)) =
+            (child.stdin.take(), child.stdout.take(), child.stderr.take())
+        else {
+            return Err(UpstreamError::Spawn("no pipes".into()));
+        };
+        StdioSession::begin(
+            Process::Sandboxed(Box::new(child)),
+            Box::new(stdin),
+            stdout,
+            stderr,
+            timeout,
+        )
+    }
+
+    /// Reads the server's output and stderr on threads of their own, then does the handshake.
+    fn begin(
+        child: Process,
+        stdin: Box<dyn Write + Send>,
+        stdout: impl Read + Send + 'static,
+        mut stderr: impl Read + Send + 'static,
+        timeout: Duration,
+    ) -> Result<StdioSession, UpstreamError> {
         let shared = Arc::new(Shared {
             pending: Mutex::new(HashMap::new()),
             dead: Mutex::new(None),
@@ -276,9 +347,7 @@ impl StdioSession {
             .child
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .try_wait()
-            .ok()
-            .flatten()
+            .ended()
             .map(|s| format!(" with {s}"))
             .unwrap_or_default();
         UpstreamError::Exited {
@@ -359,9 +428,7 @@ impl StdioSession {
                 .child
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .try_wait()
-                .ok()
-                .flatten()
+                .ended()
                 .map(|s| format!(" with {s}"))
                 .unwrap_or_default();
             return Some(UpstreamError::Exited {
@@ -374,9 +441,10 @@ impl StdioSession {
 
     /// Stops the server.
     pub fn kill(&self) {
-        let mut child = self.child.lock().unwrap_or_else(PoisonError::into_inner);
-        let _ = child.kill();
-        let _ = child.wait();
+        self.child
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .kill();
     }
 }
 

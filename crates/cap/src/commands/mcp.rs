@@ -430,6 +430,13 @@ pub struct McpImportArgs {
     /// The tools' declared effects are complete (no custom:mcp.opaque-effects).
     #[arg(long)]
     pub effects_complete: bool,
+    /// Run the server inside the process sandbox (as a gateway's `sandbox = true`).
+    #[arg(long)]
+    pub sandbox: bool,
+    /// An effect granted to the sandboxed server (`network.connect`, `process.spawn`);
+    /// repeatable.
+    #[arg(long = "effect", requires = "sandbox")]
+    pub effects: Vec<String>,
 }
 
 pub fn mcp_import(args: McpImportArgs) -> Result<i32, String> {
@@ -443,6 +450,7 @@ pub fn mcp_import(args: McpImportArgs) -> Result<i32, String> {
         args.namespace.as_deref(),
         args.version.as_deref(),
         args.effects_complete,
+        args.sandbox.then_some(args.effects.as_slice()),
     )
     .map_err(|e| format!("mcp-import: {e}"))?;
     let tools: Vec<Value> = manifests
