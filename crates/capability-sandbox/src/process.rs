@@ -1040,7 +1040,8 @@ fn code_roots(roots: &[PathBuf], extra: &[PathBuf]) -> Result<Vec<PathBuf>, Sand
         let real = r.canonicalize().map_err(|e| SandboxError::Invalid {
             detail: format!("code path {} cannot be opened: {e}", r.display()),
         })?;
-        for reserved in ["/proc", "/dev", "/sys", PACKAGE_MOUNT] {
+        // The sandbox's own /etc, /dev and /proc stay its own.
+        for reserved in ["/proc", "/dev", "/sys", "/etc", PACKAGE_MOUNT] {
             if real.starts_with(reserved) || real == Path::new("/tmp") {
                 return Err(SandboxError::Invalid {
                     detail: format!(

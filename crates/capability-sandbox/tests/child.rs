@@ -272,3 +272,48 @@ fn a_killed_or_dropped_child_leaves_no_process_and_reports_its_end() {
     c.lines.read_line(&mut rest).unwrap();
     assert_eq!(rest, "", "stdout ends with the program");
 }
+
+#[test]
+fn the_code_of_a_command_is_its_script_package_or_node_modules_tree() {
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let root = root.path().canonicalize().unwrap();
+    let pkg = root.join("proj/node_modules/@scope/server");
+    std::fs::create_dir_all(pkg.join("dist")).unwrap();
+    std::fs::write(pkg.join("package.json"), "{}").unwrap();
+    std::fs::write(pkg.join("dist/index.js"), "").unwrap();
+    let plain = root.join("plain");
+    std::fs::create_dir_all(plain.join("lib")).unwrap();
+    std::fs::write(plain.join("pyproject.toml"), "").unwrap();
+    std::fs::write(plain.join("lib/server.py"), "").unwrap();
+    std::fs::write(root.join("loose.py"), "").unwrap();
+    let spec = |arg: &Path| {
+        ChildSpec::command("sh", &["-x".into(), arg.to_str().unwrap().into()], vec![]).unwrap()
+    };
+    // Given with `..`: passed canonical; the outermost node_modules holds its dependencies.
+    let s = spec(&pkg.join("dist/../dist/index.js"));
+    assert_eq!(s.args[1], pkg.join("dist/index.js").to_str().unwrap());
+    assert_eq!(s.code, vec![root.join("proj/node_modules")]);
+    assert!(s.program.is_absolute() && s.program.ends_with("sh"));
+    assert_eq!(spec(&plain.join("lib/server.py")).code, vec![plain.clone()]);
+    assert_eq!(spec(&root.join("loose.py")).code, vec![root.clone()]);
+    assert!(ChildSpec::command("no-such-program-here", &[], vec![]).is_err());
+}
+
+#[test]
+fn a_program_the_sandbox_does_not_show_fails_to_start_and_says_why() {
+    let root = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let bin = root.path().join("true");
+    std::fs::copy("/bin/true", &bin).unwrap();
+    let mut spec = ChildSpec::command(bin.to_str().unwrap(), &[], vec![]).unwrap();
+    assert_eq!(spec.code, vec![root.path().canonicalize().unwrap()]);
+    spec.code.clear();
+    let child = ProcessSandbox::global().spawn_child(&spec).unwrap();
+    match child.wait() {
+        ChildExit::SetupFailed { stage, .. } => assert_eq!(stage, "execve"),
+        other => panic!("{other:?}"),
+    }
+    // Shown, it runs and exits 0.
+    let spec = ChildSpec::command(bin.to_str().unwrap(), &[], vec![]).unwrap();
+    let child = ProcessSandbox::global().spawn_child(&spec).unwrap();
+    assert_eq!(child.wait(), ChildExit::Exited(0));
+}
