@@ -1040,16 +1040,18 @@ fn code_roots(roots: &[PathBuf], extra: &[PathBuf]) -> Result<Vec<PathBuf>, Sand
         let real = r.canonicalize().map_err(|e| SandboxError::Invalid {
             detail: format!("code path {} cannot be opened: {e}", r.display()),
         })?;
-        // The sandbox's own /etc, /dev and /proc stay its own.
-        for reserved in ["/proc", "/dev", "/sys", "/etc", PACKAGE_MOUNT] {
-            if real.starts_with(reserved) || real == Path::new("/tmp") {
-                return Err(SandboxError::Invalid {
-                    detail: format!(
-                        "code path {} lies under the reserved {reserved}",
-                        real.display()
-                    ),
-                });
-            }
+        // The sandbox's own /etc, /dev, /proc and /tmp stay its own.
+        let reserved = ["/proc", "/dev", "/sys", "/etc", PACKAGE_MOUNT]
+            .into_iter()
+            .find(|r| real.starts_with(r))
+            .or((real == Path::new("/tmp")).then_some("/tmp"));
+        if let Some(reserved) = reserved {
+            return Err(SandboxError::Invalid {
+                detail: format!(
+                    "code path {} lies under the reserved {reserved}",
+                    real.display()
+                ),
+            });
         }
         protect::refuse_whole_home(&real, "the code path")?;
         if !host::under_system_dirs(&real) && !extra.iter().any(|e| real.starts_with(e)) {
