@@ -12,7 +12,8 @@ kinds:
   conformance the fixture tools the MCP conformance suite calls
   escape     tools that try to leave a sandbox: `read` a file, `write` one, `connect` to a
              port on 127.0.0.1 (and send "hello"), `spawn` a process; each answers what
-             happened, or `error:<errno name>`
+             happened, or `error:<errno name>`; `peek` answers its environment and the
+             pids it can see in /proc
 """
 
 import asyncio
@@ -178,6 +179,12 @@ elif kind == "escape":
             return "connected"
         except OSError as e:
             return failure(e)
+
+    @mcp.tool()
+    def peek() -> dict:
+        """Its environment and the processes it can see."""
+        pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+        return {"env": dict(os.environ), "pids": pids}
 
     @mcp.tool()
     def spawn() -> str:

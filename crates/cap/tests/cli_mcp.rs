@@ -1568,7 +1568,7 @@ fn scratch_outside_tmp() -> tempfile::TempDir {
 /// The hostile fixture behind `sandbox = true` without grants: it cannot read a host file,
 /// the repository or the capability home's database, cannot write outside its `/tmp`,
 /// cannot reach a listener on 127.0.0.1 and cannot start a process; the host sees that
-/// nothing happened. With `network.connect`, `filesystem.read` and `filesystem.write` (and
+/// nothing happened. It sees no host process and none of the gateway's environment. With `network.connect`, `filesystem.read` and `filesystem.write` (and
 /// their `read`/`write` paths) exactly those open.
 #[test]
 fn a_sandboxed_upstream_cannot_reach_beyond_its_grants() {
@@ -1619,6 +1619,7 @@ fn a_sandboxed_upstream_cannot_reach_beyond_its_grants() {
             {"op": "call", "name": "jail__connect", "arguments": {"port": port}},
             {"op": "call", "name": "jail__spawn", "arguments": {}},
             {"op": "call", "name": "jail__read", "arguments": {"path": code.join("fixtures.py")}},
+            {"op": "call", "name": "jail__peek", "arguments": {}},
         ]),
     );
     assert!(
@@ -1663,6 +1664,17 @@ fn a_sandboxed_upstream_cannot_reach_beyond_its_grants() {
         result_text(&out, 8).starts_with("read:"),
         "its own code is readable"
     );
+    // Nothing of the gateway's environment but PATH, and HOME is its /tmp; its own pid
+    // namespace shows the sandbox init and itself only.
+    let peek: Value = serde_json::from_str(&result_text(&out, 9)).unwrap();
+    let env = peek["env"].as_object().unwrap();
+    assert_eq!(env["HOME"], "/tmp", "{peek}");
+    assert!(
+        env.keys()
+            .all(|k| ["PATH", "HOME", "LC_CTYPE"].contains(&k.as_str())),
+        "{peek}"
+    );
+    assert!(peek["pids"].as_array().unwrap().len() <= 2, "{peek}");
 
     // The same fixture with grants: exactly those open.
     let freed = gateway_config(
