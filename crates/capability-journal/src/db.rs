@@ -5,6 +5,13 @@
 //! [`Database::MAX_BATCH`]), runs them in one `BEGIN IMMEDIATE` transaction, commits, and
 //! then tells each job how it went ([`Job::finish`]); when the batch fails, each job is
 //! retried in a transaction of its own so that one bad record does not fail the others.
+//!
+//! After a commit the writer sleeps for [`Database::GROUP_WINDOW`] before it looks at its
+//! queue again: jobs submitted meanwhile wait for the next batch without waking it. An idle
+//! writer is woken by the first job, a busy one costs submitters no wake-up at all (waking
+//! it for every job made it commit one tiny batch per call and, on a small machine, preempt
+//! the very callers that submitted). Durability does not change: a store journals its
+//! records before it submits them.
 //! [`Database::call`] runs a closure on the writer's connection, outside any batch, and
 //! waits for its result (approvals, kept plans, schema creation, journal replay).
 //!
@@ -104,6 +111,10 @@ fn configure(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> 
 impl Database {
     /// Most jobs committed in one transaction.
     pub const MAX_BATCH: usize = 1024;
+
+    /// How long the writer lets jobs gather after a commit before it takes the next batch
+    /// (a [`Database::call`] made meanwhile waits up to this long too).
+    pub const GROUP_WINDOW: Duration = Duration::from_millis(1);
 
     /// Opens (creating if needed) the database file and starts its writer.
     pub fn open(path: &Path) -> rusqlite::Result<Database> {
@@ -310,7 +321,12 @@ fn writer_loop(mut conn: Connection, rx: Receiver<Msg>) {
                 next = rx.try_recv().ok();
             }
         }
+        let committed = !jobs.is_empty();
         commit(&mut conn, jobs);
+        if committed {
+            // Let the next batch gather: submitters do not wake a writer that is not waiting.
+            std::thread::sleep(Database::GROUP_WINDOW);
+        }
     }
 }
 
@@ -338,6 +354,39 @@ mod tests {
                 Err(_) => self.failed.fetch_add(1, Ordering::SeqCst),
             };
         }
+    }
+
+    /// Jobs are committed without anyone asking: the writer's timer takes every batch.
+    #[test]
+    fn submitted_jobs_are_committed_without_a_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let db = Database::open(&path).unwrap();
+        db.call(|c| c.execute_batch("CREATE TABLE t (v INTEGER PRIMARY KEY)"))
+            .unwrap()
+            .unwrap();
+        let done = Arc::new(AtomicUsize::new(0));
+        let failed = Arc::new(AtomicUsize::new(0));
+        for value in 0..500 {
+            db.submit(Box::new(Insert {
+                value,
+                done: Arc::clone(&done),
+                failed: Arc::clone(&failed),
+            }))
+            .unwrap();
+        }
+        let reader = db.connect().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        let mut count: i64 = 0;
+        while count < 500 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+            count = reader
+                .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+                .unwrap();
+        }
+        assert_eq!(count, 500);
+        assert_eq!(done.load(Ordering::SeqCst), 500);
+        assert_eq!(failed.load(Ordering::SeqCst), 0);
     }
 
     #[test]

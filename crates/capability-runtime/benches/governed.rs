@@ -1,6 +1,7 @@
 //! The full governed invoke: effect authorization + 100 Cedar policies (before and after
 //! stages) + execute + receipt + audit, with the durable SQLite stores (receipts and the
-//! hash-chained audit log in one database) and with in-memory stores.
+//! hash-chained audit log in one database with one writer thread, as the host opens them) and
+//! with in-memory stores.
 //!
 //! Run: `cargo bench -p capability-runtime --bench governed`. Besides criterion's report, each
 //! case prints p50/p99 over individually timed invokes.
@@ -10,8 +11,8 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Instant;
 
-use capability_policy::{AuditSink, MemoryStore, SqliteStore};
-use capability_runtime::store::{MemoryReceiptStore, ReceiptStore, SqliteReceiptStore};
+use capability_policy::MemoryStore;
+use capability_runtime::store::MemoryReceiptStore;
 use capability_runtime::{Caller, CapabilityRuntime, ExecuteOptions};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
@@ -42,9 +43,7 @@ fn percentiles(name: &str, mut f: impl FnMut()) {
 
 fn bench(c: &mut Criterion) {
     let home = tempfile::tempdir().unwrap();
-    let receipts: Arc<dyn ReceiptStore> = Arc::new(SqliteReceiptStore::open(home.path()).unwrap());
-    let audit: Arc<dyn AuditSink> =
-        Arc::new(SqliteStore::open(&home.path().join("capability.db")).unwrap());
+    let (receipts, audit) = support::durable(home.path());
     let cases: Vec<(&str, CapabilityRuntime)> = vec![
         (
             "memory",

@@ -11,8 +11,8 @@ mod support;
 
 use std::sync::Arc;
 
-use capability_policy::{MemoryStore, SqliteStore};
-use capability_runtime::store::{MemoryReceiptStore, SqliteReceiptStore};
+use capability_policy::MemoryStore;
+use capability_runtime::store::MemoryReceiptStore;
 use capability_runtime::{Caller, ExecuteOptions};
 use serde_json::json;
 use support::runtime;
@@ -29,12 +29,10 @@ fn main() {
             Arc::new(MemoryReceiptStore::new()),
             Some(Arc::new(MemoryStore::new())),
         ),
-        "sqlite" => runtime(
-            Arc::new(SqliteReceiptStore::open(home.path()).unwrap()),
-            Some(Arc::new(
-                SqliteStore::open(&home.path().join("capability.db")).unwrap(),
-            )),
-        ),
+        "sqlite" => {
+            let (receipts, audit) = support::durable(home.path());
+            runtime(receipts, Some(audit))
+        }
         "ungoverned" => runtime(Arc::new(MemoryReceiptStore::new()), None),
         other => panic!("unknown case `{other}` (memory, sqlite, ungoverned)"),
     };

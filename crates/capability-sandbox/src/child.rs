@@ -478,7 +478,7 @@ impl ProcessSandbox {
         let (label, extra_roots) = match kind {
             ModuleKind::Node => {
                 let node = host::find_node(Some(&real)).map_err(unavailable)?;
-                (format!("node {}", node.version), node.extra_roots)
+                ("node".to_string(), node.extra_roots)
             }
             ModuleKind::Python => {
                 let py = host::find_python(Some(&spec.program)).map_err(unavailable)?;
@@ -486,7 +486,10 @@ impl ProcessSandbox {
                     // A wrapper script (a pyenv shim): run the interpreter it would run.
                     program = py.path.clone();
                 }
-                (py.version.clone(), py.extra_roots)
+                (
+                    py.version.clone().unwrap_or_else(|| "python".to_string()),
+                    py.extra_roots,
+                )
             }
             _ => ("native".to_string(), Vec::new()),
         };
@@ -500,6 +503,7 @@ impl ProcessSandbox {
         Ok(Target {
             kind,
             program_label: format!("{label} ({})", real.display()),
+            reported_runtime: None,
             argv,
             extra_roots,
             exec_files,

@@ -9,7 +9,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::error::SandboxError;
-use crate::linux::host::CgroupInfo;
+use crate::linux::host::{self, CgroupInfo};
 use crate::linux::sys;
 use crate::oci;
 use crate::process::ProcessSandbox;
@@ -150,12 +150,19 @@ pub fn doctor(sandbox: &ProcessSandbox) -> DoctorReport {
             }
         }
     };
-    let node = match sandbox.node() {
-        Ok(i) => Probe::ok(format!("{} at {}", i.version, i.path.display())),
+    let node = match sandbox
+        .node()
+        .and_then(|i| Ok((host::node_version(&i.path)?, i)))
+    {
+        Ok((version, i)) => Probe::ok(format!("{version} at {}", i.path.display())),
         Err(e) => Probe::fail(e),
     };
     let python = match sandbox.python() {
-        Ok(i) => Probe::ok(format!("{} at {}", i.version, i.path.display())),
+        Ok(i) => Probe::ok(format!(
+            "{} at {}",
+            i.version.as_deref().unwrap_or("python"),
+            i.path.display()
+        )),
         Err(e) => Probe::fail(e),
     };
     let process_sandbox = probe_full_run(sandbox);

@@ -82,10 +82,28 @@ pub(crate) struct SessionReply {
     pub hooks: Option<Vec<String>>,
 }
 
+/// The label of a node run: the version the shim reported in its handshake (`process.version`,
+/// read before the module loads), when it reported a plausible one.
+fn node_label(version: Option<&str>, path: &Path) -> String {
+    let plausible = |v: &str| {
+        v.len() <= 40
+            && v.starts_with('v')
+            && v.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'+'))
+    };
+    match version.filter(|v| plausible(v)) {
+        Some(v) => format!("node {v} ({})", path.display()),
+        None => format!("node, version not reported ({})", path.display()),
+    }
+}
+
 /// What a run executes, once resolved.
 pub(crate) struct Target {
     pub kind: ModuleKind,
     pub program_label: String,
+    /// Node: the interpreter's path, for the label once the shim's handshake has reported the
+    /// version (the host never runs node outside the sandbox to ask).
+    pub reported_runtime: Option<PathBuf>,
     pub argv: Vec<Vec<u8>>,
     pub extra_roots: Vec<PathBuf>,
     /// Files the guest must be able to `execve` (inside paths == host paths, or /package/...).
@@ -291,7 +309,8 @@ impl ProcessSandbox {
                 let heap_mb = (limits.memory_bytes / (1 << 20) / 2).max(16);
                 Ok(Target {
                     kind,
-                    program_label: format!("node {} ({})", node.version, node.path.display()),
+                    program_label: node_label(None, &node.path),
+                    reported_runtime: Some(node.path.clone()),
                     argv: vec![
                         node.path.as_os_str().as_bytes().to_vec(),
                         format!("--max-old-space-size={heap_mb}").into_bytes(),
@@ -309,7 +328,12 @@ impl ProcessSandbox {
                 let py = self.python().map_err(unavailable)?;
                 Ok(Target {
                     kind,
-                    program_label: format!("{} ({})", py.version, py.path.display()),
+                    program_label: format!(
+                        "{} ({})",
+                        py.version.as_deref().unwrap_or("python"),
+                        py.path.display()
+                    ),
+                    reported_runtime: None,
                     argv: vec![
                         py.path.as_os_str().as_bytes().to_vec(),
                         b"-I".to_vec(),
@@ -337,6 +361,7 @@ impl ProcessSandbox {
                 Ok(Target {
                     kind: ModuleKind::Native,
                     program_label: format!("native {} (sha256 {})", spec.module, module.sha256),
+                    reported_runtime: None,
                     argv: vec![module_arg],
                     extra_roots: Vec::new(),
                     exec_files,
@@ -836,6 +861,8 @@ impl ProcessSandbox {
         let id = spec.id().to_string();
         let module_name = spec.module.clone();
         let hooks: std::cell::RefCell<Option<Vec<String>>> = std::cell::RefCell::new(None);
+        // The program label with the version the shim reported (node), once it has.
+        let program: std::cell::RefCell<String> = std::cell::RefCell::new(report.program.clone());
         let mut hello = |line: &[u8]| -> Result<Vec<u8>, SandboxError> {
             let value = capability_core::json::parse(protocol::trim_ascii(line)).map_err(|e| {
                 SandboxError::ProtocolViolation {
@@ -845,6 +872,10 @@ impl ProcessSandbox {
                     ),
                 }
             })?;
+            if let Some(path) = &target.reported_runtime {
+                let version = value.get("runtime").and_then(Value::as_str);
+                *program.borrow_mut() = node_label(version, path);
+            }
             if value.get("error").is_some() {
                 match protocol::response_from_value(value)? {
                     Response::Error(g) => {
@@ -903,10 +934,12 @@ impl ProcessSandbox {
                 Ok(Response::Error(g)) => Err(guest_failure(g, &module_for_reply, limits)),
                 Err(e) => Err(e),
             };
+            let mut boundary = session_report.clone();
+            boundary.program.clone_from(&program.borrow());
             let outcome = RunOutcome {
                 result,
                 hook_present,
-                boundary: session_report.clone(),
+                boundary,
                 duration: op_started.elapsed(),
                 stderr: String::from_utf8_lossy(stderr).into_owned(),
             };
@@ -925,6 +958,7 @@ impl ProcessSandbox {
             max_output: limits.max_output_bytes,
         });
         drop(scratch);
+        report.program = program.into_inner();
         for note in &finished.notes {
             report.notes.push(format!(
                 "{} not available: {}",

@@ -80,3 +80,15 @@ pub fn runtime(
     }
     rt
 }
+
+/// The durable stores as the host opens them: receipts and the audit chain in one
+/// `capability.db` with one writer thread, journals in `home/journal`.
+pub fn durable(home: &std::path::Path) -> (Arc<dyn ReceiptStore>, Arc<dyn AuditSink>) {
+    use capability_runtime::store::{Durability, SqliteReceiptStore};
+    let db = Arc::new(capability_journal::Database::open(&home.join("capability.db")).unwrap());
+    let journals = home.join("journal");
+    let receipts =
+        SqliteReceiptStore::on(Arc::clone(&db), &journals, Durability::default()).unwrap();
+    let audit = capability_policy::SqliteStore::on(db, &journals).unwrap();
+    (Arc::new(receipts), Arc::new(audit))
+}

@@ -11,7 +11,10 @@ use std::time::Duration;
 pub struct Interpreter {
     /// Canonical path of the real binary (not a wrapper script).
     pub path: PathBuf,
-    pub version: String,
+    /// The version, when it was learnt without running the interpreter outside a sandbox
+    /// (python's probe reports it). Node's is not probed: its shim reports `process.version`
+    /// in the handshake of every run, and [`node_version`] asks for it explicitly (`doctor`).
+    pub version: Option<String>,
     /// Directories to mount read-only (at the same path) besides the system directories.
     pub extra_roots: Vec<PathBuf>,
 }
@@ -95,7 +98,8 @@ pub fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
-/// Locates node: `configured`, else `node` on PATH.
+/// Locates node: `configured`, else `node` on PATH. Nothing is run: the run path starts node
+/// only inside the sandbox (its version comes from the shim's handshake).
 pub fn find_node(configured: Option<&Path>) -> Result<Interpreter, String> {
     let found = match configured {
         Some(p) => p.to_path_buf(),
@@ -104,9 +108,12 @@ pub fn find_node(configured: Option<&Path>) -> Result<Interpreter, String> {
     let path = found
         .canonicalize()
         .map_err(|e| format!("node at {}: {e}", found.display()))?;
-    let version = run_capture(&path, &["--version"], Duration::from_secs(10))
-        .map(|v| v.trim().to_string())
-        .ok_or_else(|| format!("{} --version failed", path.display()))?;
+    if !is_executable(&path) {
+        return Err(format!(
+            "node at {} is not an executable file",
+            path.display()
+        ));
+    }
     let mut extra_roots = Vec::new();
     if !under_system_dirs(&path)
         && let Some(prefix) = path.parent().and_then(Path::parent)
@@ -115,9 +122,16 @@ pub fn find_node(configured: Option<&Path>) -> Result<Interpreter, String> {
     }
     Ok(Interpreter {
         path,
-        version,
+        version: None,
         extra_roots,
     })
+}
+
+/// Runs `node --version` on the host, unsandboxed (for `doctor`; the run path never does).
+pub fn node_version(path: &Path) -> Result<String, String> {
+    run_capture(path, &["--version"], Duration::from_secs(10))
+        .map(|v| v.trim().to_string())
+        .ok_or_else(|| format!("{} --version failed", path.display()))
 }
 
 /// Locates python3: `configured`, else `python3` on PATH. Wrapper scripts (pyenv shims) are
@@ -158,7 +172,7 @@ pub fn find_python(configured: Option<&Path>) -> Result<Interpreter, String> {
     }
     Ok(Interpreter {
         path,
-        version: format!("Python {version}"),
+        version: Some(format!("Python {version}")),
         extra_roots,
     })
 }

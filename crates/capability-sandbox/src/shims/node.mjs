@@ -1,12 +1,14 @@
 // capability-sandbox node shim: speaks the native protocol for a JavaScript module.
 // argv[1] is the module path inside the sandbox. stdin: line 1 = request envelope; after the
-// shim answers {"manifest": ..., "hooks": [...]} the host sends {"proceed": true} and closes
+// shim answers {"manifest": ..., "hooks": [...], "runtime": "v.."} the host sends {"proceed": true} and closes
 // stdin. In a session (line 1 has "session": true) stdin stays open: each further line is one
 // more envelope, answered by one response line, until the host closes stdin.
 import { readSync, writeSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 
 const modulePath = process.argv[1];
+// Read before the module loads: the handshake reports it as the run's runtime version.
+const runtime = process.version;
 const pending = [];
 let buffered = Buffer.alloc(0);
 function readLine() {
@@ -64,7 +66,7 @@ try {
   envelope = JSON.parse(readLine() ?? 'null');
   if (!envelope || typeof envelope !== 'object') throw new Error('missing request envelope');
 } catch (e) {
-  send({ error: { message: 'shim: bad request envelope: ' + String(e && e.message), code: 'PROTOCOL' } });
+  send({ error: { message: 'shim: bad request envelope: ' + String(e && e.message), code: 'PROTOCOL' }, runtime });
   process.exit(0);
 }
 let cap;
@@ -72,15 +74,15 @@ try {
   const mod = await import(pathToFileURL(modulePath).href);
   cap = mod.default ?? mod.capability;
 } catch (e) {
-  send(errorOf(e));
+  send({ ...errorOf(e), runtime });
   process.exit(0);
 }
 if (!cap || (typeof cap !== 'object' && typeof cap !== 'function') || typeof cap.execute !== 'function' || cap.manifest == null || typeof cap.manifest !== 'object') {
-  send({ error: { message: 'module does not export a capability {manifest, execute}', code: 'NOT_A_CAPABILITY' } });
+  send({ error: { message: 'module does not export a capability {manifest, execute}', code: 'NOT_A_CAPABILITY' }, runtime });
   process.exit(0);
 }
 const hooks = ['plan', 'verify', 'rollback'].filter((h) => typeof cap[h] === 'function');
-send({ manifest: cap.manifest, hooks });
+send({ manifest: cap.manifest, hooks, runtime });
 let go;
 try {
   go = JSON.parse(readLine() ?? 'null');
@@ -136,7 +138,7 @@ if (envelope.session === true) {
     try {
       next = JSON.parse(line);
     } catch (e) {
-      send({ error: { message: 'shim: bad request envelope: ' + String(e && e.message), code: 'PROTOCOL' } });
+      send({ error: { message: 'shim: bad request envelope: ' + String(e && e.message), code: 'PROTOCOL' }, runtime });
       break;
     }
     if (!next || typeof next !== 'object') break;
