@@ -1470,3 +1470,149 @@ forbid(principal, action, resource == Capability::"mcp.everything.get-sum");"#,
         String::from_utf8_lossy(&beta.stdout)
     );
 }
+
+/// Each call's outcome event carries its latency, outcome and the caller's W3C trace
+/// context; arguments are recorded only where configured and after the call's redactions;
+/// the OTLP export carries it all.
+#[test]
+fn gateway_audit_records_latency_trace_and_redacted_arguments() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let policy = r#"permit(principal, action, resource);
+@id("mask-password") @decision("redact") @redact("/password")
+forbid(principal, action, resource == Capability::"mcp.everything.echo");"#;
+    let config = gateway_config(
+        dir.path(),
+        policy,
+        &format!(
+            "record_arguments = true\n[[server]]\nname = \"everything\"\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n[[server]]\nname = \"plain\"\nrecord_arguments = false\n{}",
+            everything(),
+            fixture_server("hostile", "")
+        ),
+    );
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let span = "00f067aa0ba902b7";
+    let out = py_client(
+        &gateway_stdio(&config, &home, Some("bot")),
+        &json!([
+            {"op": "call", "name": "everything__echo",
+             "arguments": {"message": "hello-visible", "password": "hunter2-secret-value"},
+             "meta": {"traceparent": format!("00-{trace}-{span}-01")}},
+            {"op": "call", "name": "plain__ok", "arguments": {"text": "unrecorded-text"},
+             "meta": {"traceparent": "00-not-a-traceparent-01"}},
+            {"op": "call", "name": "plain__crash", "arguments": {}},
+        ]),
+    );
+    let r = out["results"].as_array().unwrap();
+    assert_eq!(r[0]["isError"], false, "{}", r[0]);
+    assert_eq!(r[1]["isError"], false, "{}", r[1]);
+    assert_eq!(r[2]["isError"], true, "{}", r[2]);
+
+    let events = stdout_json(&cap(&home, &["audit", "tail", "--limit", "100"]));
+    let events = events.as_array().unwrap();
+    let outcome = |capability: &str| {
+        events
+            .iter()
+            .rfind(|e| e["capability_name"] == capability && e["outcome"] != "allowed")
+            .unwrap_or_else(|| panic!("no outcome event for {capability}: {events:?}"))
+            .clone()
+    };
+    let echo = outcome("mcp.everything.echo");
+    assert_eq!(echo["outcome"], "executed", "{echo}");
+    assert_eq!(echo["trace_id"], trace);
+    assert_eq!(
+        echo["metadata"]["traceparent"],
+        format!("00-{trace}-{span}-01")
+    );
+    assert!(echo["metadata"]["latencyUs"].as_u64().is_some(), "{echo}");
+    assert_eq!(echo["metadata"]["toolOutcome"], "ok");
+    assert_eq!(echo["metadata"]["mcpServer"], "everything");
+    assert_eq!(echo["metadata"]["mcpTool"], "echo");
+    assert_eq!(echo["input"]["message"], "hello-visible", "{echo}");
+    assert_eq!(echo["input"]["password"], "[REDACTED]", "{echo}");
+    let ok = outcome("mcp.plain.ok");
+    assert!(ok["input"].is_null(), "{ok}");
+    assert!(ok["metadata"].get("traceparent").is_none(), "{ok}");
+    assert_ne!(ok["trace_id"], "00-not-a-traceparent-01");
+    let crash = outcome("mcp.plain.crash");
+    assert_eq!(crash["outcome"], "execution_failed", "{crash}");
+    assert_eq!(
+        crash["metadata"]["toolOutcome"], "upstream_error",
+        "{crash}"
+    );
+    assert!(crash["metadata"]["latencyUs"].as_u64().is_some(), "{crash}");
+
+    // The secret is nowhere: not in the store (any event), not in either export.
+    let all = cap(&home, &["audit", "export", "--format", "jsonl"]);
+    let otel_out = cap(&home, &["audit", "export", "--format", "otel"]);
+    for text in [
+        String::from_utf8_lossy(&all.stdout).to_string(),
+        String::from_utf8_lossy(&otel_out.stdout).to_string(),
+    ] {
+        assert!(text.contains("hello-visible"), "{text}");
+        assert!(!text.contains("hunter2-secret-value"), "{text}");
+        assert!(!text.contains("unrecorded-text"), "{text}");
+    }
+    // Nor in any file of the home (database, WAL, journals).
+    let needle = b"hunter2-secret-value";
+    let mut dirs = vec![home.clone()];
+    let mut files = 0;
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files += 1;
+                let bytes = std::fs::read(&path).unwrap();
+                assert!(
+                    !bytes.windows(needle.len()).any(|w| w == needle),
+                    "the secret is in {}",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(files > 0);
+
+    let otel = stdout_json(&otel_out);
+    let records = otel["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
+        .as_array()
+        .unwrap();
+    let echo_record = records
+        .iter()
+        .find(|l| {
+            l["attributes"].as_array().unwrap().iter().any(|a| {
+                a["key"] == "capability.event_id" && a["value"]["stringValue"] == echo["event_id"]
+            })
+        })
+        .unwrap();
+    assert_eq!(echo_record["traceId"], trace);
+    assert_eq!(echo_record["spanId"], span);
+    let metadata = echo_record["attributes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["key"] == "capability.metadata")
+        .unwrap()["value"]["kvlistValue"]["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|kv| (kv["key"].as_str().unwrap().to_string(), kv["value"].clone()))
+        .collect::<std::collections::BTreeMap<_, _>>();
+    for key in [
+        "mcpServer",
+        "mcpTool",
+        "definitionHash",
+        "argumentsSha256",
+        "latencyUs",
+        "toolOutcome",
+        "traceparent",
+    ] {
+        assert!(metadata.contains_key(key), "{key} missing: {metadata:?}");
+    }
+    assert_eq!(metadata["mcpServer"]["stringValue"], "everything");
+}

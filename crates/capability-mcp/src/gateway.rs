@@ -21,6 +21,12 @@
 //!   into the result's `structuredContent`; the text content is re-rendered from it). An
 //!   approval is bound to the caller, server, tool, the canonical hash of the arguments and
 //!   the pinned definition hash (the plan fingerprint), single use.
+//! * Audit: the event of a call's outcome has `metadata.latencyUs` (the upstream round
+//!   trip in whole microseconds) and `metadata.toolOutcome` (`ok`, `tool_error` for a
+//!   result with `isError`, `upstream_error` when the upstream failed); a valid W3C
+//!   `traceparent` in the request's `_meta` gives the trace id and is kept as
+//!   `metadata.traceparent`. Arguments are recorded (`input`) only with `record_arguments`,
+//!   after the call's `redact` pointers masked what they point at.
 //! * Pins ([`crate::pins`]): a changed definition is hidden and refused until accepted;
 //!   upstream `list_changed` triggers a re-check.
 //! * An upstream that crashes, hangs, answers too much or sends garbage gives the caller a
@@ -33,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use capability_core::json::canonical_hash;
 use capability_host::{Actor, Host};
+use capability_policy::audit::parse_traceparent;
 use capability_policy::{
     ActionType, CapabilityKind, DecisionType, GovernedCapability, InterceptError, InterceptRequest,
     RiskLevel, Stage,
@@ -61,6 +68,10 @@ pub struct GatewayConfig {
     /// How long one upstream call may take.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
+    /// Record each call's arguments in its audit events (after the call's redactions); by
+    /// default only their digest (`metadata.argumentsSha256`) is recorded.
+    #[serde(default)]
+    pub record_arguments: bool,
     #[serde(default, rename = "server")]
     pub servers: Vec<ServerConfig>,
     /// Policy files that apply to one tenant's callers only.
@@ -118,6 +129,8 @@ pub struct ServerConfig {
     pub exclude: Vec<String>,
     /// Overrides the gateway's `timeout_ms`.
     pub timeout_ms: Option<u64>,
+    /// Overrides the gateway's `record_arguments` for this server's tools.
+    pub record_arguments: Option<bool>,
     /// Name downstream tools `<server>__<tool>` (the default); `false` keeps the tool's
     /// own name where it is valid and not taken.
     #[serde(default = "yes")]
@@ -747,22 +760,26 @@ impl Gateway {
             "server": t.server, "tool": t.tool,
             "arguments": canonical_hash(&arguments), "definition": t.hash,
         })));
-        if let Some(tp) = meta
+        // A valid W3C `traceparent` makes its trace id the call's; the header (with the
+        // caller's span) is kept for the OTLP export.
+        if let Some((tp, trace)) = meta
             .and_then(|m| m.get("traceparent"))
             .and_then(Value::as_str)
+            .and_then(|tp| parse_traceparent(tp).map(|(trace, _)| (tp, trace)))
         {
-            req.trace_id = Some(tp.to_string());
+            req.trace_id = Some(trace.to_string());
+            req.metadata.insert("traceparent".into(), json!(tp));
         }
         if let Some(token) = token {
             req.approval_token = Some(token);
         }
-        let timeout = self
-            .config
-            .servers
-            .iter()
-            .find(|s| s.name == t.server)
+        let server = self.config.servers.iter().find(|s| s.name == t.server);
+        let timeout = server
             .map(|s| timeout_of(&self.config, s))
             .unwrap_or(Duration::from_secs(30));
+        req.record_input = server
+            .and_then(|s| s.record_arguments)
+            .unwrap_or(self.config.record_arguments);
         let intercepted = self.host.governor().intercept_with(req, |exec| {
             // A `route` may have moved the call to another upstream tool.
             let target = if exec.capability.name == t.capability {
@@ -778,28 +795,37 @@ impl Gateway {
             };
             let session = self.session(&target.server)?;
             let started = Instant::now();
-            let raw = session
-                .call_tool(&target.tool, exec.input.clone(), timeout)
-                .map_err(|e| {
-                    let message = e.to_string();
-                    // A child that hung or overflowed is restarted; an HTTP upstream is
-                    // dropped only when it cannot be reached (one slow call is its own).
-                    let child = self
-                        .config
-                        .servers
-                        .iter()
-                        .any(|s| s.name == target.server && s.command.is_some());
-                    let broken = match e {
-                        UpstreamError::Exited { .. } => true,
-                        UpstreamError::TooLarge | UpstreamError::Timeout(_) => child,
-                        _ => false,
-                    };
-                    if broken {
-                        self.mark_failed(&target.server, &e);
-                    }
-                    message
-                })?;
-            let latency_ms = started.elapsed().as_millis();
+            let answer = session.call_tool(&target.tool, exec.input.clone(), timeout);
+            let latency = started.elapsed();
+            exec.note("latencyUs", json!(latency.as_micros() as u64));
+            exec.note(
+                "toolOutcome",
+                json!(match &answer {
+                    Ok(raw) if raw.get("isError") == Some(&Value::Bool(true)) => "tool_error",
+                    Ok(_) => "ok",
+                    Err(_) => "upstream_error",
+                }),
+            );
+            let raw = answer.map_err(|e| {
+                let message = e.to_string();
+                // A child that hung or overflowed is restarted; an HTTP upstream is
+                // dropped only when it cannot be reached (one slow call is its own).
+                let child = self
+                    .config
+                    .servers
+                    .iter()
+                    .any(|s| s.name == target.server && s.command.is_some());
+                let broken = match e {
+                    UpstreamError::Exited { .. } => true,
+                    UpstreamError::TooLarge | UpstreamError::Timeout(_) => child,
+                    _ => false,
+                };
+                if broken {
+                    self.mark_failed(&target.server, &e);
+                }
+                message
+            })?;
+            let latency_ms = latency.as_millis();
             let output = map_tool_result(&raw)?;
             Ok((output, Called { raw, latency_ms }))
         });

@@ -761,6 +761,30 @@ fn otel_id(id: &str, len: usize) -> String {
     }
 }
 
+/// The trace id and parent span id of a valid W3C `traceparent` header
+/// (`<version>-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, lowercase, ids not all
+/// zeros, version not `ff`); `None` for anything else.
+pub fn parse_traceparent(header: &str) -> Option<(&str, &str)> {
+    let hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let mut parts = header.split('-');
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let ok = hex(version, 2)
+        && version != "ff"
+        // Version 00 has exactly four fields; later versions may add more.
+        && (version != "00" || parts.next().is_none())
+        && hex(trace, 32)
+        && trace.bytes().any(|b| b != b'0')
+        && hex(span, 16)
+        && span.bytes().any(|b| b != b'0')
+        && hex(flags, 2);
+    ok.then_some((trace, span))
+}
+
 /// Unix nanoseconds of an ISO-8601 UTC timestamp (`YYYY-MM-DDTHH:MM:SS(.mmm)Z`).
 fn unix_nanos(iso: &str) -> Option<i128> {
     let b = iso.as_bytes();
@@ -781,7 +805,9 @@ fn unix_nanos(iso: &str) -> Option<i128> {
 }
 
 /// OTLP-JSON logs (`{"resourceLogs": [...]}`): one log record per event, body the event
-/// summary, attributes the event fields, trace and span ids from the trace and action ids.
+/// summary, attributes the event fields, trace and span ids from the trace and action ids
+/// (or, for an event whose `metadata.traceparent` is a valid W3C header, the header's
+/// trace id and the caller's span id).
 pub fn export_otel(records: &[AuditRecord], service_name: &str) -> Value {
     let logs: Vec<Value> = records
         .iter()
@@ -795,6 +821,10 @@ pub fn export_otel(records: &[AuditRecord], service_name: &str) -> Value {
                 _ => (9, "INFO"),
             };
             let nanos = unix_nanos(get("timestamp")).unwrap_or(0).to_string();
+            let traceparent = e
+                .pointer("/metadata/traceparent")
+                .and_then(Value::as_str)
+                .and_then(parse_traceparent);
             let mut attributes = vec![
                 json!({"key": "audit.seq", "value": {"intValue": r.seq.to_string()}}),
                 json!({"key": "audit.hash", "value": {"stringValue": r.hash}}),
@@ -817,8 +847,8 @@ pub fn export_otel(records: &[AuditRecord], service_name: &str) -> Value {
                     "{} {} {}: {}", get("capability_name"), get("stage"), get("decision"), outcome
                 )},
                 "attributes": attributes,
-                "traceId": otel_id(get("trace_id"), 32),
-                "spanId": otel_id(get("action_id"), 16),
+                "traceId": traceparent.map_or_else(|| otel_id(get("trace_id"), 32), |(t, _)| t.to_string()),
+                "spanId": traceparent.map_or_else(|| otel_id(get("action_id"), 16), |(_, s)| s.to_string()),
             })
         })
         .collect();
@@ -890,6 +920,32 @@ mod tests {
             e.policy_version = None;
         }
         e
+    }
+
+    #[test]
+    fn traceparent_headers_are_parsed_strictly() {
+        let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+        let span = "00f067aa0ba902b7";
+        assert_eq!(
+            parse_traceparent(&format!("00-{trace}-{span}-01")),
+            Some((trace, span))
+        );
+        assert_eq!(
+            parse_traceparent(&format!("01-{trace}-{span}-00-later")),
+            Some((trace, span))
+        );
+        for bad in [
+            format!("00-{trace}-{span}-01-extra"),
+            format!("ff-{trace}-{span}-01"),
+            format!("00-{}-{span}-01", "0".repeat(32)),
+            format!("00-{trace}-{}-01", "0".repeat(16)),
+            format!("00-{}-{span}-01", trace.to_uppercase()),
+            format!("00-{trace}-{span}"),
+            format!("00-{}-{span}-01", &trace[1..]),
+            "tr_0123".to_string(),
+        ] {
+            assert_eq!(parse_traceparent(&bad), None, "{bad}");
+        }
     }
 
     #[test]
