@@ -1616,3 +1616,93 @@ forbid(principal, action, resource == Capability::"mcp.everything.echo");"#;
     }
     assert_eq!(metadata["mcpServer"]["stringValue"], "everything");
 }
+
+/// Each tenant's gateway events form a chain of their own: `cap audit verify --tenant`
+/// and `cap audit export --tenant` need no other tenant's events, and an edit shows in the
+/// edited tenant's chain and in the log, not in the other tenant's chain.
+#[test]
+fn gateway_tenants_have_audit_chains_of_their_own() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let config = gateway_config(
+        dir.path(),
+        "permit(principal, action, resource);",
+        &format!(
+            "[[server]]\nname = \"everything\"\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n",
+            everything()
+        ),
+    );
+    let c = config.to_str().unwrap();
+    for (tenant, a) in [("acme", "1"), ("beta", "2"), ("acme", "3"), ("beta", "4")] {
+        let input = format!(r#"{{"a": {a}, "b": 0}}"#);
+        let out = cap(
+            &home,
+            &[
+                "exec",
+                "mcp.everything.get-sum",
+                &input,
+                "--gateway",
+                c,
+                "--tenant",
+                tenant,
+            ],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let verify = |args: &[&str]| {
+        let mut all = vec!["audit", "verify"];
+        all.extend(args);
+        let out = cap(&home, &all);
+        (out.status.code(), stdout_json(&out))
+    };
+    let (code, acme) = verify(&["--tenant", "acme"]);
+    assert_eq!(code, Some(0), "{acme}");
+    assert_eq!(acme["records"], 4, "{acme}");
+    assert_eq!(verify(&["--tenant", "beta"]).0, Some(0));
+    assert_eq!(verify(&[]).0, Some(0));
+
+    let export = cap(
+        &home,
+        &["audit", "export", "--format", "jsonl", "--tenant", "acme"],
+    );
+    let lines: Vec<Value> = String::from_utf8_lossy(&export.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4);
+    assert!(lines.iter().all(|e| e["tenant_id"] == "acme"));
+    assert_eq!(
+        lines
+            .iter()
+            .map(|e| e["tenant_seq"].clone())
+            .collect::<Vec<_>>(),
+        [json!(1), json!(2), json!(3), json!(4)]
+    );
+    assert_eq!(lines[0]["tenant_prev_hash"], "0".repeat(64));
+    assert_eq!(lines[1]["tenant_prev_hash"], lines[0]["tenant_hash"]);
+
+    // Edit one of acme's events in the database.
+    let conn = rusqlite::Connection::open(home.join("capability.db")).unwrap();
+    let edited = conn
+        .execute(
+            "UPDATE audit_events SET event = replace(event, '\"agent_id\":\"', '\"agent_id\":\"x')
+             WHERE tenant = 'acme' AND tenant_seq = 3",
+            [],
+        )
+        .unwrap();
+    assert_eq!(edited, 1);
+    drop(conn);
+    let (code, acme) = verify(&["--tenant", "acme"]);
+    assert_eq!(code, Some(1), "{acme}");
+    assert_eq!(acme["firstBad"]["seq"], 3, "{acme}");
+    assert_eq!(verify(&["--tenant", "beta"]).0, Some(0));
+    assert_eq!(verify(&[]).0, Some(1));
+}
