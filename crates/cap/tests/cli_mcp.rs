@@ -1706,3 +1706,90 @@ fn gateway_tenants_have_audit_chains_of_their_own() {
     assert_eq!(verify(&["--tenant", "beta"]).0, Some(0));
     assert_eq!(verify(&[]).0, Some(1));
 }
+
+/// `--max-calls-per-principal` holds for the gateway: while a principal's call hangs, its
+/// next call is refused, another principal's goes through.
+#[test]
+fn gateway_limits_calls_in_flight_per_principal() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let config = gateway_config(
+        dir.path(),
+        "permit(principal, action, resource);",
+        &format!(
+            "timeout_ms = 15000\n[[server]]\nname = \"bad\"\n{}",
+            fixture_server("hostile", "")
+        ),
+    );
+    let (alice, _) = token(&home, &["--agent", "alice"]);
+    let (bob, _) = token(&home, &["--agent", "bob"]);
+    let mut server = Command::new(env!("CARGO_BIN_EXE_cap"))
+        .args(["mcp-gateway", "--config"])
+        .arg(&config)
+        .arg("--home")
+        .arg(&home)
+        .args(["--listen", "127.0.0.1:0", "--max-calls-per-principal", "1"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let url = line.trim().rsplit(' ').next().unwrap().to_string();
+    let call = |token: &str, name: &str, arguments: Value| {
+        let out = py_client(
+            &["--mode", "auto", "--http", &url, "--token", token],
+            &json!([{"op": "call", "name": name, "arguments": arguments}]),
+        );
+        out["results"][0].clone()
+    };
+    let hanging = {
+        let (url, alice) = (url.clone(), alice.clone());
+        std::thread::spawn(move || {
+            py_client(
+                &["--mode", "auto", "--http", &url, "--token", &alice],
+                &json!([{"op": "call", "name": "bad__hang", "arguments": {}}]),
+            )
+        })
+    };
+    // Alice's calls go through until her hanging call is in flight, then are refused.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let refused = loop {
+        let r = call(&alice, "bad__ok", json!({"text": "alice"}));
+        let text = r["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if text.contains("too many calls in flight") {
+            break r;
+        }
+        assert_eq!(text, "alice", "{r}");
+        assert!(Instant::now() < deadline, "the hanging call never counted");
+    };
+    assert_eq!(refused["isError"], true);
+    assert_eq!(
+        refused["structuredContent"]["error"], "rate limited",
+        "{refused}"
+    );
+    // Bob is not Alice.
+    let r = call(&bob, "bad__ok", json!({"text": "bob"}));
+    assert_eq!(r["content"][0]["text"], "bob", "{r}");
+    let hung = hanging.join().unwrap();
+    assert_eq!(hung["results"][0]["isError"], true, "{hung}");
+    // Her slot is free again once the hanging call ended (the upstream restarts).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = call(&alice, "bad__ok", json!({"text": "again"}));
+        if r["content"][0]["text"] == "again" {
+            break;
+        }
+        let text = r["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("unavailable"), "{r}");
+        assert!(Instant::now() < deadline, "{r}");
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+}

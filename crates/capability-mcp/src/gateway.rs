@@ -30,7 +30,12 @@
 //! * Pins ([`crate::pins`]): a changed definition is hidden and refused until accepted;
 //!   upstream `list_changed` triggers a re-check.
 //! * An upstream that crashes, hangs, answers too much or sends garbage gives the caller a
-//!   tool error; it is restarted with backoff (1 s doubling to 30 s).
+//!   tool error; it is restarted with backoff (1 s doubling to 30 s with each consecutive
+//!   failure; a session that stayed up 60 s counts as healthy, and the next failure waits
+//!   1 s again).
+//! * A principal (its id, else the agent id) has at most `max_calls_per_principal` calls
+//!   in flight (`--max-calls-per-principal`, as for `cap mcp-serve`); more are refused with
+//!   a tool error.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -51,7 +56,7 @@ use sha2::{Digest, Sha256};
 use crate::handler::Peers;
 use crate::pins::{PinState, Pins, definition_hash, hidden_characters};
 use crate::upstream::{HttpSession, McpSession, StdioSession, UpstreamError, map_tool_result};
-use crate::{ServeOptions, error_result, take_approval_token};
+use crate::{CallLimits, ServeOptions, error_result, take_approval_token};
 
 /// The gateway config file (`gateway.toml`; see the README for the contract).
 #[derive(Clone, Debug, Deserialize)]
@@ -249,23 +254,52 @@ struct GatewayTool {
     hidden: Vec<String>,
 }
 
+/// How long an upstream must stay up, after its last start, for its backoff to begin again
+/// at 1 s.
+const HEALTHY_AFTER: Duration = Duration::from_secs(60);
+
 struct Upstream {
     config: ServerConfig,
     session: Option<Arc<dyn McpSession>>,
     failures: u32,
     retry_at: Option<Instant>,
     last_error: Option<String>,
+    /// When the current session was started.
+    started_at: Option<Instant>,
 }
 
 impl Upstream {
+    fn new(config: ServerConfig) -> Self {
+        Upstream {
+            config,
+            session: None,
+            failures: 0,
+            retry_at: None,
+            last_error: None,
+            started_at: None,
+        }
+    }
+
     /// Records a failure; the next start waits `retry_after`, or the backoff (1 s doubling
-    /// with each failure, at most 30 s).
+    /// with each consecutive failure, at most 30 s). A session that stayed up
+    /// [`HEALTHY_AFTER`] was healthy: the count of failures starts again.
     fn fail(&mut self, error: String, retry_after: Option<Duration>) {
+        self.fail_at(error, retry_after, Instant::now());
+    }
+
+    fn fail_at(&mut self, error: String, retry_after: Option<Duration>, now: Instant) {
+        if self
+            .started_at
+            .take()
+            .is_some_and(|t| now.saturating_duration_since(t) >= HEALTHY_AFTER)
+        {
+            self.failures = 0;
+        }
         self.last_error = Some(error);
         self.failures += 1;
-        let backoff = Duration::from_secs(1 << self.failures.min(5).saturating_sub(1))
+        let backoff = Duration::from_secs(1 << self.failures.min(6).saturating_sub(1))
             .min(Duration::from_secs(30));
-        self.retry_at = Some(Instant::now() + retry_after.unwrap_or(backoff));
+        self.retry_at = Some(now + retry_after.unwrap_or(backoff));
     }
 }
 
@@ -278,7 +312,7 @@ pub struct Gateway {
     tools: Mutex<Vec<GatewayTool>>,
     pins: Mutex<Pins>,
     pub(crate) peers: Peers,
-    in_flight: Mutex<usize>,
+    calls: CallLimits,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -375,26 +409,16 @@ impl Gateway {
                     Arc::new(cedar),
                 )));
         }
-        let upstreams = config
-            .servers
-            .iter()
-            .map(|s| Upstream {
-                config: s.clone(),
-                session: None,
-                failures: 0,
-                retry_at: None,
-                last_error: None,
-            })
-            .collect();
+        let upstreams = config.servers.iter().cloned().map(Upstream::new).collect();
         let gateway = Gateway {
             host,
             config,
-            serve,
             upstreams: Mutex::new(upstreams),
             tools: Mutex::new(Vec::new()),
             pins: Mutex::new(pins),
             peers: Peers::default(),
-            in_flight: Mutex::new(0),
+            calls: CallLimits::new(serve.http.max_calls_per_principal),
+            serve,
         };
         gateway.refresh(true);
         Ok(gateway)
@@ -449,6 +473,7 @@ impl Gateway {
                     match start(&u.config, timeout_of(&self.config, &u.config)) {
                         Ok(s) => {
                             u.session = Some(Arc::clone(&s));
+                            u.started_at = Some(Instant::now());
                             u.last_error = None;
                             relist.push((u.config.clone(), s));
                         }
@@ -685,26 +710,17 @@ impl Gateway {
         })
     }
 
-    /// Calls a downstream tool as `actor`; always a tool result. Blocking.
+    /// Calls a downstream tool as `actor`; always a tool result. Blocking. A principal
+    /// with `max_calls_per_principal` calls in flight is refused with a tool error.
     pub fn call(&self, name: &str, arguments: Value, meta: Option<&Value>, actor: &Actor) -> Value {
-        *self
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) += 1;
-        let result = self.call_inner(name, arguments, meta, actor);
-        *self
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) -= 1;
-        result
+        match self.calls.acquire(actor) {
+            Ok(_slot) => self.call_inner(name, arguments, meta, actor),
+            Err(refused) => refused,
+        }
     }
 
     pub(crate) fn idle(&self) -> bool {
-        *self
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            == 0
+        self.calls.idle()
     }
 
     fn call_inner(
@@ -1048,6 +1064,33 @@ pub fn capabilities_from_mcp_tools(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backoff_doubles_and_starts_again_after_a_healthy_session() {
+        let config: ServerConfig = toml::from_str("name = \"s\"\ncommand = \"x\"").unwrap();
+        let mut u = Upstream::new(config);
+        let t0 = Instant::now();
+        let waits: Vec<u64> = (0..7)
+            .map(|_| {
+                u.fail_at("down".into(), None, t0);
+                (u.retry_at.unwrap() - t0).as_secs()
+            })
+            .collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30]);
+        // Restarted, up less than a minute: still backing off.
+        u.started_at = Some(t0);
+        u.fail_at("down".into(), None, t0 + Duration::from_secs(59));
+        assert_eq!(u.failures, 8);
+        // Up a minute: healthy, so the next failure waits 1 s.
+        u.started_at = Some(t0);
+        let later = t0 + HEALTHY_AFTER;
+        u.fail_at("down".into(), None, later);
+        assert_eq!(u.failures, 1);
+        assert_eq!(u.retry_at, Some(later + Duration::from_secs(1)));
+        // An explicit wait wins over the backoff.
+        u.fail_at("down".into(), Some(Duration::from_secs(7)), later);
+        assert_eq!(u.retry_at, Some(later + Duration::from_secs(7)));
+    }
 
     #[test]
     fn downstream_names_are_valid_and_collision_free() {
