@@ -248,7 +248,8 @@ struct GatewayTool {
     tool: String,
     downstream: String,
     capability: String,
-    definition: Value,
+    /// Shared: a call copies its tool.
+    definition: Arc<Value>,
     hash: String,
     quarantined: bool,
     hidden: Vec<String>,
@@ -577,7 +578,7 @@ impl Gateway {
                 hash: definition_hash(&def),
                 quarantined: matches!(state, PinState::Changed { .. }),
                 hidden,
-                definition: def,
+                definition: Arc::new(def),
             });
         }
         let after: Vec<(String, String, bool)> = added
@@ -653,7 +654,7 @@ impl Gateway {
                 }
             })
             .map(|t| {
-                let mut def = t.definition.clone();
+                let mut def = (*t.definition).clone();
                 if let Value::Object(m) = &mut def {
                     m.insert("name".into(), json!(t.downstream));
                     // Policies may redact or transform results, so the gateway does not
@@ -769,13 +770,13 @@ impl Gateway {
             .is_some();
         let token = take_approval_token(&mut arguments, meta, declares);
         let arguments = Value::Object(arguments);
-        let mut req = self.request(&t, arguments.clone(), actor);
-        req.metadata
-            .insert("argumentsSha256".into(), json!(canonical_hash(&arguments)));
+        let digest = canonical_hash(&arguments);
+        let mut req = self.request(&t, arguments, actor);
         req.plan_fingerprint = Some(canonical_hash(&json!({
             "server": t.server, "tool": t.tool,
-            "arguments": canonical_hash(&arguments), "definition": t.hash,
+            "arguments": digest, "definition": t.hash,
         })));
+        req.metadata.insert("argumentsSha256".into(), json!(digest));
         // A valid W3C `traceparent` makes its trace id the call's; the header (with the
         // caller's span) is kept for the OTLP export.
         if let Some((tp, trace)) = meta
