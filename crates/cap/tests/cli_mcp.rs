@@ -1776,3 +1776,326 @@ fn a_sandboxed_upstream_dies_with_the_gateway() {
         processes_with(&marker)
     );
 }
+
+/// Each call's outcome event carries its latency, outcome and the caller's W3C trace
+/// context; arguments are recorded only where configured and after the call's redactions;
+/// the OTLP export carries it all.
+#[test]
+fn gateway_audit_records_latency_trace_and_redacted_arguments() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let policy = r#"permit(principal, action, resource);
+@id("mask-password") @decision("redact") @redact("/password")
+forbid(principal, action, resource == Capability::"mcp.everything.echo");"#;
+    let config = gateway_config(
+        dir.path(),
+        policy,
+        &format!(
+            "record_arguments = true\n[[server]]\nname = \"everything\"\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n[[server]]\nname = \"plain\"\nrecord_arguments = false\n{}",
+            everything(),
+            fixture_server("hostile", "")
+        ),
+    );
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let span = "00f067aa0ba902b7";
+    let out = py_client(
+        &gateway_stdio(&config, &home, Some("bot")),
+        &json!([
+            {"op": "call", "name": "everything__echo",
+             "arguments": {"message": "hello-visible", "password": "hunter2-secret-value"},
+             "meta": {"traceparent": format!("00-{trace}-{span}-01")}},
+            {"op": "call", "name": "plain__ok", "arguments": {"text": "unrecorded-text"},
+             "meta": {"traceparent": "00-not-a-traceparent-01"}},
+            {"op": "call", "name": "plain__crash", "arguments": {}},
+        ]),
+    );
+    let r = out["results"].as_array().unwrap();
+    assert_eq!(r[0]["isError"], false, "{}", r[0]);
+    assert_eq!(r[1]["isError"], false, "{}", r[1]);
+    assert_eq!(r[2]["isError"], true, "{}", r[2]);
+
+    let events = stdout_json(&cap(&home, &["audit", "tail", "--limit", "100"]));
+    let events = events.as_array().unwrap();
+    let outcome = |capability: &str| {
+        events
+            .iter()
+            .rfind(|e| e["capability_name"] == capability && e["outcome"] != "allowed")
+            .unwrap_or_else(|| panic!("no outcome event for {capability}: {events:?}"))
+            .clone()
+    };
+    let echo = outcome("mcp.everything.echo");
+    assert_eq!(echo["outcome"], "executed", "{echo}");
+    assert_eq!(echo["trace_id"], trace);
+    assert_eq!(
+        echo["metadata"]["traceparent"],
+        format!("00-{trace}-{span}-01")
+    );
+    assert!(echo["metadata"]["latencyUs"].as_u64().is_some(), "{echo}");
+    assert_eq!(echo["metadata"]["toolOutcome"], "ok");
+    assert_eq!(echo["metadata"]["mcpServer"], "everything");
+    assert_eq!(echo["metadata"]["mcpTool"], "echo");
+    assert_eq!(echo["input"]["message"], "hello-visible", "{echo}");
+    assert_eq!(echo["input"]["password"], "[REDACTED]", "{echo}");
+    let ok = outcome("mcp.plain.ok");
+    assert!(ok["input"].is_null(), "{ok}");
+    assert!(ok["metadata"].get("traceparent").is_none(), "{ok}");
+    assert_ne!(ok["trace_id"], "00-not-a-traceparent-01");
+    let crash = outcome("mcp.plain.crash");
+    assert_eq!(crash["outcome"], "execution_failed", "{crash}");
+    assert_eq!(
+        crash["metadata"]["toolOutcome"], "upstream_error",
+        "{crash}"
+    );
+    assert!(crash["metadata"]["latencyUs"].as_u64().is_some(), "{crash}");
+
+    // The secret is nowhere: not in the store (any event), not in either export.
+    let all = cap(&home, &["audit", "export", "--format", "jsonl"]);
+    let otel_out = cap(&home, &["audit", "export", "--format", "otel"]);
+    for text in [
+        String::from_utf8_lossy(&all.stdout).to_string(),
+        String::from_utf8_lossy(&otel_out.stdout).to_string(),
+    ] {
+        assert!(text.contains("hello-visible"), "{text}");
+        assert!(!text.contains("hunter2-secret-value"), "{text}");
+        assert!(!text.contains("unrecorded-text"), "{text}");
+    }
+    // Nor in any file of the home (database, WAL, journals).
+    let needle = b"hunter2-secret-value";
+    let mut dirs = vec![home.clone()];
+    let mut files = 0;
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files += 1;
+                let bytes = std::fs::read(&path).unwrap();
+                assert!(
+                    !bytes.windows(needle.len()).any(|w| w == needle),
+                    "the secret is in {}",
+                    path.display()
+                );
+            }
+        }
+    }
+    assert!(files > 0);
+
+    let otel = stdout_json(&otel_out);
+    let records = otel["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
+        .as_array()
+        .unwrap();
+    let echo_record = records
+        .iter()
+        .find(|l| {
+            l["attributes"].as_array().unwrap().iter().any(|a| {
+                a["key"] == "capability.event_id" && a["value"]["stringValue"] == echo["event_id"]
+            })
+        })
+        .unwrap();
+    assert_eq!(echo_record["traceId"], trace);
+    assert_eq!(echo_record["spanId"], span);
+    let metadata = echo_record["attributes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["key"] == "capability.metadata")
+        .unwrap()["value"]["kvlistValue"]["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|kv| (kv["key"].as_str().unwrap().to_string(), kv["value"].clone()))
+        .collect::<std::collections::BTreeMap<_, _>>();
+    for key in [
+        "mcpServer",
+        "mcpTool",
+        "definitionHash",
+        "argumentsSha256",
+        "latencyUs",
+        "toolOutcome",
+        "traceparent",
+    ] {
+        assert!(metadata.contains_key(key), "{key} missing: {metadata:?}");
+    }
+    assert_eq!(metadata["mcpServer"]["stringValue"], "everything");
+}
+
+/// Each tenant's gateway events form a chain of their own: `cap audit verify --tenant`
+/// and `cap audit export --tenant` need no other tenant's events, and an edit shows in the
+/// edited tenant's chain and in the log, not in the other tenant's chain.
+#[test]
+fn gateway_tenants_have_audit_chains_of_their_own() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let config = gateway_config(
+        dir.path(),
+        "permit(principal, action, resource);",
+        &format!(
+            "[[server]]\nname = \"everything\"\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n",
+            everything()
+        ),
+    );
+    let c = config.to_str().unwrap();
+    for (tenant, a) in [("acme", "1"), ("beta", "2"), ("acme", "3"), ("beta", "4")] {
+        let input = format!(r#"{{"a": {a}, "b": 0}}"#);
+        let out = cap(
+            &home,
+            &[
+                "exec",
+                "mcp.everything.get-sum",
+                &input,
+                "--gateway",
+                c,
+                "--tenant",
+                tenant,
+            ],
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
+    let verify = |args: &[&str]| {
+        let mut all = vec!["audit", "verify"];
+        all.extend(args);
+        let out = cap(&home, &all);
+        (out.status.code(), stdout_json(&out))
+    };
+    let (code, acme) = verify(&["--tenant", "acme"]);
+    assert_eq!(code, Some(0), "{acme}");
+    assert_eq!(acme["records"], 4, "{acme}");
+    assert_eq!(verify(&["--tenant", "beta"]).0, Some(0));
+    assert_eq!(verify(&[]).0, Some(0));
+
+    let export = cap(
+        &home,
+        &["audit", "export", "--format", "jsonl", "--tenant", "acme"],
+    );
+    let lines: Vec<Value> = String::from_utf8_lossy(&export.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 4);
+    assert!(lines.iter().all(|e| e["tenant_id"] == "acme"));
+    assert_eq!(
+        lines
+            .iter()
+            .map(|e| e["tenant_seq"].clone())
+            .collect::<Vec<_>>(),
+        [json!(1), json!(2), json!(3), json!(4)]
+    );
+    assert_eq!(lines[0]["tenant_prev_hash"], "0".repeat(64));
+    assert_eq!(lines[1]["tenant_prev_hash"], lines[0]["tenant_hash"]);
+
+    // Edit one of acme's events in the database.
+    let conn = rusqlite::Connection::open(home.join("capability.db")).unwrap();
+    let edited = conn
+        .execute(
+            "UPDATE audit_events SET event = replace(event, '\"agent_id\":\"', '\"agent_id\":\"x')
+             WHERE tenant = 'acme' AND tenant_seq = 3",
+            [],
+        )
+        .unwrap();
+    assert_eq!(edited, 1);
+    drop(conn);
+    let (code, acme) = verify(&["--tenant", "acme"]);
+    assert_eq!(code, Some(1), "{acme}");
+    assert_eq!(acme["firstBad"]["seq"], 3, "{acme}");
+    assert_eq!(verify(&["--tenant", "beta"]).0, Some(0));
+    assert_eq!(verify(&[]).0, Some(1));
+}
+
+/// `--max-calls-per-principal` holds for the gateway: while a principal's call hangs, its
+/// next call is refused, another principal's goes through.
+#[test]
+fn gateway_limits_calls_in_flight_per_principal() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let config = gateway_config(
+        dir.path(),
+        "permit(principal, action, resource);",
+        &format!(
+            "timeout_ms = 15000\n[[server]]\nname = \"bad\"\n{}",
+            fixture_server("hostile", "")
+        ),
+    );
+    let (alice, _) = token(&home, &["--agent", "alice"]);
+    let (bob, _) = token(&home, &["--agent", "bob"]);
+    let mut server = Command::new(env!("CARGO_BIN_EXE_cap"))
+        .args(["mcp-gateway", "--config"])
+        .arg(&config)
+        .arg("--home")
+        .arg(&home)
+        .args(["--listen", "127.0.0.1:0", "--max-calls-per-principal", "1"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(server.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let url = line.trim().rsplit(' ').next().unwrap().to_string();
+    let call = |token: &str, name: &str, arguments: Value| {
+        let out = py_client(
+            &["--mode", "auto", "--http", &url, "--token", token],
+            &json!([{"op": "call", "name": name, "arguments": arguments}]),
+        );
+        out["results"][0].clone()
+    };
+    let hanging = {
+        let (url, alice) = (url.clone(), alice.clone());
+        std::thread::spawn(move || {
+            py_client(
+                &["--mode", "auto", "--http", &url, "--token", &alice],
+                &json!([{"op": "call", "name": "bad__hang", "arguments": {}}]),
+            )
+        })
+    };
+    // Alice's calls go through until her hanging call is in flight, then are refused.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let refused = loop {
+        let r = call(&alice, "bad__ok", json!({"text": "alice"}));
+        let text = r["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if text.contains("too many calls in flight") {
+            break r;
+        }
+        assert_eq!(text, "alice", "{r}");
+        assert!(Instant::now() < deadline, "the hanging call never counted");
+    };
+    assert_eq!(refused["isError"], true);
+    assert_eq!(
+        refused["structuredContent"]["error"], "rate limited",
+        "{refused}"
+    );
+    // Bob is not Alice.
+    let r = call(&bob, "bad__ok", json!({"text": "bob"}));
+    assert_eq!(r["content"][0]["text"], "bob", "{r}");
+    let hung = hanging.join().unwrap();
+    assert_eq!(hung["results"][0]["isError"], true, "{hung}");
+    // Her slot is free again once the hanging call ended (the upstream restarts).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = call(&alice, "bad__ok", json!({"text": "again"}));
+        if r["content"][0]["text"] == "again" {
+            break;
+        }
+        let text = r["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("unavailable"), "{r}");
+        assert!(Instant::now() < deadline, "{r}");
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+}

@@ -737,9 +737,14 @@ impl Host {
         &self.audit
     }
 
-    /// Verifies the audit chain.
+    /// Verifies the audit chain (and every tenant's links on the way).
     pub fn verify_audit(&self) -> Result<VerifyReport, HostError> {
         capability_policy::audit::verify_store(self.audit.as_ref()).map_err(store_err)
+    }
+
+    /// Verifies one tenant's audit chain from that tenant's records alone.
+    pub fn verify_audit_tenant(&self, tenant: &str) -> Result<VerifyReport, HostError> {
+        capability_policy::audit::verify_tenant(self.audit.as_ref(), tenant).map_err(store_err)
     }
 
     /// A signed checkpoint of the audit chain's head (see [`capability_policy::checkpoint`]),

@@ -21,10 +21,21 @@
 //!   into the result's `structuredContent`; the text content is re-rendered from it). An
 //!   approval is bound to the caller, server, tool, the canonical hash of the arguments and
 //!   the pinned definition hash (the plan fingerprint), single use.
+//! * Audit: the event of a call's outcome has `metadata.latencyUs` (the upstream round
+//!   trip in whole microseconds) and `metadata.toolOutcome` (`ok`, `tool_error` for a
+//!   result with `isError`, `upstream_error` when the upstream failed); a valid W3C
+//!   `traceparent` in the request's `_meta` gives the trace id and is kept as
+//!   `metadata.traceparent`. Arguments are recorded (`input`) only with `record_arguments`,
+//!   after the call's `redact` pointers masked what they point at.
 //! * Pins ([`crate::pins`]): a changed definition is hidden and refused until accepted;
 //!   upstream `list_changed` triggers a re-check.
 //! * An upstream that crashes, hangs, answers too much or sends garbage gives the caller a
-//!   tool error; it is restarted with backoff (1 s doubling to 30 s).
+//!   tool error; it is restarted with backoff (1 s doubling to 30 s with each consecutive
+//!   failure; a session that stayed up 60 s counts as healthy, and the next failure waits
+//!   1 s again).
+//! * A principal (its id, else the agent id) has at most `max_calls_per_principal` calls
+//!   in flight (`--max-calls-per-principal`, as for `cap mcp-serve`); more are refused with
+//!   a tool error.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -33,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use capability_core::json::canonical_hash;
 use capability_host::{Actor, Host};
+use capability_policy::audit::parse_traceparent;
 use capability_policy::{
     ActionType, CapabilityKind, DecisionType, GovernedCapability, InterceptError, InterceptRequest,
     RiskLevel, Stage,
@@ -45,7 +57,7 @@ use sha2::{Digest, Sha256};
 use crate::handler::Peers;
 use crate::pins::{PinState, Pins, definition_hash, hidden_characters};
 use crate::upstream::{HttpSession, McpSession, StdioSession, UpstreamError, map_tool_result};
-use crate::{ServeOptions, error_result, take_approval_token};
+use crate::{CallLimits, ServeOptions, error_result, take_approval_token};
 
 /// The gateway config file (`gateway.toml`; see the README for the contract).
 #[derive(Clone, Debug, Deserialize)]
@@ -62,6 +74,10 @@ pub struct GatewayConfig {
     /// How long one upstream call may take.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
+    /// Record each call's arguments in its audit events (after the call's redactions); by
+    /// default only their digest (`metadata.argumentsSha256`) is recorded.
+    #[serde(default)]
+    pub record_arguments: bool,
     #[serde(default, rename = "server")]
     pub servers: Vec<ServerConfig>,
     /// Policy files that apply to one tenant's callers only.
@@ -129,6 +145,8 @@ pub struct ServerConfig {
     pub exclude: Vec<String>,
     /// Overrides the gateway's `timeout_ms`.
     pub timeout_ms: Option<u64>,
+    /// Overrides the gateway's `record_arguments` for this server's tools.
+    pub record_arguments: Option<bool>,
     /// Name downstream tools `<server>__<tool>` (the default); `false` keeps the tool's
     /// own name where it is valid and not taken.
     #[serde(default = "yes")]
@@ -298,11 +316,16 @@ struct GatewayTool {
     tool: String,
     downstream: String,
     capability: String,
-    definition: Value,
+    /// Shared: a call copies its tool.
+    definition: Arc<Value>,
     hash: String,
     quarantined: bool,
     hidden: Vec<String>,
 }
+
+/// How long an upstream must stay up, after its last start, for its backoff to begin again
+/// at 1 s.
+const HEALTHY_AFTER: Duration = Duration::from_secs(60);
 
 struct Upstream {
     config: ServerConfig,
@@ -310,17 +333,42 @@ struct Upstream {
     failures: u32,
     retry_at: Option<Instant>,
     last_error: Option<String>,
+    /// When the current session was started.
+    started_at: Option<Instant>,
 }
 
 impl Upstream {
+    fn new(config: ServerConfig) -> Self {
+        Upstream {
+            config,
+            session: None,
+            failures: 0,
+            retry_at: None,
+            last_error: None,
+            started_at: None,
+        }
+    }
+
     /// Records a failure; the next start waits `retry_after`, or the backoff (1 s doubling
-    /// with each failure, at most 30 s).
+    /// with each consecutive failure, at most 30 s). A session that stayed up
+    /// [`HEALTHY_AFTER`] was healthy: the count of failures starts again.
     fn fail(&mut self, error: String, retry_after: Option<Duration>) {
+        self.fail_at(error, retry_after, Instant::now());
+    }
+
+    fn fail_at(&mut self, error: String, retry_after: Option<Duration>, now: Instant) {
+        if self
+            .started_at
+            .take()
+            .is_some_and(|t| now.saturating_duration_since(t) >= HEALTHY_AFTER)
+        {
+            self.failures = 0;
+        }
         self.last_error = Some(error);
         self.failures += 1;
-        let backoff = Duration::from_secs(1 << self.failures.min(5).saturating_sub(1))
+        let backoff = Duration::from_secs(1 << self.failures.min(6).saturating_sub(1))
             .min(Duration::from_secs(30));
-        self.retry_at = Some(Instant::now() + retry_after.unwrap_or(backoff));
+        self.retry_at = Some(now + retry_after.unwrap_or(backoff));
     }
 }
 
@@ -333,7 +381,7 @@ pub struct Gateway {
     tools: Mutex<Vec<GatewayTool>>,
     pins: Mutex<Pins>,
     pub(crate) peers: Peers,
-    in_flight: Mutex<usize>,
+    calls: CallLimits,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -441,26 +489,16 @@ impl Gateway {
                     Arc::new(cedar),
                 )));
         }
-        let upstreams = config
-            .servers
-            .iter()
-            .map(|s| Upstream {
-                config: s.clone(),
-                session: None,
-                failures: 0,
-                retry_at: None,
-                last_error: None,
-            })
-            .collect();
+        let upstreams = config.servers.iter().cloned().map(Upstream::new).collect();
         let gateway = Gateway {
             host,
             config,
-            serve,
             upstreams: Mutex::new(upstreams),
             tools: Mutex::new(Vec::new()),
             pins: Mutex::new(pins),
             peers: Peers::default(),
-            in_flight: Mutex::new(0),
+            calls: CallLimits::new(serve.http.max_calls_per_principal),
+            serve,
         };
         gateway.refresh(true);
         Ok(gateway)
@@ -515,6 +553,7 @@ impl Gateway {
                     match start(&u.config, timeout_of(&self.config, &u.config)) {
                         Ok(s) => {
                             u.session = Some(Arc::clone(&s));
+                            u.started_at = Some(Instant::now());
                             u.last_error = None;
                             relist.push((u.config.clone(), s));
                         }
@@ -618,7 +657,7 @@ impl Gateway {
                 hash: definition_hash(&def),
                 quarantined: matches!(state, PinState::Changed { .. }),
                 hidden,
-                definition: def,
+                definition: Arc::new(def),
             });
         }
         let after: Vec<(String, String, bool)> = added
@@ -694,7 +733,7 @@ impl Gateway {
                 }
             })
             .map(|t| {
-                let mut def = t.definition.clone();
+                let mut def = (*t.definition).clone();
                 if let Value::Object(m) = &mut def {
                     m.insert("name".into(), json!(t.downstream));
                     // Policies may redact or transform results, so the gateway does not
@@ -751,26 +790,17 @@ impl Gateway {
         })
     }
 
-    /// Calls a downstream tool as `actor`; always a tool result. Blocking.
+    /// Calls a downstream tool as `actor`; always a tool result. Blocking. A principal
+    /// with `max_calls_per_principal` calls in flight is refused with a tool error.
     pub fn call(&self, name: &str, arguments: Value, meta: Option<&Value>, actor: &Actor) -> Value {
-        *self
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) += 1;
-        let result = self.call_inner(name, arguments, meta, actor);
-        *self
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) -= 1;
-        result
+        match self.calls.acquire(actor) {
+            Ok(_slot) => self.call_inner(name, arguments, meta, actor),
+            Err(refused) => refused,
+        }
     }
 
     pub(crate) fn idle(&self) -> bool {
-        *self
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            == 0
+        self.calls.idle()
     }
 
     fn call_inner(
@@ -819,29 +849,33 @@ impl Gateway {
             .is_some();
         let token = take_approval_token(&mut arguments, meta, declares);
         let arguments = Value::Object(arguments);
-        let mut req = self.request(&t, arguments.clone(), actor);
-        req.metadata
-            .insert("argumentsSha256".into(), json!(canonical_hash(&arguments)));
+        let digest = canonical_hash(&arguments);
+        let mut req = self.request(&t, arguments, actor);
         req.plan_fingerprint = Some(canonical_hash(&json!({
             "server": t.server, "tool": t.tool,
-            "arguments": canonical_hash(&arguments), "definition": t.hash,
+            "arguments": digest, "definition": t.hash,
         })));
-        if let Some(tp) = meta
+        req.metadata.insert("argumentsSha256".into(), json!(digest));
+        // A valid W3C `traceparent` makes its trace id the call's; the header (with the
+        // caller's span) is kept for the OTLP export.
+        if let Some((tp, trace)) = meta
             .and_then(|m| m.get("traceparent"))
             .and_then(Value::as_str)
+            .and_then(|tp| parse_traceparent(tp).map(|(trace, _)| (tp, trace)))
         {
-            req.trace_id = Some(tp.to_string());
+            req.trace_id = Some(trace.to_string());
+            req.metadata.insert("traceparent".into(), json!(tp));
         }
         if let Some(token) = token {
             req.approval_token = Some(token);
         }
-        let timeout = self
-            .config
-            .servers
-            .iter()
-            .find(|s| s.name == t.server)
+        let server = self.config.servers.iter().find(|s| s.name == t.server);
+        let timeout = server
             .map(|s| timeout_of(&self.config, s))
             .unwrap_or(Duration::from_secs(30));
+        req.record_input = server
+            .and_then(|s| s.record_arguments)
+            .unwrap_or(self.config.record_arguments);
         let intercepted = self.host.governor().intercept_with(req, |exec| {
             // A `route` may have moved the call to another upstream tool.
             let target = if exec.capability.name == t.capability {
@@ -857,28 +891,37 @@ impl Gateway {
             };
             let session = self.session(&target.server)?;
             let started = Instant::now();
-            let raw = session
-                .call_tool(&target.tool, exec.input.clone(), timeout)
-                .map_err(|e| {
-                    let message = e.to_string();
-                    // A child that hung or overflowed is restarted; an HTTP upstream is
-                    // dropped only when it cannot be reached (one slow call is its own).
-                    let child = self
-                        .config
-                        .servers
-                        .iter()
-                        .any(|s| s.name == target.server && s.command.is_some());
-                    let broken = match e {
-                        UpstreamError::Exited { .. } => true,
-                        UpstreamError::TooLarge | UpstreamError::Timeout(_) => child,
-                        _ => false,
-                    };
-                    if broken {
-                        self.mark_failed(&target.server, &e);
-                    }
-                    message
-                })?;
-            let latency_ms = started.elapsed().as_millis();
+            let answer = session.call_tool(&target.tool, exec.input.clone(), timeout);
+            let latency = started.elapsed();
+            exec.note("latencyUs", json!(latency.as_micros() as u64));
+            exec.note(
+                "toolOutcome",
+                json!(match &answer {
+                    Ok(raw) if raw.get("isError") == Some(&Value::Bool(true)) => "tool_error",
+                    Ok(_) => "ok",
+                    Err(_) => "upstream_error",
+                }),
+            );
+            let raw = answer.map_err(|e| {
+                let message = e.to_string();
+                // A child that hung or overflowed is restarted; an HTTP upstream is
+                // dropped only when it cannot be reached (one slow call is its own).
+                let child = self
+                    .config
+                    .servers
+                    .iter()
+                    .any(|s| s.name == target.server && s.command.is_some());
+                let broken = match e {
+                    UpstreamError::Exited { .. } => true,
+                    UpstreamError::TooLarge | UpstreamError::Timeout(_) => child,
+                    _ => false,
+                };
+                if broken {
+                    self.mark_failed(&target.server, &e);
+                }
+                message
+            })?;
+            let latency_ms = latency.as_millis();
             let output = map_tool_result(&raw)?;
             Ok((output, Called { raw, latency_ms }))
         });
@@ -1150,6 +1193,33 @@ mod tests {
         .unwrap();
         // Relative grants are taken from the config's directory.
         assert_eq!(config.servers[0].read, vec![dir.path().join("data")]);
+    }
+
+    #[test]
+    fn backoff_doubles_and_starts_again_after_a_healthy_session() {
+        let config: ServerConfig = toml::from_str("name = \"s\"\ncommand = \"x\"").unwrap();
+        let mut u = Upstream::new(config);
+        let t0 = Instant::now();
+        let waits: Vec<u64> = (0..7)
+            .map(|_| {
+                u.fail_at("down".into(), None, t0);
+                (u.retry_at.unwrap() - t0).as_secs()
+            })
+            .collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30]);
+        // Restarted, up less than a minute: still backing off.
+        u.started_at = Some(t0);
+        u.fail_at("down".into(), None, t0 + Duration::from_secs(59));
+        assert_eq!(u.failures, 8);
+        // Up a minute: healthy, so the next failure waits 1 s.
+        u.started_at = Some(t0);
+        let later = t0 + HEALTHY_AFTER;
+        u.fail_at("down".into(), None, later);
+        assert_eq!(u.failures, 1);
+        assert_eq!(u.retry_at, Some(later + Duration::from_secs(1)));
+        // An explicit wait wins over the backoff.
+        u.fail_at("down".into(), Some(Duration::from_secs(7)), later);
+        assert_eq!(u.retry_at, Some(later + Duration::from_secs(7)));
     }
 
     #[test]

@@ -115,7 +115,7 @@ struct Inner {
     /// Projected tool name → capability ids (more than one: ambiguous).
     exposed: RwLock<Arc<Exposed>>,
     peers: handler::Peers,
-    in_flight: Mutex<HashMap<String, usize>>,
+    calls: CallLimits,
 }
 
 #[derive(Default, PartialEq)]
@@ -216,13 +216,14 @@ fn take_approval_token(
 impl McpServer {
     pub fn new(host: Arc<Host>, options: ServeOptions) -> McpServer {
         let exposed = exposed_of(&host, &options);
+        let calls = CallLimits::new(options.http.max_calls_per_principal);
         McpServer {
             inner: Arc::new(Inner {
                 host: RwLock::new(host),
                 options,
                 exposed: RwLock::new(Arc::new(exposed)),
                 peers: handler::Peers::default(),
-                in_flight: Mutex::new(HashMap::new()),
+                calls,
             }),
         }
     }
@@ -288,18 +289,9 @@ impl McpServer {
     /// Calls a tool as `actor` and returns the MCP tool result (never a protocol error:
     /// unknown tools and failures are tool errors). Blocking: it runs the capability.
     pub fn call(&self, name: &str, arguments: Value, meta: Option<&Value>, actor: &Actor) -> Value {
-        let key = actor
-            .principal_id
-            .clone()
-            .or_else(|| actor.agent_id.clone())
-            .unwrap_or_default();
-        let Some(_slot) = self.acquire_slot(&key) else {
-            let limit = self.inner.options.http.max_calls_per_principal;
-            return error_result(
-                format!("too many calls in flight for this principal (limit {limit}); retry later"),
-                Some(json!({"error": "rate limited"})),
-                None,
-            );
+        let _slot = match self.inner.calls.acquire(actor) {
+            Ok(slot) => slot,
+            Err(refused) => return refused,
         };
         let arguments = match arguments {
             Value::Object(m) => m,
@@ -309,23 +301,6 @@ impl McpServer {
             return tools::call_bootstrap(self, name, arguments, meta, actor);
         }
         self.call_projected(name, arguments, meta, actor)
-    }
-
-    fn acquire_slot(&self, key: &str) -> Option<Slot<'_>> {
-        let mut map = self
-            .inner
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        let n = map.entry(key.to_string()).or_insert(0);
-        if *n >= self.inner.options.http.max_calls_per_principal {
-            return None;
-        }
-        *n += 1;
-        Some(Slot {
-            server: self,
-            key: key.to_string(),
-        })
     }
 
     fn call_projected(
@@ -436,11 +411,7 @@ impl handler::Surface for McpServer {
         &self.inner.peers
     }
     fn idle(&self) -> bool {
-        self.inner
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_empty()
+        self.inner.calls.idle()
     }
 }
 
@@ -515,20 +486,71 @@ fn approval_result(doc: Value, id: &str) -> Value {
     )
 }
 
+/// Calls in flight per principal (the principal id, else the agent id), at most `limit`
+/// each (`--max-calls-per-principal`, shared by `cap mcp-serve` and `cap mcp-gateway`).
+pub(crate) struct CallLimits {
+    limit: usize,
+    in_flight: Mutex<HashMap<String, usize>>,
+}
+
+impl CallLimits {
+    pub(crate) fn new(limit: usize) -> Self {
+        CallLimits {
+            limit: limit.max(1),
+            in_flight: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A slot for one call of `actor`, or the tool error that refuses it.
+    pub(crate) fn acquire(&self, actor: &Actor) -> Result<Slot<'_>, Value> {
+        let key = actor
+            .principal_id
+            .clone()
+            .or_else(|| actor.agent_id.clone())
+            .unwrap_or_default();
+        self.acquire_key(key).ok_or_else(|| {
+            error_result(
+                format!(
+                    "too many calls in flight for this principal (limit {}); retry later",
+                    self.limit
+                ),
+                Some(json!({"error": "rate limited"})),
+                None,
+            )
+        })
+    }
+
+    fn acquire_key(&self, key: String) -> Option<Slot<'_>> {
+        let mut map = self.lock();
+        let n = map.entry(key.clone()).or_insert(0);
+        if *n >= self.limit {
+            return None;
+        }
+        *n += 1;
+        Some(Slot { limits: self, key })
+    }
+
+    /// No call is in flight.
+    pub(crate) fn idle(&self) -> bool {
+        self.lock().is_empty()
+    }
+}
+
 /// One call in flight for a principal.
-struct Slot<'a> {
-    server: &'a McpServer,
+pub(crate) struct Slot<'a> {
+    limits: &'a CallLimits,
     key: String,
 }
 
 impl Drop for Slot<'_> {
     fn drop(&mut self) {
-        let mut map = self
-            .server
-            .inner
-            .in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut map = self.limits.lock();
         if let Some(n) = map.get_mut(&self.key) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -610,10 +632,14 @@ mod tests {
         let mut options = ServeOptions::default();
         options.http.max_calls_per_principal = 1;
         let (_d, s) = server(options);
-        let held = s.acquire_slot("p").unwrap();
-        assert!(s.acquire_slot("p").is_none());
-        assert!(s.acquire_slot("q").is_some());
+        let calls = &s.inner.calls;
+        let held = calls.acquire(&Actor::agent("p")).unwrap();
+        assert!(!calls.idle());
+        let refused = calls.acquire(&Actor::agent("p")).err().unwrap();
+        assert_eq!(refused["isError"], true);
+        assert!(calls.acquire(&Actor::agent("q")).is_ok());
         drop(held);
-        assert!(s.acquire_slot("p").is_some());
+        assert!(calls.acquire(&Actor::agent("p")).is_ok());
+        assert!(calls.idle());
     }
 }

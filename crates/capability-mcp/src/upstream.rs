@@ -7,16 +7,17 @@
 //! stderr; one that never answers is cut by the call's timeout; a line longer than
 //! [`MAX_LINE`] (a 50 MB answer) fails the call and the session; invalid JSON-RPC and floods
 //! of notifications are dropped and counted, never buffered. Blocking API: a reader thread
-//! per session hands responses to the waiting callers. A stdio server runs as a plain child
-//! ([`StdioSession::start`]) or inside the process sandbox ([`StdioSession::start_sandboxed`]).
+//! per session hands responses to the waiting callers (each caller waits on a [`Waiter`] of
+//! its own: an atomic flag it polls briefly, then sleeps on, woken by the reader). A stdio
+//! server runs as a plain child ([`StdioSession::start`]) or inside the process sandbox
+//! ([`StdioSession::start_sandboxed`]).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use capability_sandbox::{ChildSpec, ProcessSandbox, SandboxedChild};
 use serde_json::{Value, json};
@@ -47,8 +48,65 @@ pub enum UpstreamError {
 
 type Reply = Result<Value, UpstreamError>;
 
+/// Where the reader thread leaves the answer of one request for the caller waiting on it.
+struct Waiter {
+    reply: Mutex<Option<Reply>>,
+    ready: AtomicBool,
+    caller: std::thread::Thread,
+}
+
+impl Waiter {
+    fn new() -> Arc<Waiter> {
+        Arc::new(Waiter {
+            reply: Mutex::new(None),
+            ready: AtomicBool::new(false),
+            caller: std::thread::current(),
+        })
+    }
+
+    /// Hands over the answer and wakes the caller (the first answer wins).
+    fn deliver(&self, reply: Reply) {
+        let mut slot = self.reply.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = Some(reply);
+        }
+        drop(slot);
+        self.ready.store(true, Ordering::Release);
+        self.caller.unpark();
+    }
+
+    /// Waits until `deadline` for the answer: polls for [`SPIN`] (most answers come
+    /// within a few hundred microseconds, and a sleeping thread is slow to wake), then
+    /// sleeps until woken.
+    fn wait(&self, deadline: Instant) -> Option<Reply> {
+        let spin_until = Instant::now() + SPIN;
+        let mut spins = 0u32;
+        while !self.ready.load(Ordering::Acquire) {
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            if now < spin_until {
+                // Mostly busy-wait; yield now and then so a server on this core can run.
+                spins += 1;
+                if spins.is_multiple_of(16) {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
+            } else {
+                std::thread::park_timeout(deadline - now);
+            }
+        }
+        self.reply
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
 struct Shared {
-    pending: Mutex<HashMap<u64, Sender<Reply>>>,
+    pending: Mutex<HashMap<u64, Arc<Waiter>>>,
     /// Set once the session is unusable, with the reason every later call gets.
     dead: Mutex<Option<UpstreamError>>,
     stderr: Mutex<Vec<u8>>,
@@ -65,15 +123,15 @@ impl Shared {
         }
         let reason = dead.clone().unwrap_or(error);
         drop(dead);
-        let pending: Vec<Sender<Reply>> = self
+        let pending: Vec<Arc<Waiter>> = self
             .pending
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .drain()
-            .map(|(_, s)| s)
+            .map(|(_, w)| w)
             .collect();
-        for s in pending {
-            let _ = s.send(Err(reason.clone()));
+        for w in pending {
+            w.deliver(Err(reason.clone()));
         }
     }
 }
@@ -149,7 +207,7 @@ fn reader_loop(stdout: impl Read, shared: Arc<Shared>) {
                 return;
             }
         }
-        let Ok(msg) = serde_json::from_slice::<Value>(&buf) else {
+        let Ok(mut msg) = serde_json::from_slice::<Value>(&buf) else {
             if !buf.iter().all(u8::is_ascii_whitespace) {
                 shared.invalid.fetch_add(1, Ordering::Relaxed);
             }
@@ -163,7 +221,7 @@ fn reader_loop(stdout: impl Read, shared: Arc<Shared>) {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .remove(&id);
-                if let Some(s) = sender {
+                if let Some(w) = sender {
                     let reply = match msg.get("error") {
                         Some(e) => Err(UpstreamError::Rpc {
                             code: e.get("code").and_then(Value::as_i64).unwrap_or(0),
@@ -173,9 +231,12 @@ fn reader_loop(stdout: impl Read, shared: Arc<Shared>) {
                                 .unwrap_or("error")
                                 .to_string(),
                         }),
-                        None => Ok(msg.get("result").cloned().unwrap_or(Value::Null)),
+                        None => Ok(msg
+                            .as_object_mut()
+                            .and_then(|m| m.remove("result"))
+                            .unwrap_or(Value::Null)),
                     };
-                    let _ = s.send(reply);
+                    w.deliver(reply);
                 }
             }
             (None, Some(method)) => {
@@ -368,49 +429,43 @@ impl StdioSession {
         if let Some(e) = self.dead() {
             return Err(e);
         }
+        let deadline = Instant::now() + timeout;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx): (Sender<Reply>, Receiver<Reply>) = mpsc::channel();
-        self.shared
-            .pending
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, tx);
-        let sent =
-            self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        if let Err(e) = sent {
+        let waiter = Waiter::new();
+        let forget = || {
             self.shared
                 .pending
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .remove(&id);
+        };
+        self.shared
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, Arc::clone(&waiter));
+        // The session may have died between the check above and the insert (after the
+        // reader failed every pending call): nobody would answer.
+        if let Some(e) = self.dead() {
+            forget();
             return Err(e);
         }
-        // Most answers come within a few hundred microseconds: poll for them (yielding the
-        // core to the server) before sleeping, so that the hand-off from the reader thread
-        // does not also pay for waking a sleeping thread.
-        let spin_until = std::time::Instant::now() + SPIN;
-        while std::time::Instant::now() < spin_until {
-            match rx.try_recv() {
-                Ok(reply) => return reply,
-                Err(mpsc::TryRecvError::Empty) => std::thread::yield_now(),
-                Err(mpsc::TryRecvError::Disconnected) => return Err(self.exit_error()),
-            }
+        let sent =
+            self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        if let Err(e) = sent {
+            forget();
+            return Err(e);
         }
-        match rx.recv_timeout(timeout.saturating_sub(SPIN)) {
-            Ok(reply) => reply,
-            Err(RecvTimeoutError::Timeout) => {
-                self.shared
-                    .pending
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&id);
+        match waiter.wait(deadline) {
+            Some(reply) => reply,
+            None => {
+                forget();
                 self.notify(
                     "notifications/cancelled",
                     json!({"requestId": id, "reason": "timeout"}),
                 );
                 Err(UpstreamError::Timeout(timeout.as_millis()))
             }
-            Err(RecvTimeoutError::Disconnected) => Err(self.exit_error()),
         }
     }
 

@@ -9,6 +9,14 @@
 //! "event": ...}))`; a head (last seq and hash) is updated in the same transaction.
 //! [`verify_chain`] walks the records in seq order and reports the first one that was edited,
 //! removed, inserted or reordered, and a truncated tail.
+//!
+//! The events of each tenant also form a chain of their own ([`TenantLink`]): the record of
+//! the `n`th event of tenant `t` holds `tenant_seq = n`, `tenant_prev_hash` (the
+//! `tenant_hash` of the tenant's previous record, or 64 zeros) and `tenant_hash`, computed as
+//! `hash` is with `tenant_seq` and `tenant_prev_hash` in place of `seq` and `prev_hash`; each
+//! tenant has a head of its own. [`verify_tenant`] checks one tenant's chain from its
+//! records alone (without any other tenant's events); the global walk checks the tenant
+//! links too. Events without a tenant are in the global chain only.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -471,6 +479,35 @@ pub struct AuditRecord {
     pub hash: String,
     /// The event JSON as stored.
     pub event: Value,
+    /// Its place in its tenant's chain (events with a tenant; absent for events written
+    /// before tenant chains existed).
+    pub tenant_link: Option<TenantLink>,
+}
+
+/// A record's place in its tenant's own chain (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantLink {
+    pub tenant: String,
+    /// 1-based position in the tenant's chain.
+    pub seq: u64,
+    pub prev_hash: String,
+    pub hash: String,
+}
+
+impl TenantLink {
+    /// The link after `head` (the tenant's last seq and hash) for an event's canonical text.
+    pub fn after(tenant: &str, head: Option<&(u64, String)>, canonical_event: &str) -> Self {
+        let (seq, prev_hash) = match head {
+            Some((s, h)) => (s + 1, h.clone()),
+            None => (1, GENESIS_HASH.to_string()),
+        };
+        TenantLink {
+            tenant: tenant.to_string(),
+            seq,
+            hash: chain_hash_text(seq, &prev_hash, canonical_event),
+            prev_hash,
+        }
+    }
 }
 
 impl AuditRecord {
@@ -491,8 +528,26 @@ impl AuditRecord {
             m.insert("seq".into(), self.seq.into());
             m.insert("prev_hash".into(), self.prev_hash.clone().into());
             m.insert("hash".into(), self.hash.clone().into());
+            if let Some(l) = &self.tenant_link {
+                m.insert("tenant_seq".into(), l.seq.into());
+                m.insert("tenant_prev_hash".into(), l.prev_hash.clone().into());
+                m.insert("tenant_hash".into(), l.hash.clone().into());
+            }
         }
         v
+    }
+
+    /// The record as a position in its tenant's chain (`seq`, `prev_hash` and `hash` from
+    /// its [`TenantLink`]), for [`ChainVerifier`].
+    fn in_tenant_chain(&self) -> Option<AuditRecord> {
+        let l = self.tenant_link.as_ref()?;
+        Some(AuditRecord {
+            seq: l.seq,
+            prev_hash: l.prev_hash.clone(),
+            hash: l.hash.clone(),
+            event: self.event.clone(),
+            tenant_link: None,
+        })
     }
 }
 
@@ -563,12 +618,17 @@ impl VerifyReport {
 }
 
 /// Incremental chain verification (records in seq order, then [`ChainVerifier::finish`]).
+///
+/// The tenant links of the records are checked on the way: each tenant's links must go
+/// 1, 2, 3, … in log order, each linking to the previous one.
 #[derive(Debug)]
 pub struct ChainVerifier {
     expected_seq: u64,
     prev_hash: String,
     checked: u64,
     first_bad: Option<BadRecord>,
+    /// Per tenant: the last tenant seq and hash seen.
+    tenants: BTreeMap<String, (u64, String)>,
 }
 
 impl Default for ChainVerifier {
@@ -578,6 +638,7 @@ impl Default for ChainVerifier {
             prev_hash: GENESIS_HASH.to_string(),
             checked: 0,
             first_bad: None,
+            tenants: BTreeMap::new(),
         }
     }
 }
@@ -625,7 +686,20 @@ impl ChainVerifier {
                 "hash does not match the content: the record was edited".into(),
             ))
         } else {
-            None
+            r.tenant_link.as_ref().and_then(|l| {
+                let expected = TenantLink::after(
+                    &l.tenant,
+                    self.tenants.get(&l.tenant),
+                    &capability_core::json::canonical_string(&r.event),
+                );
+                let owner = r.event.get("tenant_id").and_then(Value::as_str);
+                (expected != *l || owner != Some(l.tenant.as_str())).then(|| {
+                    bad(format!(
+                        "its link into the chain of tenant {} is broken (expected position {}): the tenant's records were edited, removed or reordered",
+                        l.tenant, expected.seq
+                    ))
+                })
+            })
         };
         if let Some(p) = problem {
             self.first_bad = Some(p);
@@ -633,6 +707,10 @@ impl ChainVerifier {
         }
         self.expected_seq = r.seq + 1;
         self.prev_hash.clone_from(&r.hash);
+        if let Some(l) = &r.tenant_link {
+            self.tenants
+                .insert(l.tenant.clone(), (l.seq, l.hash.clone()));
+        }
         true
     }
 
@@ -692,6 +770,16 @@ pub trait AuditStore: Send + Sync {
     fn records(&self, from_seq: u64, limit: usize) -> Result<Vec<AuditRecord>, StoreError>;
     /// The head: last seq and hash.
     fn head(&self) -> Result<Option<(u64, String)>, StoreError>;
+    /// Up to `limit` records of `tenant` with `tenant_seq >= from_seq`, in the tenant
+    /// chain's order (records without a [`TenantLink`] are not in it).
+    fn tenant_records(
+        &self,
+        tenant: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<AuditRecord>, StoreError>;
+    /// The head of a tenant's chain: its last tenant seq and hash.
+    fn tenant_head(&self, tenant: &str) -> Result<Option<(u64, String)>, StoreError>;
     /// Records that a checkpoint of the head (`seq`, `hash`) was issued; returns its counter
     /// (1 for the first, then one more each time). See [`crate::checkpoint`].
     fn record_checkpoint(&self, seq: u64, hash: &str, created_at: &str) -> Result<u64, StoreError>;
@@ -712,6 +800,42 @@ pub fn verify_store(store: &dyn AuditStore) -> Result<VerifyReport, StoreError> 
         let n = page.len();
         for r in &page {
             if !v.push(r) {
+                return Ok(v.finish(head));
+            }
+        }
+        if n < PAGE {
+            break;
+        }
+    }
+    Ok(v.finish(head))
+}
+
+/// Verifies one tenant's chain from that tenant's records alone, page by page; positions
+/// in the report are positions in the tenant's chain (`tenant_seq`).
+pub fn verify_tenant(store: &dyn AuditStore, tenant: &str) -> Result<VerifyReport, StoreError> {
+    const PAGE: usize = 1000;
+    let head = store.tenant_head(tenant)?;
+    let mut v = ChainVerifier::new();
+    let mut from = 0u64;
+    loop {
+        let page = store.tenant_records(tenant, from, PAGE)?;
+        let Some(last) = page.last().and_then(|r| r.tenant_link.as_ref()) else {
+            break;
+        };
+        from = last.seq + 1;
+        let n = page.len();
+        for r in &page {
+            let owner = r.event.get("tenant_id").and_then(Value::as_str);
+            let view = r.in_tenant_chain().filter(|_| owner == Some(tenant));
+            let Some(view) = view else {
+                v.first_bad = Some(BadRecord {
+                    seq: r.tenant_link.as_ref().map_or(0, |l| l.seq),
+                    event_id: r.event_id().map(str::to_string),
+                    problem: format!("the event does not belong to tenant {tenant}"),
+                });
+                return Ok(v.finish(head));
+            };
+            if !v.push(&view) {
                 return Ok(v.finish(head));
             }
         }
@@ -761,6 +885,30 @@ fn otel_id(id: &str, len: usize) -> String {
     }
 }
 
+/// The trace id and parent span id of a valid W3C `traceparent` header
+/// (`<version>-<32 hex trace id>-<16 hex span id>-<2 hex flags>`, lowercase, ids not all
+/// zeros, version not `ff`); `None` for anything else.
+pub fn parse_traceparent(header: &str) -> Option<(&str, &str)> {
+    let hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let mut parts = header.split('-');
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let ok = hex(version, 2)
+        && version != "ff"
+        // Version 00 has exactly four fields; later versions may add more.
+        && (version != "00" || parts.next().is_none())
+        && hex(trace, 32)
+        && trace.bytes().any(|b| b != b'0')
+        && hex(span, 16)
+        && span.bytes().any(|b| b != b'0')
+        && hex(flags, 2);
+    ok.then_some((trace, span))
+}
+
 /// Unix nanoseconds of an ISO-8601 UTC timestamp (`YYYY-MM-DDTHH:MM:SS(.mmm)Z`).
 fn unix_nanos(iso: &str) -> Option<i128> {
     let b = iso.as_bytes();
@@ -781,7 +929,9 @@ fn unix_nanos(iso: &str) -> Option<i128> {
 }
 
 /// OTLP-JSON logs (`{"resourceLogs": [...]}`): one log record per event, body the event
-/// summary, attributes the event fields, trace and span ids from the trace and action ids.
+/// summary, attributes the event fields, trace and span ids from the trace and action ids
+/// (or, for an event whose `metadata.traceparent` is a valid W3C header, the header's
+/// trace id and the caller's span id).
 pub fn export_otel(records: &[AuditRecord], service_name: &str) -> Value {
     let logs: Vec<Value> = records
         .iter()
@@ -795,10 +945,21 @@ pub fn export_otel(records: &[AuditRecord], service_name: &str) -> Value {
                 _ => (9, "INFO"),
             };
             let nanos = unix_nanos(get("timestamp")).unwrap_or(0).to_string();
+            let traceparent = e
+                .pointer("/metadata/traceparent")
+                .and_then(Value::as_str)
+                .and_then(parse_traceparent);
             let mut attributes = vec![
                 json!({"key": "audit.seq", "value": {"intValue": r.seq.to_string()}}),
                 json!({"key": "audit.hash", "value": {"stringValue": r.hash}}),
             ];
+            if let Some(l) = &r.tenant_link {
+                attributes.push(
+                    json!({"key": "audit.tenant_seq", "value": {"intValue": l.seq.to_string()}}),
+                );
+                attributes
+                    .push(json!({"key": "audit.tenant_hash", "value": {"stringValue": l.hash}}));
+            }
             if let Some(m) = e.as_object() {
                 for (k, v) in m {
                     if v.is_null() {
@@ -817,8 +978,8 @@ pub fn export_otel(records: &[AuditRecord], service_name: &str) -> Value {
                     "{} {} {}: {}", get("capability_name"), get("stage"), get("decision"), outcome
                 )},
                 "attributes": attributes,
-                "traceId": otel_id(get("trace_id"), 32),
-                "spanId": otel_id(get("action_id"), 16),
+                "traceId": traceparent.map_or_else(|| otel_id(get("trace_id"), 32), |(t, _)| t.to_string()),
+                "spanId": traceparent.map_or_else(|| otel_id(get("action_id"), 16), |(_, s)| s.to_string()),
             })
         })
         .collect();
@@ -890,6 +1051,32 @@ mod tests {
             e.policy_version = None;
         }
         e
+    }
+
+    #[test]
+    fn traceparent_headers_are_parsed_strictly() {
+        let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+        let span = "00f067aa0ba902b7";
+        assert_eq!(
+            parse_traceparent(&format!("00-{trace}-{span}-01")),
+            Some((trace, span))
+        );
+        assert_eq!(
+            parse_traceparent(&format!("01-{trace}-{span}-00-later")),
+            Some((trace, span))
+        );
+        for bad in [
+            format!("00-{trace}-{span}-01-extra"),
+            format!("ff-{trace}-{span}-01"),
+            format!("00-{}-{span}-01", "0".repeat(32)),
+            format!("00-{trace}-{}-01", "0".repeat(16)),
+            format!("00-{}-{span}-01", trace.to_uppercase()),
+            format!("00-{trace}-{span}"),
+            format!("00-{}-{span}-01", &trace[1..]),
+            "tr_0123".to_string(),
+        ] {
+            assert_eq!(parse_traceparent(&bad), None, "{bad}");
+        }
     }
 
     #[test]

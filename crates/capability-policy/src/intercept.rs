@@ -30,6 +30,7 @@
 //! An approval is bound to the request as the agent made it (before transforms and routes),
 //! and covers the capabilities that request is routed to.
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -81,6 +82,10 @@ pub struct InterceptRequest {
     pub receipt_id: Option<String>,
     /// A token from [`ApprovalManager::approve`].
     pub approval_token: Option<String>,
+    /// Record this request's input in the audit event of its outcome (executed, denied
+    /// after execution), with the values the call's `redact` pointers point at masked (the
+    /// governor's [`Governor::record_payloads`] does so for every request and event).
+    pub record_input: bool,
 }
 
 impl InterceptRequest {
@@ -102,6 +107,7 @@ impl InterceptRequest {
             plan_fingerprint: None,
             receipt_id: None,
             approval_token: None,
+            record_input: false,
         }
     }
 
@@ -186,6 +192,16 @@ pub struct Execution<'a> {
     /// The isolation required by `sandbox` decisions.
     pub sandbox: Option<&'a SandboxRequirement>,
     pub action: &'a AgentAction,
+    notes: &'a RefCell<Map<String, Value>>,
+}
+
+impl Execution<'_> {
+    /// Adds `key` to the metadata of the audit event that records the outcome (executed,
+    /// failed or denied after execution): what only the execution knows, such as its
+    /// latency.
+    pub fn note(&self, key: impl Into<String>, value: Value) {
+        self.notes.borrow_mut().insert(key.into(), value);
+    }
 }
 
 /// A successful interception.
@@ -469,6 +485,19 @@ impl Governor {
         Ok(self.evaluate_action(&action, stage, None)?)
     }
 
+    /// The input an event records: none unless `wanted`; the values the call's redactions
+    /// (known so far) point at are masked in it too.
+    fn recorded_input(wanted: bool, input: &Value, redact: &[String]) -> Option<Value> {
+        if !wanted {
+            return None;
+        }
+        let mut input = input.clone();
+        for p in redact {
+            let _ = pointer::redact(&mut input, p);
+        }
+        Some(input)
+    }
+
     fn emit(
         &self,
         mut event: AuditEvent,
@@ -660,9 +689,13 @@ impl Governor {
                     AuditOutcome::Allowed,
                     digest.get(&action),
                 );
-                if self.record_payloads {
-                    ev.input = Some(action.input.clone());
-                }
+                // After-stage redactions are not known yet: only a governor that records every
+                // payload records the input here.
+                ev.input = Self::recorded_input(
+                    self.record_payloads,
+                    &action.input,
+                    &output_obligations.redact,
+                );
                 self.emit(ev, receipt, &mut events)?;
                 match verdict.obligations.route_to.clone() {
                     Some(target) if target != action.capability.name => {
@@ -729,15 +762,18 @@ impl Governor {
             }
         }
 
+        let notes = RefCell::new(Map::new());
         let result = {
             let exec = Execution {
                 capability: &action.capability,
                 input: &action.input,
                 sandbox: sandbox.as_ref(),
                 action: &action,
+                notes: &notes,
             };
             execute(&exec)
         };
+        let notes = notes.into_inner();
         let raw = match result {
             Ok((v, t)) => {
                 *executed = Some(t);
@@ -766,6 +802,7 @@ impl Governor {
                 ev.metadata
                     .insert("error_type".into(), json!(short_type_name::<E>()));
                 ev.metadata.insert("error_message".into(), json!(message));
+                ev.metadata.extend(notes);
                 self.emit(ev, receipt, &mut events)?;
                 return Err(InterceptError::Execution {
                     error,
@@ -806,10 +843,15 @@ impl Governor {
                 digest.get(&done),
             );
             ev.redacted = redacted;
+            ev.input = Self::recorded_input(
+                self.record_payloads || req.record_input,
+                &done.input,
+                &output_obligations.redact,
+            );
             if self.record_payloads {
-                ev.input = Some(done.input.clone());
                 ev.output = Some(output);
             }
+            ev.metadata.extend(notes);
             self.emit(ev, receipt, &mut events)?;
             return Err(InterceptError::Denied(Box::new(Denial {
                 stage: Stage::AfterCapability,
@@ -822,13 +864,14 @@ impl Governor {
             let mut d = Decision::deny(format!("transform_output failed: {e}"))
                 .with_code("transform_failed");
             d.action_id = Some(done.action_id.clone());
-            let ev = AuditEvent::with_digest(
+            let mut ev = AuditEvent::with_digest(
                 &done,
                 &d,
                 Stage::AfterCapability,
                 AuditOutcome::DeniedAfterExecution,
                 digest.get(&done),
             );
+            ev.metadata.extend(notes);
             self.emit(ev, receipt, &mut events)?;
             return Err(InterceptError::Transform(e));
         }
@@ -858,10 +901,15 @@ impl Governor {
         }
         ev.redacted = redacted;
         ev.approval_id = approval.as_ref().map(|a| a.approval_id.clone());
+        ev.input = Self::recorded_input(
+            self.record_payloads || req.record_input,
+            &done.input,
+            &output_obligations.redact,
+        );
         if self.record_payloads {
-            ev.input = Some(done.input.clone());
             ev.output = Some(output.clone());
         }
+        ev.metadata.extend(notes);
         self.emit(ev, receipt, &mut events)?;
         Ok(InterceptResult {
             action: done,

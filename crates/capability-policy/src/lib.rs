@@ -172,7 +172,8 @@ pub mod store;
 pub use action::{ActionType, Actor, AgentAction};
 pub use approvals::{ApprovalError, ApprovalManager, ApprovalRecord, ApprovalStatus, HostKey};
 pub use audit::{
-    AuditEvent, AuditOutcome, AuditSink, AuditStore, VerifyReport, verify_chain, verify_store,
+    AuditEvent, AuditOutcome, AuditSink, AuditStore, TenantLink, VerifyReport, verify_chain,
+    verify_store, verify_tenant,
 };
 pub use cedar::CedarPolicies;
 pub use decision::{Decision, DecisionType, IsolationTier, SandboxRequirement};

@@ -232,6 +232,7 @@ fn other_tables_in_the_file_are_left_alone() {
             "audit_checkpoints",
             "audit_events",
             "audit_head",
+            "audit_tenant_heads",
             "receipts"
         ]
     );
@@ -423,4 +424,180 @@ fn emitted_events_are_journaled_and_a_dead_process_journal_joins_the_chain() {
     let report = audit::verify_store(&store).unwrap();
     assert!(report.ok, "{report:?}");
     assert_eq!(report.records, 2);
+}
+
+/// The tenants' own chains: acme's records (seq 1, 3, 5, 7, 9) and globex's (2, 4, 6, 8)
+/// each go 1, 2, 3, … and verify from their own records alone.
+#[test]
+fn each_tenant_has_a_chain_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    let records = fill(&store, 9);
+    let untenanted = event(None, AuditOutcome::Allowed, Decision::allow());
+    let plain = store.append(&[untenanted]).unwrap();
+    assert!(plain[0].tenant_link.is_none());
+    let acme: Vec<&AuditRecord> = records.iter().step_by(2).collect();
+    let links: Vec<&TenantLink> = acme
+        .iter()
+        .map(|r| r.tenant_link.as_ref().unwrap())
+        .collect();
+    assert_eq!(
+        links.iter().map(|l| l.seq).collect::<Vec<_>>(),
+        [1, 2, 3, 4, 5]
+    );
+    assert_eq!(links[0].prev_hash, audit::GENESIS_HASH);
+    for w in links.windows(2) {
+        assert_eq!(w[1].prev_hash, w[0].hash);
+    }
+    assert_eq!(
+        links[1].hash,
+        audit::chain_hash(2, &links[0].hash, &acme[1].event)
+    );
+    // Read back as written, with the tenant fields in the export form.
+    let stored = store.tenant_records("acme", 0, 100).unwrap();
+    assert_eq!(stored.len(), 5);
+    assert_eq!(
+        stored.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        [1, 3, 5, 7, 9]
+    );
+    assert_eq!(stored[2].to_json()["tenant_seq"], 3);
+    assert_eq!(
+        store.tenant_head("acme").unwrap(),
+        Some((5, links[4].hash.clone()))
+    );
+    assert_eq!(store.tenant_head("globex").unwrap().unwrap().0, 4);
+    assert!(verify_tenant(&store, "acme").unwrap().ok);
+    assert!(verify_tenant(&store, "globex").unwrap().ok);
+    assert!(verify_store(&store).unwrap().ok);
+    // The chains continue after reopening.
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    let more = fill(&store, 1);
+    assert_eq!(more[0].tenant_link.as_ref().unwrap().seq, 6);
+    assert!(verify_tenant(&store, "acme").unwrap().ok);
+
+    // Memory keeps the same chains.
+    let memory = MemoryStore::new();
+    let m = fill(&memory, 9);
+    assert_eq!(
+        m.iter()
+            .map(|r| r.tenant_link.as_ref().unwrap().seq)
+            .collect::<Vec<_>>(),
+        [1, 1, 2, 2, 3, 3, 4, 4, 5]
+    );
+    assert!(verify_tenant(&memory, "acme").unwrap().ok);
+    assert!(verify_store(&memory).unwrap().ok);
+}
+
+#[test]
+fn an_edit_in_one_tenant_chain_shows_there_and_in_the_log_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    fill(&store, 9);
+    // seq 5 is acme's 3rd record.
+    corrupt(
+        &path,
+        "UPDATE audit_events SET event = replace(event, '\"r4\"', '\"r0\"') WHERE seq = 5",
+    );
+    let acme = verify_tenant(&store, "acme").unwrap();
+    let bad = acme.first_bad.unwrap();
+    assert_eq!(bad.seq, 3);
+    assert!(bad.problem.contains("edited"), "{}", bad.problem);
+    assert!(verify_tenant(&store, "globex").unwrap().ok);
+    assert_eq!(verify_store(&store).unwrap().first_bad.unwrap().seq, 5);
+}
+
+#[test]
+fn a_deleted_or_truncated_tenant_record_shows_in_its_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    fill(&store, 9);
+    // globex's 2nd record (seq 4).
+    corrupt(&path, "DELETE FROM audit_events WHERE seq = 4");
+    let bad = verify_tenant(&store, "globex").unwrap().first_bad.unwrap();
+    assert_eq!(bad.seq, 2);
+    assert!(
+        bad.problem.contains("record 2 is missing"),
+        "{}",
+        bad.problem
+    );
+    assert!(verify_tenant(&store, "acme").unwrap().ok);
+    assert!(!verify_store(&store).unwrap().ok);
+
+    // acme's last record removed, the global chain's head moved back to hide it: the
+    // global chain verifies, acme's head does not.
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    let records = fill(&store, 9);
+    corrupt(
+        &path,
+        &format!(
+            "DELETE FROM audit_events WHERE seq = 9; UPDATE audit_head SET seq = 8, hash = '{}'",
+            records[7].hash
+        ),
+    );
+    assert!(verify_store(&store).unwrap().ok);
+    let bad = verify_tenant(&store, "acme").unwrap().first_bad.unwrap();
+    assert!(
+        bad.problem
+            .contains("ends at record 4 but its head is record 5"),
+        "{}",
+        bad.problem
+    );
+}
+
+#[test]
+fn forged_tenant_links_and_moved_events_are_caught() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    fill(&store, 9);
+    // acme's 3rd record linked to its 1st (the 2nd cut out of acme's chain only).
+    corrupt(
+        &path,
+        "UPDATE audit_events SET tenant_prev_hash = (SELECT tenant_hash FROM audit_events WHERE seq = 1),
+                                 tenant_seq = 2 WHERE seq = 5;
+         UPDATE audit_events SET tenant_seq = NULL WHERE seq = 3",
+    );
+    assert!(!verify_tenant(&store, "acme").unwrap().ok);
+    let global = verify_store(&store).unwrap().first_bad.unwrap();
+    assert_eq!(global.seq, 5);
+    assert!(global.problem.contains("tenant acme"), "{}", global.problem);
+
+    // A globex event relabelled as acme's is not acme's.
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    fill(&store, 9);
+    corrupt(
+        &path,
+        "UPDATE audit_events SET tenant = 'acme', tenant_seq = 6,
+             tenant_prev_hash = (SELECT tenant_hash FROM audit_events WHERE seq = 9)
+         WHERE seq = 2",
+    );
+    let bad = verify_tenant(&store, "acme").unwrap().first_bad.unwrap();
+    assert!(bad.problem.contains("does not belong"), "{}", bad.problem);
+}
+
+/// A database written before tenant chains existed gets the columns; its old records stay
+/// in the global chain, and each tenant's chain starts with its next event.
+#[test]
+fn an_old_database_gains_tenant_chains() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    fill(&store, 3);
+    drop(store);
+    corrupt(
+        &path,
+        "DROP INDEX audit_events_by_tenant_seq;
+         ALTER TABLE audit_events DROP COLUMN tenant_seq;
+         ALTER TABLE audit_events DROP COLUMN tenant_prev_hash;
+         ALTER TABLE audit_events DROP COLUMN tenant_hash;
+         DELETE FROM audit_tenant_heads;",
+    );
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(verify_store(&store).unwrap().ok);
+    let more = fill(&store, 2);
+    assert_eq!(more[0].tenant_link.as_ref().unwrap().seq, 1);
+    assert!(verify_store(&store).unwrap().ok);
+    assert!(verify_tenant(&store, "acme").unwrap().ok);
+    assert_eq!(store.tenant_records("acme", 0, 10).unwrap().len(), 1);
 }

@@ -147,17 +147,23 @@ pub enum AuditCommand {
     /// One event with its chain position and hashes.
     Show { event_id: String },
     /// Verify the hash chain; exits 1 with the first bad record. With --checkpoint, also
-    /// that the log still extends a signed checkpoint (from `cap audit checkpoint`).
+    /// that the log still extends a signed checkpoint (from `cap audit checkpoint`). With
+    /// --tenant, that tenant's own chain, from its records alone (positions are the
+    /// tenant's `tenant_seq`).
     Verify {
-        #[arg(long)]
+        #[arg(long, conflicts_with = "tenant")]
         checkpoint: Option<PathBuf>,
+        #[arg(long)]
+        tenant: Option<String>,
     },
     /// Print a signed checkpoint of the chain's head, to keep somewhere else.
     Checkpoint,
-    /// Export every event.
+    /// Export every event (with --tenant: that tenant's chain, in its order).
     Export {
         #[arg(long, value_enum, default_value = "jsonl")]
         format: AuditFormat,
+        #[arg(long)]
+        tenant: Option<String>,
         /// Write here instead of standard output.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -182,13 +188,25 @@ pub fn audit_cmd(args: AuditArgs) -> Result<i32, String> {
             }
             None => Err(format!("audit event not found: {event_id}")),
         },
-        AuditCommand::Verify { checkpoint: None } => {
-            let report = host.verify_audit().map_err(|e| e.to_string())?;
-            print_json(&verify_json(&report))?;
+        AuditCommand::Verify {
+            checkpoint: None,
+            tenant,
+        } => {
+            let report = match &tenant {
+                Some(t) => host.verify_audit_tenant(t),
+                None => host.verify_audit(),
+            }
+            .map_err(|e| e.to_string())?;
+            let mut out = verify_json(&report);
+            if let Some(t) = tenant {
+                out["tenant"] = json!(t);
+            }
+            print_json(&out)?;
             Ok(if report.ok { 0 } else { 1 })
         }
         AuditCommand::Verify {
             checkpoint: Some(path),
+            ..
         } => {
             let doc = read_json(&path)?;
             let report = host
@@ -210,13 +228,25 @@ pub fn audit_cmd(args: AuditArgs) -> Result<i32, String> {
             print_json(&host.audit_checkpoint()?)?;
             Ok(0)
         }
-        AuditCommand::Export { format, out } => {
+        AuditCommand::Export {
+            format,
+            tenant,
+            out,
+        } => {
             let mut records = Vec::new();
             let mut from = 0u64;
             loop {
-                let page = store.records(from, 1000).map_err(|e| e.to_string())?;
+                let page = match &tenant {
+                    Some(t) => store.tenant_records(t, from, 1000),
+                    None => store.records(from, 1000),
+                }
+                .map_err(|e| e.to_string())?;
                 let Some(last) = page.last() else { break };
-                from = last.seq + 1;
+                from = match (&tenant, &last.tenant_link) {
+                    (Some(_), Some(l)) => l.seq + 1,
+                    (Some(_), None) => break,
+                    (None, _) => last.seq + 1,
+                };
                 records.extend(page);
             }
             let mut buf = Vec::new();

@@ -10,7 +10,8 @@ use std::sync::Mutex;
 
 use crate::approvals::{ApprovalFilter, ApprovalRecord, ApprovalStatus, ApprovalStore};
 use crate::audit::{
-    AuditError, AuditEvent, AuditRecord, AuditSink, AuditStore, GENESIS_HASH, chain_hash_text,
+    AuditError, AuditEvent, AuditRecord, AuditSink, AuditStore, GENESIS_HASH, TenantLink,
+    chain_hash_text,
 };
 
 use super::StoreError;
@@ -23,6 +24,8 @@ struct Inner {
     /// Ids of every event, chained or pending.
     ids: HashSet<String>,
     head: Option<(u64, String)>,
+    /// The head of each tenant's chain.
+    tenant_heads: std::collections::HashMap<String, (u64, String)>,
     approvals: Vec<ApprovalRecord>,
     checkpoints: u64,
 }
@@ -48,11 +51,18 @@ impl Inner {
             text.clear();
             e.write_canonical(&mut text);
             let hash = chain_hash_text(seq, &prev, &text);
+            let tenant_link = e.tenant_id.as_ref().map(|t| {
+                let link = TenantLink::after(t, self.tenant_heads.get(t), &text);
+                self.tenant_heads
+                    .insert(t.clone(), (link.seq, link.hash.clone()));
+                link
+            });
             let r = AuditRecord {
                 seq,
                 prev_hash: std::mem::replace(&mut prev, hash.clone()),
                 hash,
                 event: e.to_json(),
+                tenant_link,
             };
             self.records.push(r);
         }
@@ -165,6 +175,33 @@ impl AuditStore for MemoryStore {
 
     fn head(&self) -> Result<Option<(u64, String)>, StoreError> {
         Ok(self.settled(|i| i.head.clone()))
+    }
+
+    fn tenant_records(
+        &self,
+        tenant: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        Ok(self.settled(|i| {
+            let mut v: Vec<AuditRecord> = i
+                .records
+                .iter()
+                .filter(|r| {
+                    r.tenant_link
+                        .as_ref()
+                        .is_some_and(|l| l.tenant == tenant && l.seq >= from_seq)
+                })
+                .cloned()
+                .collect();
+            v.sort_by_key(|r| r.tenant_link.as_ref().map_or(0, |l| l.seq));
+            v.truncate(limit);
+            v
+        }))
+    }
+
+    fn tenant_head(&self, tenant: &str) -> Result<Option<(u64, String)>, StoreError> {
+        Ok(self.settled(|i| i.tenant_heads.get(tenant).cloned()))
     }
 
     fn record_checkpoint(&self, _: u64, _: &str, _: &str) -> Result<u64, StoreError> {

@@ -26,7 +26,8 @@ use serde_json::Value;
 
 use crate::approvals::{ApprovalFilter, ApprovalRecord, ApprovalStatus, ApprovalStore};
 use crate::audit::{
-    AuditError, AuditEvent, AuditRecord, AuditSink, AuditStore, GENESIS_HASH, chain_hash_text,
+    AuditError, AuditEvent, AuditRecord, AuditSink, AuditStore, GENESIS_HASH, TenantLink,
+    chain_hash_text,
 };
 
 use super::StoreError;
@@ -61,6 +62,11 @@ CREATE TABLE IF NOT EXISTS audit_events (
     event TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS audit_events_by_tenant ON audit_events (tenant, seq);
+CREATE TABLE IF NOT EXISTS audit_tenant_heads (
+    tenant TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL,
+    hash TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS audit_head (
     id INTEGER PRIMARY KEY CHECK (id = 1),
     seq INTEGER NOT NULL,
@@ -82,6 +88,34 @@ CREATE TABLE IF NOT EXISTS audit_checkpoints (
     created_at TEXT NOT NULL
 );
 ";
+
+/// The tenant-chain columns of `audit_events` (added to databases made before tenant
+/// chains existed, in one immediate transaction, so that concurrent openers agree).
+fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    let present: bool = tx.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('audit_events') WHERE name = 'tenant_seq'",
+        [],
+        |r| r.get::<_, i64>(0).map(|n| n > 0),
+    )?;
+    if !present {
+        tx.execute_batch(
+            "ALTER TABLE audit_events ADD COLUMN tenant_seq INTEGER;
+             ALTER TABLE audit_events ADD COLUMN tenant_prev_hash TEXT;
+             ALTER TABLE audit_events ADD COLUMN tenant_hash TEXT;",
+        )?;
+    }
+    tx.execute_batch(
+        "CREATE INDEX IF NOT EXISTS audit_events_by_tenant_seq ON audit_events (tenant, tenant_seq);",
+    )?;
+    tx.commit()
+}
+
+/// The columns every record query selects, in [`SqliteStore::query_records`]'s order.
+const RECORD_COLUMNS: &str =
+    "seq, prev_hash, hash, event, tenant, tenant_seq, tenant_prev_hash, tenant_hash";
+/// The same for a read-only database made before tenant chains existed.
+const LEGACY_RECORD_COLUMNS: &str = "seq, prev_hash, hash, event, NULL, NULL, NULL, NULL";
 
 /// An event ready to be written: its canonical JSON text (serialized once, by the caller)
 /// and the columns stored beside it.
@@ -108,6 +142,7 @@ struct Chained {
     seq: u64,
     prev_hash: String,
     hash: String,
+    tenant_link: Option<TenantLink>,
 }
 
 type Reply = mpsc::Sender<Result<Vec<Chained>, StoreError>>;
@@ -204,6 +239,8 @@ pub struct SqliteStore {
     db: Arc<Database>,
     conn: Mutex<Connection>,
     pending: Arc<Mutex<Pending>>,
+    /// [`RECORD_COLUMNS`], or [`LEGACY_RECORD_COLUMNS`] on an old read-only database.
+    columns: &'static str,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -274,6 +311,7 @@ impl SqliteStore {
                     message: e.to_string(),
                 };
                 conn.execute_batch(SCHEMA).map_err(db)?;
+                migrate(conn).map_err(db)?;
                 capability_journal::recover(&dir, JOURNAL_PREFIX, |lines| {
                     // A torn last line (the process died mid-write) does not parse and is
                     // skipped.
@@ -313,6 +351,7 @@ impl SqliteStore {
             db: database,
             conn: Mutex::new(conn),
             pending,
+            columns: RECORD_COLUMNS,
         })
     }
 
@@ -324,6 +363,14 @@ impl SqliteStore {
             path: name.clone(),
             message: e.to_string(),
         })?;
+        let columns = if conn
+            .prepare("SELECT tenant_seq FROM audit_events LIMIT 0")
+            .is_ok()
+        {
+            RECORD_COLUMNS
+        } else {
+            LEGACY_RECORD_COLUMNS
+        };
         Ok(SqliteStore {
             path: name,
             db: database,
@@ -333,6 +380,7 @@ impl SqliteStore {
                 count: 0,
                 failed: false,
             })),
+            columns,
         })
     }
 
@@ -406,32 +454,50 @@ impl SqliteStore {
             .map_err(|_| StoreError::WriterGone)
     }
 
+    /// `SELECT <the record columns> FROM audit_events <rest>`.
     fn query_records(
         &self,
-        sql: &str,
+        rest: &str,
         params: &[&dyn rusqlite::ToSql],
     ) -> Result<Vec<AuditRecord>, StoreError> {
         self.flush()?;
         let conn = lock(&self.conn);
-        let mut stmt = conn.prepare_cached(sql).map_err(|e| self.db(e))?;
+        let sql = format!("SELECT {} FROM audit_events {rest}", self.columns);
+        let mut stmt = conn.prepare_cached(&sql).map_err(|e| self.db(e))?;
         let rows = stmt
             .query_map(params, |row| {
+                let link = match (
+                    row.get::<_, Option<String>>(4)?,
+                    row.get::<_, Option<i64>>(5)?,
+                    row.get::<_, Option<String>>(6)?,
+                    row.get::<_, Option<String>>(7)?,
+                ) {
+                    (Some(tenant), Some(seq), Some(prev_hash), Some(hash)) => Some(TenantLink {
+                        tenant,
+                        seq: u64::try_from(seq).unwrap_or(0),
+                        prev_hash,
+                        hash,
+                    }),
+                    _ => None,
+                };
                 Ok((
                     row.get::<_, i64>(0)?,
                     row.get::<_, String>(1)?,
                     row.get::<_, String>(2)?,
                     row.get::<_, String>(3)?,
+                    link,
                 ))
             })
             .map_err(|e| self.db(e))?;
         let mut out = Vec::new();
         for row in rows {
-            let (seq, prev_hash, hash, event) = row.map_err(|e| self.db(e))?;
+            let (seq, prev_hash, hash, event, tenant_link) = row.map_err(|e| self.db(e))?;
             out.push(AuditRecord {
                 seq: u64::try_from(seq).unwrap_or(0),
                 prev_hash,
                 hash,
                 event: parse_event(&event)?,
+                tenant_link,
             });
         }
         Ok(out)
@@ -472,7 +538,8 @@ fn to_store_error(e: WriteFailure, path: &str, entries: &[Entry]) -> StoreError 
     }
 }
 
-/// Chains `entries` after the head and moves the head, inside the caller's transaction.
+/// Chains `entries` after the head (and each tenant's after its tenant head) and moves the
+/// heads, inside the caller's transaction.
 fn chain<'a>(
     tx: &Connection,
     entries: impl ExactSizeIterator<Item = &'a Entry>,
@@ -486,15 +553,37 @@ fn chain<'a>(
         Some((s, h)) => (u64::try_from(s).unwrap_or(0), h),
         None => (0, GENESIS_HASH.to_string()),
     };
+    // The heads of the tenants in this batch, read once and written back at the end.
+    let mut tenant_heads: std::collections::BTreeMap<String, Option<(u64, String)>> =
+        std::collections::BTreeMap::new();
     let mut records = Vec::with_capacity(entries.len());
     {
         let mut insert = tx.prepare_cached(
-            "INSERT INTO audit_events (seq, event_id, tenant, timestamp, prev_hash, hash, event)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            "INSERT INTO audit_events (seq, event_id, tenant, timestamp, prev_hash, hash, event,
+                                       tenant_seq, tenant_prev_hash, tenant_hash)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )?;
+        let mut read_head =
+            tx.prepare_cached("SELECT seq, hash FROM audit_tenant_heads WHERE tenant = ?1")?;
         for e in entries {
             seq += 1;
             let hash = chain_hash_text(seq, &prev, &e.text);
+            let tenant_link = match &e.tenant {
+                Some(t) => {
+                    if !tenant_heads.contains_key(t) {
+                        let h: Option<(i64, String)> = read_head
+                            .query_row([t], |r| Ok((r.get(0)?, r.get(1)?)))
+                            .optional()?;
+                        let h = h.map(|(s, h)| (u64::try_from(s).unwrap_or(0), h));
+                        tenant_heads.insert(t.clone(), h);
+                    }
+                    let slot = tenant_heads.entry(t.clone()).or_default();
+                    let link = TenantLink::after(t, slot.as_ref(), &e.text);
+                    *slot = Some((link.seq, link.hash.clone()));
+                    Some(link)
+                }
+                None => None,
+            };
             insert.execute(params![
                 i64::try_from(seq).unwrap_or(i64::MAX),
                 e.event_id,
@@ -503,11 +592,17 @@ fn chain<'a>(
                 prev,
                 hash,
                 e.text,
+                tenant_link
+                    .as_ref()
+                    .map(|l| i64::try_from(l.seq).unwrap_or(i64::MAX)),
+                tenant_link.as_ref().map(|l| l.prev_hash.as_str()),
+                tenant_link.as_ref().map(|l| l.hash.as_str()),
             ])?;
             records.push(Chained {
                 seq,
                 prev_hash: std::mem::replace(&mut prev, hash.clone()),
                 hash,
+                tenant_link,
             });
         }
     }
@@ -516,6 +611,15 @@ fn chain<'a>(
          ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
         params![i64::try_from(seq).unwrap_or(i64::MAX), prev],
     )?;
+    let mut write_head = tx.prepare_cached(
+        "INSERT INTO audit_tenant_heads (tenant, seq, hash) VALUES (?1, ?2, ?3)
+         ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
+    )?;
+    for (tenant, head) in &tenant_heads {
+        if let Some((s, h)) = head {
+            write_head.execute(params![tenant, i64::try_from(*s).unwrap_or(i64::MAX), h])?;
+        }
+    }
     Ok(records)
 }
 
@@ -554,6 +658,7 @@ impl AuditStore for SqliteStore {
                 prev_hash: c.prev_hash,
                 hash: c.hash,
                 event: e.to_json(),
+                tenant_link: c.tenant_link,
             })
             .collect())
     }
@@ -562,14 +667,10 @@ impl AuditStore for SqliteStore {
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         let mut v = match tenant {
             Some(t) => self.query_records(
-                "SELECT seq, prev_hash, hash, event FROM audit_events WHERE tenant = ?1
-                 ORDER BY seq DESC LIMIT ?2",
+                "WHERE tenant = ?1 ORDER BY seq DESC LIMIT ?2",
                 &[&t, &limit],
             )?,
-            None => self.query_records(
-                "SELECT seq, prev_hash, hash, event FROM audit_events ORDER BY seq DESC LIMIT ?1",
-                &[&limit],
-            )?,
+            None => self.query_records("ORDER BY seq DESC LIMIT ?1", &[&limit])?,
         };
         v.reverse();
         Ok(v)
@@ -577,21 +678,46 @@ impl AuditStore for SqliteStore {
 
     fn get(&self, event_id: &str) -> Result<Option<AuditRecord>, StoreError> {
         Ok(self
-            .query_records(
-                "SELECT seq, prev_hash, hash, event FROM audit_events WHERE event_id = ?1",
-                &[&event_id],
-            )?
+            .query_records("WHERE event_id = ?1", &[&event_id])?
             .pop())
     }
 
     fn records(&self, from_seq: u64, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
         let from = i64::try_from(from_seq).unwrap_or(i64::MAX);
         let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.query_records("WHERE seq >= ?1 ORDER BY seq LIMIT ?2", &[&from, &limit])
+    }
+
+    fn tenant_records(
+        &self,
+        tenant: &str,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<AuditRecord>, StoreError> {
+        if self.columns == LEGACY_RECORD_COLUMNS {
+            return Ok(Vec::new());
+        }
+        let from = i64::try_from(from_seq).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.query_records(
-            "SELECT seq, prev_hash, hash, event FROM audit_events WHERE seq >= ?1
-             ORDER BY seq LIMIT ?2",
-            &[&from, &limit],
+            "WHERE tenant = ?1 AND tenant_seq >= ?2 ORDER BY tenant_seq LIMIT ?3",
+            &[&tenant, &from, &limit],
         )
+    }
+
+    fn tenant_head(&self, tenant: &str) -> Result<Option<(u64, String)>, StoreError> {
+        if self.columns == LEGACY_RECORD_COLUMNS {
+            return Ok(None);
+        }
+        self.flush()?;
+        let conn = lock(&self.conn);
+        conn.query_row(
+            "SELECT seq, hash FROM audit_tenant_heads WHERE tenant = ?1",
+            [tenant],
+            |r| Ok((u64::try_from(r.get::<_, i64>(0)?).unwrap_or(0), r.get(1)?)),
+        )
+        .optional()
+        .map_err(|e| self.db(e))
     }
 
     fn record_checkpoint(&self, seq: u64, hash: &str, created_at: &str) -> Result<u64, StoreError> {
