@@ -75,6 +75,8 @@ pub fn front(config: Arc<rustls::ServerConfig>, backend: SocketAddr) -> SocketAd
                     continue;
                 };
                 let acceptor = acceptor.clone();
+                // Without it, small TLS records wait on delayed ACKs (40 ms each).
+                let _ = tcp.set_nodelay(true);
                 tokio::spawn(async move {
                     // A client that refuses the certificate ends the handshake: nothing to do.
                     let Ok(mut tls) = acceptor.accept(tcp).await else {
@@ -83,6 +85,7 @@ pub fn front(config: Arc<rustls::ServerConfig>, backend: SocketAddr) -> SocketAd
                     let Ok(mut plain) = tokio::net::TcpStream::connect(backend).await else {
                         return;
                     };
+                    let _ = plain.set_nodelay(true);
                     let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
                 });
             }
