@@ -738,3 +738,81 @@ fn published_capability_is_found_installed_run_and_reinstalled_from_the_lock() {
     assert_eq!(report["capabilityDeclared"], json!(true));
     assert_eq!(report["integrity"], json!(integrity));
 }
+
+#[path = "../../capability-openapi/tests/tls_front/mod.rs"]
+mod tls_front;
+
+/// `cap find` and `cap install` over `https://`: index, packument and tarball behind a TLS
+/// terminator whose certificate a test CA issued; the CA is trusted through `SSL_CERT_FILE`
+/// only.
+#[test]
+fn index_packument_and_tarball_are_fetched_over_https() {
+    let server = Server::start();
+    let plain: std::net::SocketAddr = server.base.trim_start_matches("http://").parse().unwrap();
+    let ca = tls_front::TestCa::new("acquire test CA");
+    let front = tls_front::front(ca.server(&["127.0.0.1"]), plain);
+    let base = format!("https://{front}");
+    let bytes = tarball("tls-pkg", "1.0.0", Extra::None);
+    server.put("/tarballs/tls-pkg-1.0.0.tgz", 200, bytes.clone());
+    let mut doc = package_json("tls-pkg", "1.0.0");
+    doc["dist"] =
+        json!({"integrity": sri(&bytes), "tarball": format!("{base}/tarballs/tls-pkg-1.0.0.tgz")});
+    server.json(
+        "/registry/tls-pkg",
+        &json!({"name": "tls-pkg", "dist-tags": {"latest": "1.0.0"}, "versions": {"1.0.0": doc}}),
+    );
+    server.json(
+        "/index.json",
+        &index(vec![index_package("tls-pkg", "1.0.0", None)], &[]),
+    );
+    let home = tempfile::tempdir().unwrap();
+    let ca_file = home.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let index_url = format!("{base}/index.json");
+    let registry = format!("{base}/registry/");
+    let run = |trust: bool, args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cap"));
+        command
+            .env("CAP_HOME", home.path())
+            .env_remove("SSL_CERT_DIR");
+        if trust {
+            command.env("SSL_CERT_FILE", &ca_file);
+        } else {
+            command.env_remove("SSL_CERT_FILE");
+        }
+        command.args(args).output().unwrap()
+    };
+    // The system roots do not know the test CA.
+    let out = run(false, &["find", "fixture", "--index", &index_url]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains(&format!("certificate not trusted: {front}")) && err.contains("UnknownIssuer"),
+        "{err}"
+    );
+    let out = run(true, &["find", "fixture", "--index", &index_url]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let hits = stdout_json(&out);
+    assert_eq!(hits[0]["id"], "fixture/add", "{hits}");
+    // Install: the packument and the tarball come over TLS too.
+    let lock = home.path().join("l.json").display().to_string();
+    let args = [
+        "install",
+        "fixture/add",
+        "--index",
+        &index_url,
+        "--registry",
+        &registry,
+        "--lock",
+        &lock,
+    ];
+    let out = run(true, &args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["integrity"], json!(sri(&bytes)));
+    assert_eq!(
+        store_entries(home.path()).len(),
+        2,
+        "the package and its record"
+    );
+    assert!(home.path().join("l.json").exists());
+}

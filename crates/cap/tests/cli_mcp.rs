@@ -2099,3 +2099,84 @@ fn gateway_limits_calls_in_flight_per_principal() {
     let _ = server.kill();
     let _ = server.wait();
 }
+
+#[path = "../../capability-openapi/tests/tls_front/mod.rs"]
+mod tls_front;
+
+/// The gateway with an `https://` streamable-HTTP upstream: the Python fixture server behind
+/// a TLS terminator whose certificate a test CA issued, trusted through `SSL_CERT_FILE`.
+/// Without the CA the upstream's tools never appear.
+#[test]
+fn gateway_reaches_an_https_streamable_http_upstream() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut upstream = Command::new(python())
+        .arg(tools().join("fixtures.py"))
+        .args(["hostile", "--http", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the upstream did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let ca = tls_front::TestCa::new("gateway test CA");
+    let front = tls_front::front(
+        ca.server(&["127.0.0.1"]),
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+    );
+    let ca_file = dir.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let config = gateway_config(
+        dir.path(),
+        "permit(principal, action, resource);",
+        &format!(
+            "timeout_ms = 3000\n[[server]]\nname = \"remote\"\nurl = \"https://{front}/mcp\"\n"
+        ),
+    );
+    // The client starts the gateway with a clean environment: name the CA through env(1).
+    let with_env = |env: &[&str]| {
+        let mut args = gateway_stdio(&config, &home, None);
+        let at = args.iter().position(|a| a == "--").unwrap() + 1;
+        let mut prefix = vec!["env".to_string()];
+        prefix.extend(env.iter().map(|s| s.to_string()));
+        args.splice(at..at, prefix);
+        args
+    };
+    let ops = json!([
+        {"op": "list"},
+        {"op": "call", "name": "remote__ok", "arguments": {"text": "over https"}},
+    ]);
+    let trusted = py_client(
+        &with_env(&[&format!("SSL_CERT_FILE={}", ca_file.display())]),
+        &ops,
+    );
+    let untrusted = py_client(
+        &with_env(&["-u", "SSL_CERT_FILE"]),
+        &json!([{"op": "list"}]),
+    );
+    let _ = upstream.kill();
+    let _ = upstream.wait();
+    let r = trusted["results"].as_array().unwrap();
+    assert!(names(&r[0]).contains(&"remote__ok".to_string()), "{}", r[0]);
+    assert_eq!(r[1]["content"][0]["text"], "over https", "{}", r[1]);
+    let r = untrusted["results"].as_array().unwrap();
+    assert!(
+        !names(&r[0]).contains(&"remote__ok".to_string()),
+        "{}",
+        r[0]
+    );
+}

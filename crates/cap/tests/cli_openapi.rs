@@ -408,3 +408,78 @@ forbid(principal, action, resource) when {
     assert!(stored.contains("env:SEC_TOKEN"));
     assert!(stdout_json(&cap(home.path(), &["audit", "verify"]))["ok"] == json!(true));
 }
+
+#[path = "../../capability-openapi/tests/tls_front/mod.rs"]
+mod tls_front;
+
+/// A governed call to an `https://` server: Prism behind a TLS terminator whose certificate a
+/// test CA issued, trusted through `SSL_CERT_FILE`; without it the call fails on the
+/// certificate and nothing is sent.
+#[test]
+fn governed_calls_reach_an_https_server() {
+    let Some((_prism, port)) = prism(&petstore("3.1")) else {
+        return;
+    };
+    let ca = tls_front::TestCa::new("openapi test CA");
+    let front = tls_front::front(
+        ca.server(&["localhost", "127.0.0.1"]),
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+    );
+    let home = tempfile::tempdir().unwrap();
+    let ca_file = home.path().join("ca.pem");
+    std::fs::write(&ca_file, ca.pem()).unwrap();
+    let base = format!("https://localhost:{}", front.port());
+    let run = |trust: bool, args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_cap"));
+        command
+            .env("CAP_HOME", home.path())
+            .env_remove("SSL_CERT_DIR");
+        if trust {
+            command.env("SSL_CERT_FILE", &ca_file);
+        } else {
+            command.env_remove("SSL_CERT_FILE");
+        }
+        command.args(args).output().unwrap()
+    };
+    let add = [
+        "openapi",
+        "add",
+        &petstore("3.1"),
+        "--namespace",
+        "pets",
+        "--base-url",
+        &base,
+    ];
+    let out = run(false, &add);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let call = [
+        "exec",
+        "pets/showpetbyid",
+        r#"{"path": {"petId": 7}}"#,
+        "--approve",
+    ];
+    let v = stdout_json(&run(true, &call));
+    let receipt = &v["receipt"];
+    assert_eq!(receipt["status"], "succeeded", "{v}");
+    assert_eq!(
+        receipt["output"],
+        json!({"id": 7, "name": "Rex", "tag": "dog"})
+    );
+    assert_eq!(
+        receipt["isolation"]["request"]["url"],
+        format!("{base}/pets/7")
+    );
+    let v = stdout_json(&run(false, &call));
+    let shown = v.to_string();
+    assert!(
+        shown.contains(&format!(
+            "certificate not trusted: localhost:{}",
+            front.port()
+        )),
+        "{shown}"
+    );
+}

@@ -1,6 +1,6 @@
 //! GET over the blocking client of `capability-openapi`: limits, one deadline per request,
-//! same-origin redirects only, destinations checked after DNS resolution. Plain `http://`
-//! only (no TLS client is built yet).
+//! same-origin redirects only, destinations checked after DNS resolution, `http://` and
+//! `https://` (trusting the system's roots or `SSL_CERT_FILE`).
 
 use std::time::Duration;
 
@@ -62,6 +62,7 @@ impl Fetcher {
                     retries: 1,
                     retry_backoff: Duration::from_millis(50),
                     allow_private: config.allow_private,
+                    ..HttpConfig::default()
                 },
                 Resolver::System,
             )

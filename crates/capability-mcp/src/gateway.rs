@@ -111,7 +111,7 @@ pub struct ServerConfig {
     /// Environment of the child (besides `PATH` and `HOME`, nothing is passed).
     #[serde(default)]
     pub env: BTreeMap<String, String>,
-    /// A streamable-HTTP upstream (`http://`).
+    /// A streamable-HTTP upstream (`http://` or `https://`).
     pub url: Option<String>,
     /// Headers sent to an HTTP upstream (its bearer token, say).
     #[serde(default)]
@@ -194,10 +194,10 @@ impl GatewayConfig {
             }
             match (&s.command, &s.url) {
                 (Some(_), None) => {}
-                (None, Some(url)) if url.starts_with("http://") => {}
+                (None, Some(url)) if url.starts_with("http://") || url.starts_with("https://") => {}
                 (None, Some(url)) => {
                     return Err(format!(
-                        "server {}: {url}: only http:// upstreams are supported (no TLS client yet)",
+                        "server {}: {url}: only http:// and https:// upstreams are supported",
                         s.name
                     ));
                 }

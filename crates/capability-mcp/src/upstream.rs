@@ -596,8 +596,8 @@ pub struct HttpSession {
 }
 
 impl HttpSession {
-    /// Connects to `url` (`http://`), with extra request `headers` (a bearer token for the
-    /// upstream), and performs the handshake.
+    /// Connects to `url` (`http://` or `https://`), with extra request `headers` (a bearer
+    /// token for the upstream), and performs the handshake.
     pub fn start(
         url: &str,
         headers: Vec<(String, String)>,

@@ -749,7 +749,8 @@ impl Executor for HttpOperation {
                 };
                 let error = match e {
                     crate::http::HttpError::Destination(_)
-                    | crate::http::HttpError::CrossOriginRedirect(_) => {
+                    | crate::http::HttpError::CrossOriginRedirect(_)
+                    | crate::http::HttpError::InsecureRedirect(_) => {
                         HookError::Capability(CapabilityError::new(
                             ErrorCode::PermissionDenied,
                             format!("{}: {e}", self.id()),

@@ -1,4 +1,10 @@
-//! The HTTP client of governed calls (hyper 1, HTTP/1.1 over plain TCP).
+//! The HTTP client of every outgoing call (hyper 1, HTTP/1.1 over TCP, `https://` over
+//! rustls): OpenAPI operations, index, packument and tarball fetches, streamable-HTTP MCP
+//! upstreams and the approval webhook.
+//!
+//! The API: an [`HttpClient`] made from an [`HttpConfig`] and a [`Resolver`];
+//! [`HttpClient::send`] takes an [`Outgoing`] request and the [`Origin`]s it may reach
+//! ([`origin_of`] a URL) and returns an [`Incoming`] response or an [`HttpError`].
 //!
 //! Safe by default:
 //!
@@ -12,11 +18,20 @@
 //!   body is refused beyond `max_response_bytes` (the `Content-Length` is checked first).
 //! * **Redirects** are followed (up to `max_redirects`) only to the same origin; a redirect
 //!   elsewhere is not followed and fails the call.
+//!   A redirect from `https://` to `http://` is refused outright.
 //! * **Retries** happen only for idempotent methods (GET, HEAD, PUT, DELETE, OPTIONS,
-//!   TRACE), on connection failures and 502/503/504, with a short backoff.
-//!
-//! TLS is not built in: `https` servers are refused with a clear error (the tests and the
-//! loopback mock servers speak plain HTTP; see the crate README).
+//!   TRACE), on connection failures and 502/503/504, with a short backoff (never on a TLS
+//!   or certificate failure).
+//! * **TLS** (`https://`): rustls with the *ring* provider, TLS 1.2 and 1.3, ALPN
+//!   `http/1.1`. The certificate is always verified (there is no switch to turn that off)
+//!   against the URL's host: its name (also sent as SNI), or an IP address matched against
+//!   the certificate's IP addresses. Trusted roots: the system's (read once per process:
+//!   the bundle and directory OpenSSL would use, e.g. `/etc/ssl/certs`; the environment
+//!   variables `SSL_CERT_FILE` (a PEM bundle) and `SSL_CERT_DIR`, when set, are used
+//!   instead, as OpenSSL does), the Mozilla roots of `webpki-roots` when the system has none,
+//!   plus the PEM certificates of [`HttpConfig::extra_roots_pem`]. An untrusted certificate
+//!   fails with [`HttpError::Certificate`] ("certificate not trusted: host:port: why"),
+//!   another handshake failure with [`HttpError::Tls`].
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
@@ -26,6 +41,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::TokioIo;
+
+mod tls;
 
 /// Limits and switches of the client.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +57,9 @@ pub struct HttpConfig {
     pub retry_backoff: Duration,
     /// Names may resolve to private and loopback addresses.
     pub allow_private: bool,
+    /// PEM certificates trusted as roots for `https://`, beside the system's (a private
+    /// or test certificate authority).
+    pub extra_roots_pem: Option<String>,
 }
 
 impl Default for HttpConfig {
@@ -52,6 +72,7 @@ impl Default for HttpConfig {
             retries: 2,
             retry_backoff: Duration::from_millis(100),
             allow_private: false,
+            extra_roots_pem: None,
         }
     }
 }
@@ -74,6 +95,8 @@ pub enum HttpError {
     Destination(String),
     #[error("redirect to another origin not followed: {0}")]
     CrossOriginRedirect(String),
+    #[error("redirect from https:// to {0} refused (it would leave TLS)")]
+    InsecureRedirect(String),
     #[error("more than {0} redirects")]
     TooManyRedirects(u32),
     #[error("the response exceeds the limit of {0} bytes")]
@@ -82,6 +105,10 @@ pub enum HttpError {
     Timeout(u128),
     #[error("connection failed: {0}")]
     Connect(String),
+    #[error("certificate not trusted: {0}")]
+    Certificate(String),
+    #[error("TLS handshake failed: {0}")]
+    Tls(String),
     #[error("HTTP exchange failed: {0}")]
     Protocol(String),
     #[error("cancelled")]
@@ -181,18 +208,42 @@ pub fn address_allowed(host: &url::Host<&str>, ip: IpAddr, allow_private: bool) 
 }
 
 /// The client: a small tokio runtime of its own (so it works from any thread, inside or
-/// outside another runtime), the limits and the resolver.
+/// outside another runtime; it may be dropped anywhere, an async context included), the
+/// limits, the resolver and the TLS configuration (made at the first `https://` call).
 pub struct HttpClient {
-    runtime: tokio::runtime::Runtime,
+    runtime: Option<tokio::runtime::Runtime>,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     config: HttpConfig,
     resolver: Resolver,
+    tls: std::sync::OnceLock<Result<Arc<tokio_rustls::rustls::ClientConfig>, String>>,
+}
+
+impl Inner {
+    fn tls(&self) -> Result<Arc<tokio_rustls::rustls::ClientConfig>, HttpError> {
+        self.tls
+            .get_or_init(|| tls::client_config(self.config.extra_roots_pem.as_deref()))
+            .clone()
+            .map_err(|e| HttpError::Unsupported(format!("TLS trust roots: {e}")))
+    }
 }
 
 impl std::fmt::Debug for HttpClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HttpClient")
-            .field("config", &self.config)
+            .field("config", &self.inner.config)
             .finish_non_exhaustive()
+    }
+}
+
+impl Drop for HttpClient {
+    fn drop(&mut self) {
+        // A runtime dropped the ordinary way blocks, which panics in an async context.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 
@@ -212,14 +263,17 @@ impl HttpClient {
             .build()
             .map_err(|e| HttpError::Unsupported(format!("cannot start the HTTP runtime: {e}")))?;
         Ok(HttpClient {
-            runtime,
-            config,
-            resolver,
+            runtime: Some(runtime),
+            inner: Arc::new(Inner {
+                config,
+                resolver,
+                tls: std::sync::OnceLock::new(),
+            }),
         })
     }
 
     pub fn config(&self) -> &HttpConfig {
-        &self.config
+        &self.inner.config
     }
 
     /// Sends `request` to one of the `allowed` origins, blocking the calling thread until the
@@ -231,21 +285,22 @@ impl HttpClient {
         timeout: Option<Duration>,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Incoming, HttpError> {
-        let timeout = timeout.map_or(self.config.timeout, |t| t.min(self.config.timeout));
-        let config = self.config.clone();
-        let resolver = self.resolver.clone();
+        let config = &self.inner.config;
+        let timeout = timeout.map_or(config.timeout, |t| t.min(config.timeout));
+        let inner = Arc::clone(&self.inner);
         let allowed = allowed.to_vec();
         let (tx, rx) = std::sync::mpsc::channel();
-        let task = self.runtime.spawn(async move {
-            let result = match tokio::time::timeout(
-                timeout,
-                send_with_retries(&config, &resolver, &allowed, request),
-            )
-            .await
-            {
-                Ok(r) => r,
-                Err(_) => Err(HttpError::Timeout(timeout.as_millis())),
-            };
+        let Some(runtime) = &self.runtime else {
+            return Err(HttpError::Protocol("the HTTP runtime is stopped".into()));
+        };
+        let task = runtime.spawn(async move {
+            let result =
+                match tokio::time::timeout(timeout, send_with_retries(&inner, &allowed, request))
+                    .await
+                {
+                    Ok(r) => r,
+                    Err(_) => Err(HttpError::Timeout(timeout.as_millis())),
+                };
             let _ = tx.send(result);
         });
         let deadline = Instant::now() + timeout + Duration::from_millis(500);
@@ -271,11 +326,11 @@ impl HttpClient {
 }
 
 async fn send_with_retries(
-    config: &HttpConfig,
-    resolver: &Resolver,
+    inner: &Inner,
     allowed: &[Origin],
     request: Outgoing,
 ) -> Result<Incoming, HttpError> {
+    let config = &inner.config;
     let attempts = if idempotent(&request.method) {
         config.retries + 1
     } else {
@@ -283,7 +338,7 @@ async fn send_with_retries(
     };
     let mut attempt = 1;
     loop {
-        let result = send_following(config, resolver, allowed, request.clone()).await;
+        let result = send_following(inner, allowed, request.clone()).await;
         let again = attempt < attempts
             && match &result {
                 Ok(r) => matches!(r.status, 502..=504),
@@ -301,8 +356,7 @@ async fn send_with_retries(
 }
 
 async fn send_following(
-    config: &HttpConfig,
-    resolver: &Resolver,
+    inner: &Inner,
     allowed: &[Origin],
     mut request: Outgoing,
 ) -> Result<Incoming, HttpError> {
@@ -310,7 +364,7 @@ async fn send_following(
         .ok_or_else(|| HttpError::Destination("the URL has no host".into()))?;
     let mut redirects = 0;
     loop {
-        let (status, location, response) = send_once(config, resolver, allowed, &request).await?;
+        let (status, location, response) = send_once(inner, allowed, &request).await?;
         let Some(location) = location.filter(|_| matches!(status, 301 | 302 | 303 | 307 | 308))
         else {
             let mut r = response;
@@ -322,15 +376,19 @@ async fn send_following(
             .join(&location)
             .map_err(|e| HttpError::Protocol(format!("invalid redirect location: {e}")))?;
         let next_origin = origin_of(&next);
+        let shown = next_origin
+            .as_ref()
+            .map(|(s, h, p)| format!("{s}://{h}:{p}"))
+            .unwrap_or_else(|| "a URL without a host".into());
+        if start.0 == "https" && next.scheme() != "https" {
+            return Err(HttpError::InsecureRedirect(shown));
+        }
         if next_origin.as_ref() != Some(&start) {
-            let shown = next_origin
-                .map(|(s, h, p)| format!("{s}://{h}:{p}"))
-                .unwrap_or_else(|| "a URL without a host".into());
             return Err(HttpError::CrossOriginRedirect(shown));
         }
         redirects += 1;
-        if redirects > config.max_redirects {
-            return Err(HttpError::TooManyRedirects(config.max_redirects));
+        if redirects > inner.config.max_redirects {
+            return Err(HttpError::TooManyRedirects(inner.config.max_redirects));
         }
         if status == 303 || (matches!(status, 301 | 302) && request.method == "POST") {
             request.method = "GET".into();
@@ -359,12 +417,16 @@ async fn resolve(resolver: &Resolver, host: &str, port: u16) -> Result<Vec<Socke
 
 type Sent = (u16, Option<String>, Incoming);
 
+/// A connection, plain or TLS.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
 async fn send_once(
-    config: &HttpConfig,
-    resolver: &Resolver,
+    inner: &Inner,
     allowed: &[Origin],
     request: &Outgoing,
 ) -> Result<Sent, HttpError> {
+    let config = &inner.config;
     let url = &request.url;
     let origin =
         origin_of(url).ok_or_else(|| HttpError::Destination("the URL has no host".into()))?;
@@ -374,16 +436,19 @@ async fn send_once(
             origin.0, origin.1, origin.2
         )));
     }
-    if url.scheme() != "http" {
-        return Err(HttpError::Unsupported(format!(
-            "{}:// is not supported by this build (no TLS client); use an http:// server or --base-url",
-            url.scheme()
-        )));
-    }
+    let tls = match url.scheme() {
+        "http" => None,
+        "https" => Some(inner.tls()?),
+        other => {
+            return Err(HttpError::Unsupported(format!(
+                "{other}:// is not supported (http:// and https:// only)"
+            )));
+        }
+    };
     let host = url
         .host()
         .ok_or_else(|| HttpError::Destination("the URL has no host".into()))?;
-    let addresses = resolve(resolver, &origin.1, origin.2).await?;
+    let addresses = resolve(&inner.resolver, &origin.1, origin.2).await?;
     let permitted: Vec<SocketAddr> = addresses
         .iter()
         .copied()
@@ -418,6 +483,17 @@ async fn send_once(
         return Err(HttpError::Connect(last.unwrap_or_default()));
     };
     let _ = stream.set_nodelay(true);
+    let stream: Box<dyn Io> = match tls {
+        None => Box::new(stream),
+        Some(tls) => {
+            let shown = format!("{}:{}", origin.1, origin.2);
+            let handshake = tls::connect(tls, &host, &shown, stream);
+            match tokio::time::timeout(config.connect_timeout, handshake).await {
+                Ok(s) => Box::new(s?),
+                Err(_) => return Err(HttpError::Tls(format!("{shown}: the handshake timed out"))),
+            }
+        }
+    };
     let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| HttpError::Protocol(e.to_string()))?;
@@ -435,9 +511,20 @@ async fn send_once(
     let mut builder = hyper::Request::builder()
         .method(request.method.as_str())
         .uri(target)
-        .header(hyper::header::HOST, host_header)
-        .header(hyper::header::ACCEPT, "application/json, */*;q=0.5")
-        .header(hyper::header::USER_AGENT, "capability-openapi");
+        .header(hyper::header::HOST, host_header);
+    // Defaults the request does not set itself.
+    for (k, v) in [
+        (hyper::header::ACCEPT, "application/json, */*;q=0.5"),
+        (hyper::header::USER_AGENT, "capability-openapi"),
+    ] {
+        if !request
+            .headers
+            .iter()
+            .any(|(h, _)| h.eq_ignore_ascii_case(k.as_str()))
+        {
+            builder = builder.header(k, v);
+        }
+    }
     for (k, v) in &request.headers {
         builder = builder.header(k.as_str(), v.as_str());
     }

@@ -11,8 +11,9 @@
 //!   declared when the operation carries credentials, the server recorded.
 //! * [`request`] builds the exact HTTP request from a capability input: path, query, header
 //!   and cookie parameters serialized with their OpenAPI `style`/`explode`, and the JSON body.
-//! * [`http`] sends it: destination checked after DNS resolution, timeouts, a response size
-//!   limit, redirects only to the same origin, retries only for idempotent methods.
+//! * [`http`] sends it, over `http://` or `https://` (rustls; system roots, `SSL_CERT_FILE`):
+//!   destination checked after DNS resolution, timeouts, a response size limit, redirects
+//!   only to the same origin, retries only for idempotent methods.
 //! * [`executor`] is the [`capability_exec::Executor`] of one operation: plan (method, URL,
 //!   headers, body, with every credential redacted), execute, validate the response against
 //!   the schema of its status, and the receipt's boundary record (request summary and

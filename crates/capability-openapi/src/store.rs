@@ -159,8 +159,8 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::write(path, bytes)
 }
 
-/// Reads a document from a file path or an `http://` URL (the URL's own origin is the only
-/// destination; it may be loopback, since the user named it).
+/// Reads a document from a file path or an `http://` or `https://` URL (the URL's own
+/// origin is the only destination; it may be loopback, since the user named it).
 pub fn read_source(source: &str) -> Result<Value, String> {
     let bytes = if source.starts_with("http://") || source.starts_with("https://") {
         let url = url::Url::parse(source).map_err(|e| format!("{source}: {e}"))?;

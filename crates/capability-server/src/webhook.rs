@@ -5,36 +5,37 @@
 //! `X-Capability-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`. A
 //! receiver recomputes the HMAC over the timestamp, a dot and the raw body, compares in
 //! constant time and rejects old timestamps. A failed delivery (an error or a status other
-//! than 2xx) is retried with exponential backoff. Plain `http://` URLs only (no TLS stack
-//! is linked); put a local relay in front of an HTTPS receiver.
+//! than 2xx) is retried with exponential backoff. `http://` and `https://` URLs, sent by the
+//! shared HTTP client of `capability-openapi` (an `https://` receiver's certificate is
+//! verified against the system's roots, or `SSL_CERT_FILE`); the receiver may be on a
+//! private or loopback address, since the operator named it.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
+use capability_openapi::http::{HttpClient, HttpConfig, Origin, Outgoing, Resolver, origin_of};
 use capability_policy::approvals::ApprovalRecord;
 use hmac::{Hmac, Mac};
-use http_body_util::Full;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use sha2::Sha256;
 
 /// Where and how pending approvals are announced.
 #[derive(Clone)]
 pub struct Webhook {
-    uri: hyper::Uri,
+    url: url::Url,
+    origin: Origin,
     secret: Vec<u8>,
     /// Deliveries tried before giving up.
     pub attempts: u32,
     /// The wait after the first failure; doubled after each.
     pub backoff: Duration,
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Arc<HttpClient>,
 }
 
 impl std::fmt::Debug for Webhook {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Webhook")
-            .field("uri", &self.uri)
+            .field("url", &self.url.as_str())
             .field("attempts", &self.attempts)
             .finish_non_exhaustive()
     }
@@ -54,48 +55,74 @@ pub fn signature(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
 }
 
 impl Webhook {
-    /// A webhook to an `http://` URL, signed with `secret`.
+    /// A webhook to an `http://` or `https://` URL, signed with `secret`.
     pub fn new(url: &str, secret: impl Into<Vec<u8>>) -> Result<Webhook, String> {
-        let uri: hyper::Uri = url
-            .parse()
-            .map_err(|e| format!("webhook URL {url:?}: {e}"))?;
-        if uri.scheme_str() != Some("http") || uri.host().is_none() {
-            return Err(format!(
-                "webhook URL {url:?}: only http://host[:port]/path URLs are supported"
-            ));
-        }
+        Webhook::with_roots(url, secret, None)
+    }
+
+    /// [`Webhook::new`], trusting the PEM certificates `extra_roots_pem` besides the
+    /// system's roots for an `https://` receiver (a private certificate authority).
+    pub fn with_roots(
+        url: &str,
+        secret: impl Into<Vec<u8>>,
+        extra_roots_pem: Option<String>,
+    ) -> Result<Webhook, String> {
+        let parsed = url::Url::parse(url).map_err(|e| format!("webhook URL {url:?}: {e}"))?;
+        let origin = origin_of(&parsed)
+            .filter(|_| matches!(parsed.scheme(), "http" | "https"))
+            .ok_or_else(|| {
+                format!("webhook URL {url:?}: only http(s)://host[:port]/path URLs are supported")
+            })?;
         let secret = secret.into();
         if secret.is_empty() {
             return Err("the webhook secret must not be empty".into());
         }
+        let config = HttpConfig {
+            timeout: Duration::from_secs(10),
+            max_response_bytes: 64 << 10,
+            // Failed deliveries are retried here, with the webhook's own backoff.
+            retries: 0,
+            allow_private: true,
+            extra_roots_pem,
+            ..HttpConfig::default()
+        };
+        let client = HttpClient::new(config, Resolver::System).map_err(|e| e.to_string())?;
         Ok(Webhook {
-            uri,
+            url: parsed,
+            origin,
             secret,
             attempts: 5,
             backoff: Duration::from_millis(500),
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            client: Arc::new(client),
         })
     }
 
     async fn post_once(&self, body: &Bytes, timestamp: u64) -> Result<(), String> {
-        let request = hyper::Request::post(self.uri.clone())
-            .header("content-type", "application/json")
-            .header("user-agent", "cap-serve")
-            .header("x-capability-timestamp", timestamp.to_string())
-            .header(
-                "x-capability-signature",
-                signature(&self.secret, timestamp, body),
-            )
-            .body(Full::new(body.clone()))
-            .map_err(|e| e.to_string())?;
-        let response = tokio::time::timeout(Duration::from_secs(10), self.client.request(request))
-            .await
-            .map_err(|_| "timed out".to_string())?
-            .map_err(|e| e.to_string())?;
-        if response.status().is_success() {
+        let request = Outgoing {
+            method: "POST".into(),
+            url: self.url.clone(),
+            headers: vec![
+                ("user-agent".into(), "cap-serve".into()),
+                ("x-capability-timestamp".into(), timestamp.to_string()),
+                (
+                    "x-capability-signature".into(),
+                    signature(&self.secret, timestamp, body),
+                ),
+            ],
+            body: Some(("application/json".into(), body.to_vec())),
+        };
+        let client = Arc::clone(&self.client);
+        let allowed = [self.origin.clone()];
+        // The shared client blocks its caller: run it off the async workers.
+        let response =
+            tokio::task::spawn_blocking(move || client.send(request, &allowed, None, &|| false))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())?;
+        if (200..300).contains(&response.status) {
             Ok(())
         } else {
-            Err(format!("status {}", response.status()))
+            Err(format!("status {}", response.status))
         }
     }
 
@@ -124,7 +151,7 @@ impl Webhook {
         }
         eprintln!(
             "cap serve: webhook {} failed for {}: {last}",
-            self.uri, record.approval_id
+            self.url, record.approval_id
         );
         Err(last)
     }
@@ -152,9 +179,11 @@ mod tests {
     }
 
     #[test]
-    fn only_http_urls() {
+    fn only_http_and_https_urls() {
         assert!(Webhook::new("http://127.0.0.1:9/hook", "s").is_ok());
-        assert!(Webhook::new("https://example.com/hook", "s").is_err());
+        assert!(Webhook::new("https://example.com/hook", "s").is_ok());
+        assert!(Webhook::new("ftp://example.com/hook", "s").is_err());
+        assert!(Webhook::new("file:///tmp/hook", "s").is_err());
         assert!(Webhook::new("not a url", "s").is_err());
         assert!(Webhook::new("http://127.0.0.1:9/hook", "").is_err());
     }

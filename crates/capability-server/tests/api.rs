@@ -931,3 +931,82 @@ async fn live_events_and_signed_webhook() {
     want.sort();
     assert_eq!(got, want);
 }
+
+#[path = "../../capability-openapi/tests/tls_front/mod.rs"]
+mod tls_front;
+
+fn pending_record(id: &str) -> capability_policy::approvals::ApprovalRecord {
+    capability_policy::approvals::ApprovalRecord {
+        approval_id: id.into(),
+        status: capability_policy::approvals::ApprovalStatus::Pending,
+        plan_fingerprint: None,
+        action_digest: "sha256:00".into(),
+        capability: "text/echo".into(),
+        action_type: "invoke".into(),
+        agent_id: "agent".into(),
+        tenant: None,
+        environment: "test".into(),
+        requester: "agent".into(),
+        reason: Some("secrets need a human".into()),
+        policy_ids: vec!["secrets-need-approval".into()],
+        input: json!({"text": "a secret"}),
+        action_id: "act_1".into(),
+        trace_id: "trace_1".into(),
+        created_at: 0,
+        expires_at: 1,
+        decided_by: None,
+        decided_at: None,
+        note: None,
+        token_nonce: None,
+        token_expires_at: None,
+        consumed_at: None,
+    }
+}
+
+/// The webhook to an `https://` receiver (a TLS terminator whose certificate a test CA
+/// issued): refused on the certificate while the CA is not trusted (nothing reaches the
+/// receiver), delivered and signed once it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_delivers_over_https_to_a_trusted_receiver_only() {
+    let (url, mut deliveries) = receiver().await;
+    let plain = url
+        .strip_prefix("http://")
+        .and_then(|u| u.strip_suffix("/hook"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    let ca = tls_front::TestCa::new("webhook test CA");
+    let front = tls_front::front(ca.server(&["127.0.0.1"]), plain);
+    let https = format!("https://{front}/hook");
+    let mut hook = Webhook::new(&https, "s3cret").unwrap();
+    hook.attempts = 2;
+    hook.backoff = Duration::from_millis(10);
+    let e = hook
+        .deliver(&pending_record("apr_untrusted"))
+        .await
+        .unwrap_err();
+    assert!(
+        e.contains(&format!("certificate not trusted: {front}")),
+        "{e}"
+    );
+    // Trusted: the receiver's first answer is a 503 (so it saw nothing before), the retry
+    // is accepted.
+    let mut hook = Webhook::with_roots(&https, "s3cret", Some(ca.pem())).unwrap();
+    hook.backoff = Duration::from_millis(10);
+    assert_eq!(hook.deliver(&pending_record("apr_trusted")).await, Ok(2));
+    let (headers, body) = tokio::time::timeout(Duration::from_secs(10), deliveries.recv())
+        .await
+        .expect("no webhook delivery")
+        .unwrap();
+    let ts: u64 = headers["x-capability-timestamp"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        headers["x-capability-signature"].to_str().unwrap(),
+        capability_server::webhook::signature(b"s3cret", ts, &body)
+    );
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["approval"]["id"], "apr_trusted");
+}

@@ -24,7 +24,7 @@ pub struct ServeArgs {
     /// Policy fixtures the console's policies page tests the --policy files against.
     #[arg(long)]
     pub policy_fixtures: Option<PathBuf>,
-    /// POST each new pending approval here (http:// only), signed with HMAC-SHA256.
+    /// POST each new pending approval here (http:// or https://), signed with HMAC-SHA256.
     #[arg(long)]
     pub webhook: Option<String>,
     /// The file holding the webhook's HMAC secret (default: $CAP_WEBHOOK_SECRET).
