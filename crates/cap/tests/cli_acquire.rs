@@ -507,7 +507,7 @@ struct Verdaccio {
     child: std::process::Child,
     url: String,
     npmrc: PathBuf,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Verdaccio {
@@ -580,7 +580,7 @@ fn start_verdaccio() -> Verdaccio {
         child,
         url,
         npmrc,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -598,24 +598,31 @@ fn npm(v: &Verdaccio, cwd: &Path, args: &[&str]) -> Output {
     out
 }
 
+/// Publishes the fixture package (`@fixture/capabilities@1.0.0`) to verdaccio with npm and
+/// returns its `dist.integrity`.
+fn publish_fixture(v: &Verdaccio) -> String {
+    let pkg = tempfile::tempdir().unwrap();
+    for f in ["package.json", "add.mjs"] {
+        std::fs::copy(fixture_dir().join(f), pkg.path().join(f)).unwrap();
+    }
+    npm(v, pkg.path(), &["publish"]);
+    let view = npm(
+        v,
+        pkg.path(),
+        &["view", "@fixture/capabilities@1.0.0", "dist.integrity"],
+    );
+    let integrity = String::from_utf8_lossy(&view.stdout).trim().to_string();
+    assert!(integrity.starts_with("sha512-"), "{integrity}");
+    integrity
+}
+
 #[test]
 fn published_capability_is_found_installed_run_and_reinstalled_from_the_lock() {
     if !verdaccio_present() {
         return;
     }
     let v = start_verdaccio();
-    let pkg = tempfile::tempdir().unwrap();
-    for f in ["package.json", "add.mjs"] {
-        std::fs::copy(fixture_dir().join(f), pkg.path().join(f)).unwrap();
-    }
-    npm(&v, pkg.path(), &["publish"]);
-    let view = npm(
-        &v,
-        pkg.path(),
-        &["view", "@fixture/capabilities@1.0.0", "dist.integrity"],
-    );
-    let integrity = String::from_utf8_lossy(&view.stdout).trim().to_string();
-    assert!(integrity.starts_with("sha512-"), "{integrity}");
+    let integrity = publish_fixture(&v);
 
     let server = Server::start();
     let url = server.json(
@@ -737,4 +744,315 @@ fn published_capability_is_found_installed_run_and_reinstalled_from_the_lock() {
     let report = stdout_json(&out);
     assert_eq!(report["capabilityDeclared"], json!(true));
     assert_eq!(report["integrity"], json!(integrity));
+}
+
+/// A registry in front of verdaccio: `/-/npm/v1/keys` answers from `keys` (404 when `None`),
+/// everything else is forwarded to verdaccio with its Host header, so the tarball URLs
+/// verdaccio writes point at the proxy.
+struct KeysProxy {
+    url: String,
+    keys: Arc<Mutex<Option<Value>>>,
+}
+
+impl KeysProxy {
+    fn start(upstream: &str) -> KeysProxy {
+        let keys: Arc<Mutex<Option<Value>>> = Arc::default();
+        let shared = Arc::clone(&keys);
+        let upstream = upstream.trim_end_matches('/').to_string();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                tx.send(listener.local_addr().unwrap()).unwrap();
+                let client = hyper_util::client::legacy::Client::builder(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .build_http::<axum::body::Body>();
+                let app = axum::Router::new().fallback(
+                    move |req: axum::http::Request<axum::body::Body>| {
+                        let keys = Arc::clone(&shared);
+                        let client = client.clone();
+                        let upstream = upstream.clone();
+                        async move {
+                            use axum::response::IntoResponse as _;
+                            if req.uri().path() == "/-/npm/v1/keys" {
+                                let doc = keys.lock().unwrap().clone();
+                                return match doc {
+                                    Some(d) => (
+                                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                                        serde_json::to_vec(&d).unwrap(),
+                                    )
+                                        .into_response(),
+                                    None => axum::http::StatusCode::NOT_FOUND.into_response(),
+                                };
+                            }
+                            let (mut parts, body) = req.into_parts();
+                            let path = parts
+                                .uri
+                                .path_and_query()
+                                .map(|p| p.as_str().to_string())
+                                .unwrap_or_default();
+                            parts.uri = format!("{upstream}{path}").parse().unwrap();
+                            let forwarded = axum::http::Request::from_parts(parts, body);
+                            match client.request(forwarded).await {
+                                Ok(r) => r.map(axum::body::Body::new).into_response(),
+                                Err(_) => axum::http::StatusCode::BAD_GATEWAY.into_response(),
+                            }
+                        }
+                    },
+                );
+                axum::serve(listener, app).await.unwrap();
+            });
+        });
+        let addr = rx.recv().unwrap();
+        KeysProxy {
+            url: format!("http://{addr}/"),
+            keys,
+        }
+    }
+
+    fn publish_keys(&self, keys: &[&TestKey]) {
+        let listed: Vec<Value> = keys.iter().map(|k| k.published()).collect();
+        *self.keys.lock().unwrap() = Some(json!({ "keys": listed }));
+    }
+}
+
+/// A P-256 key made by the test from the system's randomness.
+struct TestKey {
+    keyid: String,
+    key: p256::ecdsa::SigningKey,
+}
+
+impl TestKey {
+    fn new(keyid: &str) -> TestKey {
+        use std::io::Read as _;
+        let mut seed = [0u8; 32];
+        std::fs::File::open("/dev/urandom")
+            .unwrap()
+            .read_exact(&mut seed)
+            .unwrap();
+        TestKey {
+            keyid: keyid.to_string(),
+            key: p256::ecdsa::SigningKey::from_slice(&seed).unwrap(),
+        }
+    }
+
+    /// The key as npm publishes it: base64 of the SPKI DER (the fixed P-256 prefix and the
+    /// uncompressed point).
+    fn published(&self) -> Value {
+        let mut der = hex_decode("3059301306072a8648ce3d020106082a8648ce3d030107034200");
+        der.extend_from_slice(self.key.verifying_key().to_encoded_point(false).as_bytes());
+        json!({
+            "keyid": self.keyid,
+            "key": base64::engine::general_purpose::STANDARD.encode(&der),
+            "keytype": "ecdsa-sha2-nistp256",
+            "scheme": "ecdsa-sha2-nistp256",
+            "expires": null,
+        })
+    }
+
+    /// `{keyid, sig}` over `message`.
+    fn sign(&self, message: &str) -> Value {
+        use p256::ecdsa::signature::Signer as _;
+        let sig: p256::ecdsa::Signature = self.key.sign(message.as_bytes());
+        json!({
+            "keyid": self.keyid,
+            "sig": base64::engine::general_purpose::STANDARD.encode(sig.to_der().as_bytes()),
+        })
+    }
+}
+
+/// Writes `signatures` into the `dist` of `@fixture/capabilities@1.0.0` in verdaccio's
+/// storage (verdaccio serves the stored packument as it is).
+fn inject_signatures(v: &Verdaccio, signatures: Option<Value>) {
+    let path = v
+        .dir
+        .path()
+        .join("storage/@fixture/capabilities/package.json");
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let dist = &mut doc["versions"]["1.0.0"]["dist"];
+    match signatures {
+        Some(s) => dist["signatures"] = s,
+        None => {
+            dist.as_object_mut().unwrap().remove("signatures");
+        }
+    }
+    std::fs::write(&path, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+}
+
+#[test]
+fn registry_signatures_are_verified_required_and_their_keys_pinned() {
+    if !verdaccio_present() {
+        return;
+    }
+    let v = start_verdaccio();
+    let integrity = publish_fixture(&v);
+    let proxy = KeysProxy::start(&v.url);
+    let server = Server::start();
+    let url = server.json(
+        "/index.json",
+        &index(
+            vec![index_package(
+                "@fixture/capabilities",
+                "1.0.0",
+                Some(&integrity),
+            )],
+            &[],
+        ),
+    );
+    let message = format!("@fixture/capabilities@1.0.0:{integrity}");
+    let trust = tempfile::tempdir().unwrap();
+    let policy = trust.path().join("trust.json");
+    std::fs::write(&policy, r#"{"requireRegistrySignature": true}"#).unwrap();
+    let policy_arg = policy.display().to_string();
+    let install = |home: &Path, extra: &[&str]| {
+        let lock = home.join("capability.lock.json").display().to_string();
+        let mut args = vec![
+            "install",
+            "fixture/add",
+            "--index",
+            &url,
+            "--registry",
+            &proxy.url,
+            "--lock",
+            &lock,
+        ];
+        args.extend_from_slice(extra);
+        cap(home, &args)
+    };
+    let refused = |extra: &[&str], expected: &str| {
+        let home = tempfile::tempdir().unwrap();
+        let out = install(home.path(), extra);
+        assert_eq!(out.status.code(), Some(1), "{expected}: {}", stderr(&out));
+        assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+        assert!(
+            store_entries(home.path()).is_empty(),
+            "{expected}: {:?}",
+            store_entries(home.path())
+        );
+        assert!(!home.path().join("capability.lock.json").exists());
+        assert!(
+            !home.path().join("registry-keys").exists(),
+            "nothing pinned"
+        );
+    };
+
+    // The registry publishes no keys: unsigned is accepted unless signatures are required,
+    // by the flag or by a trust policy.
+    refused(&["--require-signatures"], "publishes no signing keys");
+    refused(
+        &["--trust-policy", &policy_arg],
+        "publishes no signing keys",
+    );
+    let home = tempfile::tempdir().unwrap();
+    let out = install(home.path(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let record = installed_record(home.path());
+    assert_eq!(record["registrySignatureVerified"], json!(false));
+
+    let a = TestKey::new("SHA256:test-key-a");
+    proxy.publish_keys(&[&a]);
+    // Keys, but no signature.
+    refused(&["--require-signatures"], "npm registry signature missing");
+    // A signature over another message (another version).
+    inject_signatures(
+        &v,
+        Some(json!([a.sign(&message.replace("@1.0.0:", "@1.0.1:"))])),
+    );
+    refused(&[], "does not verify");
+    // A signature by a key the registry does not publish.
+    let stranger = TestKey::new("SHA256:not-published");
+    inject_signatures(&v, Some(json!([stranger.sign(&message)])));
+    refused(&[], "unknown key");
+    // A good signature and a bad one: the bad one is refused.
+    inject_signatures(
+        &v,
+        Some(json!([
+            a.sign(&message),
+            a.sign("@fixture/capabilities@1.0.0:x")
+        ])),
+    );
+    refused(&[], "does not verify");
+
+    // A good signature: accepted, its key id in the record and the receipt's provenance.
+    inject_signatures(&v, Some(json!([a.sign(&message)])));
+    let home = tempfile::tempdir().unwrap();
+    let out = install(home.path(), &["--require-signatures"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["signatureKeyId"], json!(a.keyid));
+    let record = installed_record(home.path());
+    assert_eq!(record["signatureKeyId"], json!(a.keyid));
+    assert_eq!(record["registrySignatureVerified"], json!(true));
+    // The lock keeps the reference's format (no member the reference does not know).
+    let lock: Value =
+        serde_json::from_slice(&std::fs::read(home.path().join("capability.lock.json")).unwrap())
+            .unwrap();
+    let mut members: Vec<&String> = lock["package"].as_object().unwrap().keys().collect();
+    members.sort();
+    assert_eq!(members, ["integrity", "name", "version"]);
+    let out = cap(home.path(), &["exec", "fixture/add", r#"{"a":2,"b":40}"#]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = stdout_json(&out);
+    assert_eq!(doc["receipt"]["output"]["result"], json!(42));
+    let provenance = &doc["receipt"]["provenance"];
+    assert_eq!(provenance["signatureKeyId"], json!(a.keyid), "{doc}");
+    assert_eq!(provenance["registrySignatureVerified"], json!(true));
+
+    // Pinning: the registry's key set changes (another key signs); the home that pinned
+    // the first set refuses it, and keeps nothing new.
+    let pins: Vec<_> = std::fs::read_dir(home.path().join("registry-keys"))
+        .unwrap()
+        .collect();
+    assert_eq!(pins.len(), 1);
+    std::fs::remove_dir_all(home.path().join("packages")).unwrap();
+    let b = TestKey::new("SHA256:test-key-b");
+    proxy.publish_keys(&[&b]);
+    inject_signatures(&v, Some(json!([b.sign(&message)])));
+    let out = install(home.path(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("changed since they were pinned"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(store_entries(home.path()).is_empty());
+    // A registry that stops publishing the pinned keys is refused too.
+    *proxy.keys.lock().unwrap() = None;
+    let out = install(home.path(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no longer publishes signing keys"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(store_entries(home.path()).is_empty());
+    // A home without the pin accepts the new key set.
+    proxy.publish_keys(&[&b]);
+    let fresh = tempfile::tempdir().unwrap();
+    let out = install(fresh.path(), &["--require-signatures"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["signatureKeyId"], json!(b.keyid));
+}
+
+fn hex_decode(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The one installed-package record of a home.
+fn installed_record(home: &Path) -> Value {
+    let records: Vec<PathBuf> = std::fs::read_dir(home.join("packages"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    serde_json::from_slice(&std::fs::read(&records[0]).unwrap()).unwrap()
 }

@@ -9,6 +9,8 @@
 //! * [`integrity`]: sha512 over the downloaded bytes, compared with the packument's
 //!   `dist.integrity` and the index's declared integrity (an observed integrity is never
 //!   replaced by a declared one);
+//! * [`signatures`]: npm registry signatures (ECDSA P-256 over `<name>@<version>:<integrity>`)
+//!   checked against the registry's published keys, pinned per registry in the home;
 //! * [`unpack`]: tarballs unpacked into the content-addressed store of the home, refusing
 //!   absolute paths, `..`, links that leave the package, device files, duplicate entries and
 //!   archives that expand past a limit; no lifecycle script ever runs;
@@ -24,6 +26,7 @@ pub mod install;
 pub mod integrity;
 pub mod probe;
 pub mod registry;
+pub mod signatures;
 pub mod unpack;
 
 pub use federation::{Bounds, Network, federate};
@@ -42,6 +45,9 @@ pub enum AcquireError {
     /// The registry's answer was unusable.
     #[error("{0}")]
     Registry(String),
+    /// A registry signature or the registry's key set was refused.
+    #[error("{0}")]
+    Signature(String),
     /// Bytes did not match a declared integrity.
     #[error("{0}")]
     Integrity(String),

@@ -70,6 +70,13 @@ pub struct InstallArgs {
     /// Install exactly what the lock names; fail on any difference.
     #[arg(long)]
     pub locked: bool,
+    /// Refuse a version without a registry signature verified against the registry's
+    /// published keys (`/-/npm/v1/keys`, pinned per registry in the home).
+    #[arg(long)]
+    pub require_signatures: bool,
+    /// A trust policy (JSON); `requireRegistrySignature: true` in it requires signatures too.
+    #[arg(long = "trust-policy")]
+    pub trust_policy: Option<PathBuf>,
     /// The most bytes an archive may expand to.
     #[arg(long, default_value_t = 256 << 20)]
     pub max_unpacked_bytes: u64,
@@ -110,6 +117,11 @@ pub fn install(args: InstallArgs) -> Result<i32, String> {
         bounds: args.index.bounds(),
         fetch: args.index.fetch(),
         locked,
+        require_signatures: args.require_signatures
+            || match &args.trust_policy {
+                Some(p) => requires_signatures(p)?,
+                None => false,
+            },
         limits: capability_acquire::unpack::Limits {
             max_unpacked_bytes: args.max_unpacked_bytes,
             ..Default::default()
@@ -137,11 +149,20 @@ pub fn install(args: InstallArgs) -> Result<i32, String> {
         ),
         "integrity": r.pointer("/package/integrity"),
         "registry": r.get("registry"),
+        "signatureKeyId": r.get("signatureKeyId"),
         "store": done.store.display().to_string(),
         "lock": lock_path,
         "locked": args.locked,
     }))?;
     Ok(0)
+}
+
+/// Whether the trust policy file at `path` requires a registry signature.
+pub fn requires_signatures(path: &std::path::Path) -> Result<bool, String> {
+    let policy: capability_runtime::trust::TrustPolicy =
+        serde_json::from_value(crate::output::read_json(path)?)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(policy.require_registry_signature)
 }
 
 #[derive(Args, Debug)]
