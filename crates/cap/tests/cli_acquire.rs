@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,16 +31,22 @@ type Case = (
     &'static str,
 );
 
-/// A loopback server answering from a route table; `/hang` never answers.
+/// A loopback server answering from a route table; `/hang` never answers. It counts the
+/// requests it answers and can be stopped.
 struct Server {
     base: String,
     routes: Routes,
+    hits: Arc<AtomicUsize>,
+    stopped: Arc<AtomicBool>,
 }
 
 impl Server {
     fn start() -> Server {
         let routes: Routes = Arc::default();
-        let shared = Arc::clone(&routes);
+        let hits: Arc<AtomicUsize> = Arc::default();
+        let stopped: Arc<AtomicBool> = Arc::default();
+        let (shared, counted, stop) =
+            (Arc::clone(&routes), Arc::clone(&hits), Arc::clone(&stopped));
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -51,6 +58,7 @@ impl Server {
                 tx.send(listener.local_addr().unwrap()).unwrap();
                 let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
                     let routes = Arc::clone(&shared);
+                    counted.fetch_add(1, Ordering::SeqCst);
                     async move {
                         let path = uri.path().to_string();
                         if path == "/hang" {
@@ -65,14 +73,42 @@ impl Server {
                         }
                     }
                 });
-                axum::serve(listener, app).await.unwrap();
+                let stopping = async move {
+                    while !stop.load(Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                };
+                tokio::select! {
+                    r = axum::serve(listener, app) => r.unwrap(),
+                    () = stopping => {}
+                }
             });
         });
         let addr = rx.recv().unwrap();
         Server {
             base: format!("http://{addr}"),
             routes,
+            hits,
+            stopped,
         }
+    }
+
+    /// Stops listening (connections are then refused).
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        let addr = self.base.trim_start_matches("http://").to_string();
+        let started = Instant::now();
+        while std::net::TcpStream::connect(&addr).is_ok() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the server did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
     }
 
     fn put(&self, path: &str, status: u16, body: impl Into<Vec<u8>>) -> String {
@@ -1055,4 +1091,86 @@ fn installed_record(home: &Path) -> Value {
         .collect();
     assert_eq!(records.len(), 1, "{records:?}");
     serde_json::from_slice(&std::fs::read(&records[0]).unwrap()).unwrap()
+}
+
+#[test]
+fn indexes_are_cached_read_offline_and_configured_in_the_home() {
+    let server = Server::start();
+    let home = tempfile::tempdir().unwrap();
+    let pkg = |n: &str| {
+        let mut p = index_package(n, "1.0.0", None);
+        p["capabilities"][0]["manifest"]["id"] = json!(format!("fixture/{n}"));
+        p
+    };
+    let url = server.json("/index.json", &index(vec![pkg("cached")], &[]));
+    let find = |extra: &[&str]| {
+        let mut args = vec!["find", "fixture"];
+        args.extend_from_slice(extra);
+        cap(home.path(), &args)
+    };
+    let ids = |out: &Output| -> Vec<String> {
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
+        stdout_json(out)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // Offline before anything was cached: a clear error naming the URL.
+    let out = find(&["--index", &url, "--offline"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("is not in the index cache") && stderr(&out).contains(&url),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(server.hits(), 0, "offline fetches nothing");
+    // Online: fetched once, and cached.
+    assert_eq!(ids(&find(&["--index", &url])), ["fixture/cached"]);
+    assert_eq!(server.hits(), 1);
+    // Offline reads the cache and sends nothing.
+    assert_eq!(
+        ids(&find(&["--index", &url, "--offline"])),
+        ["fixture/cached"]
+    );
+    assert_eq!(server.hits(), 1);
+
+    // The home's indexes.json names the indexes when no flag or variable does.
+    let other = server.json("/other.json", &index(vec![pkg("configured")], &[]));
+    std::fs::write(
+        home.path().join("indexes.json"),
+        serde_json::to_vec(&json!({"indexes": [url, other]})).unwrap(),
+    )
+    .unwrap();
+    let mut got = ids(&find(&[]));
+    got.sort();
+    assert_eq!(got, ["fixture/cached", "fixture/configured"]);
+    // A flag still wins over the file.
+    assert_eq!(ids(&find(&["--index", &other])), ["fixture/configured"]);
+
+    // With the server stopped, offline still works for both; online fails clearly.
+    server.stop();
+    let mut got = ids(&find(&["--offline"]));
+    got.sort();
+    assert_eq!(got, ["fixture/cached", "fixture/configured"]);
+    let out = find(&["--index", &url]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("Failed to fetch capability index"),
+        "{}",
+        stderr(&out)
+    );
+    // A cached URL of another server is not there.
+    let out = find(&["--index", "http://127.0.0.1:9/none.json", "--offline"]);
+    assert!(
+        stderr(&out).contains("is not in the index cache"),
+        "{}",
+        stderr(&out)
+    );
+    // A malformed home file is an error, not silently ignored.
+    std::fs::write(home.path().join("indexes.json"), r#"{"indexes": "x"}"#).unwrap();
+    let out = find(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("indexes.json"), "{}", stderr(&out));
 }

@@ -14,7 +14,7 @@ use capability_host::installed::{RECORD_VERSION, record_path, store_path};
 use serde_json::{Value, json};
 
 use crate::AcquireError;
-use crate::federation::{Bounds, configured_indexes, federate};
+use crate::federation::{Bounds, IndexCache, configured_indexes, federate};
 use crate::fetch::{FetchConfig, Fetcher};
 use crate::integrity::{check_declared, observe};
 use crate::registry::{packument, registry_url, version_document};
@@ -38,6 +38,8 @@ pub struct InstallOptions {
     /// `--require-signatures` (or a trust policy requiring a registry signature): refuse a
     /// version without a signature verified against the registry's keys.
     pub require_signatures: bool,
+    /// `--offline`: the indexes come from the home's index cache only.
+    pub offline: bool,
 }
 
 /// What was installed.
@@ -64,7 +66,7 @@ pub fn install(
     options: &InstallOptions,
 ) -> Result<Installation, AcquireError> {
     let fetcher = Fetcher::new(options.fetch.clone())?;
-    let mut roots = configured_indexes(&options.indexes);
+    let mut roots = configured_indexes(&options.indexes, Some(home.root()))?;
     let locked = match &options.locked {
         Some(lock) => {
             capability_core::index::assert_valid_lock(lock)
@@ -79,7 +81,14 @@ pub fn install(
     {
         roots.push(url.to_string());
     }
-    let network = federate(&fetcher, &roots, &options.embedded, options.bounds)?;
+    let cache = IndexCache::in_home(home.root(), options.offline);
+    let network = federate(
+        &fetcher,
+        &roots,
+        &options.embedded,
+        options.bounds,
+        Some(&cache),
+    )?;
     let index_url = roots
         .first()
         .cloned()

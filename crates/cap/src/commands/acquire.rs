@@ -15,9 +15,13 @@ use crate::output::print_json;
 /// Where indexes come from and how far federation goes.
 #[derive(Args, Debug, Clone, Default)]
 pub struct IndexOptions {
-    /// A capability index URL (repeatable; default $CAPABILITY_INDEX, comma separated).
+    /// A capability index URL (repeatable; default $CAPABILITY_INDEX, comma separated, else
+    /// the `indexes` of `<home>/indexes.json`).
     #[arg(long = "index")]
     pub indexes: Vec<String>,
+    /// Read the indexes from the home's index cache only (every index fetched is cached).
+    #[arg(long)]
+    pub offline: bool,
     /// How many `federates` links deep to follow.
     #[arg(long, default_value_t = 4)]
     pub max_depth: usize,
@@ -44,15 +48,20 @@ impl IndexOptions {
         }
     }
 
-    /// The index entries of the configured network (none when no index is configured).
-    pub fn entries(&self) -> Result<Vec<IndexEntry>, String> {
-        let roots = capability_acquire::federation::configured_indexes(&self.indexes);
+    /// The index entries of the configured network (none when no index is configured),
+    /// through the index cache of `home`.
+    pub fn entries(&self, home: &HomeArg) -> Result<Vec<IndexEntry>, String> {
+        let root = capability_host::home::resolve(home.home.as_deref());
+        let roots = capability_acquire::federation::configured_indexes(&self.indexes, Some(&root))
+            .map_err(|e| e.to_string())?;
         if roots.is_empty() {
             return Ok(Vec::new());
         }
         let fetcher = Fetcher::new(self.fetch()).map_err(|e| e.to_string())?;
-        let network = capability_acquire::federate(&fetcher, &roots, &[], self.bounds())
-            .map_err(|e| e.to_string())?;
+        let cache = capability_acquire::federation::IndexCache::in_home(&root, self.offline);
+        let network =
+            capability_acquire::federate(&fetcher, &roots, &[], self.bounds(), Some(&cache))
+                .map_err(|e| e.to_string())?;
         Ok(index_entries(&network.index))
     }
 }
@@ -117,6 +126,7 @@ pub fn install(args: InstallArgs) -> Result<i32, String> {
         bounds: args.index.bounds(),
         fetch: args.index.fetch(),
         locked,
+        offline: args.index.offline,
         require_signatures: args.require_signatures
             || match &args.trust_policy {
                 Some(p) => requires_signatures(p)?,

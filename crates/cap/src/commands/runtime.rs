@@ -108,7 +108,7 @@ pub fn find(args: FindArgs) -> Result<i32, String> {
     };
     // The host's sources (built-ins, installed packages) and the configured indexes.
     let mut entries = host.index_entries().to_vec();
-    entries.extend(args.index.entries()?);
+    entries.extend(args.index.entries(&args.home)?);
     let hits: Vec<Value> = capability_core::index::discover_index(&entries, &query)
         .into_iter()
         .map(|h| h.item.hit_json(h.score, &h.reasons))
@@ -129,7 +129,7 @@ pub struct InfoArgs {
 
 pub fn info(args: InfoArgs) -> Result<i32, String> {
     let host = open_home(&args.home)?;
-    let network = args.index.entries()?;
+    let network = args.index.entries(&args.home)?;
     if network.is_empty() {
         let r = host.info(&args.id_or_query).map_err(|e| e.message)?;
         print_json(&r.to_json())?;
