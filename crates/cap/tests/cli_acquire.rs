@@ -65,12 +65,19 @@ impl Server {
                             tokio::time::sleep(Duration::from_secs(3600)).await;
                         }
                         let found = routes.lock().unwrap().get(&path).cloned();
-                        match found {
-                            Some((status, body)) => {
-                                (axum::http::StatusCode::from_u16(status).unwrap(), body)
-                            }
-                            None => (axum::http::StatusCode::NOT_FOUND, b"{}".to_vec()),
+                        // A 3xx route's body is its Location.
+                        let (status, body) = found.unwrap_or((404, b"{}".to_vec()));
+                        let location = (300..400)
+                            .contains(&status)
+                            .then(|| String::from_utf8_lossy(&body).to_string());
+                        let mut response = axum::http::Response::new(axum::body::Body::from(body));
+                        *response.status_mut() = axum::http::StatusCode::from_u16(status).unwrap();
+                        if let Some(l) = location {
+                            response
+                                .headers_mut()
+                                .insert(axum::http::header::LOCATION, l.parse().unwrap());
                         }
+                        response
                     }
                 });
                 let stopping = async move {
@@ -461,6 +468,62 @@ fn index_servers_give_bounded_results_or_clear_errors() {
         "{}",
         stderr(&out)
     );
+    // 500 indexes: refused at the count bound, or all loaded when the bound allows them.
+    let many: Vec<String> = (1..500)
+        .map(|i| {
+            server.json(
+                &format!("/many{i}.json"),
+                &index(vec![pkg(&format!("many{i}"))], &[]),
+            )
+        })
+        .collect();
+    let wide = server.json("/wide.json", &index(vec![pkg("wide")], &many));
+    let out = find(&wide, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("Capability federation exceeded 64 indexes"),
+        "{}",
+        stderr(&out)
+    );
+    let out = cap(
+        home.path(),
+        &[
+            "find",
+            "fixture",
+            "--index",
+            &wide,
+            "--max-indexes",
+            "500",
+            "--limit",
+            "1000",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(ids(&out).len(), 500);
+    // A document past the size limit (8 MiB) is refused, not read whole.
+    let mut huge = serde_json::to_vec(&index(vec![pkg("huge")], &[])).unwrap();
+    huge.pop();
+    huge.extend(format!(r#","padding":"{}"}}"#, "x".repeat(9 << 20)).bytes());
+    let huge = server.put("/huge.json", 200, huge);
+    let out = find(&huge, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("exceeds the limit of 8388608 bytes"),
+        "{}",
+        stderr(&out)
+    );
+    // A redirect loop ends at the redirect bound.
+    let loop2 = format!("{}/loop2.json", server.base);
+    let loop1 = server.put("/loop1.json", 302, loop2.clone());
+    server.put("/loop2.json", 307, loop1.clone());
+    let out = find(&loop1, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("more than 5 redirects"),
+        "{}",
+        stderr(&out)
+    );
+
     let started = Instant::now();
     let out = find(
         &format!("{}/hang", server.base),

@@ -1,6 +1,6 @@
 //! Federation: the reference's `fetchCapabilityNetwork`, breadth-first over `federates` links
 //! with a depth bound (default 4) and a count bound (default 64), a URL fetched once, each
-//! level fetched in parallel and processed in queue order (so the result is deterministic).
+//! level fetched in parallel (at most [`PARALLEL_FETCHES`] at a time) and processed in queue order (so the result is deterministic).
 //!
 //! Errors are the reference's: `Failed to fetch capability index: HTTP <status>`,
 //! `Invalid capability index: ...`, `Capability federation exceeded N indexes`,
@@ -60,6 +60,9 @@ impl Network {
             .map(|(_, d)| capability_core::json::canonical_hash(d))
     }
 }
+
+/// How many index documents of one level are fetched at once.
+pub const PARALLEL_FETCHES: usize = 16;
 
 /// The index cache directory in a home.
 pub const INDEX_CACHE: &str = "index-cache";
@@ -186,20 +189,21 @@ pub fn federate(
             seen.push(url.clone());
             batch.push(url);
         }
-        let results: Vec<Result<Value, AcquireError>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = batch
-                .iter()
-                .map(|url| scope.spawn(move || load_index(fetcher, url, cache)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
+        // At most PARALLEL_FETCHES requests at a time.
+        let mut results: Vec<Result<Value, AcquireError>> = Vec::with_capacity(batch.len());
+        for chunk in batch.chunks(PARALLEL_FETCHES) {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = chunk
+                    .iter()
+                    .map(|url| scope.spawn(move || load_index(fetcher, url, cache)))
+                    .collect();
+                results.extend(handles.into_iter().map(|h| {
                     h.join().unwrap_or_else(|_| {
                         Err(AcquireError::Fetch("an index fetch stopped".into()))
                     })
-                })
-                .collect()
-        });
+                }));
+            });
+        }
         let mut next = Vec::new();
         for (url, result) in batch.into_iter().zip(results) {
             let doc = result?;
