@@ -1237,3 +1237,114 @@ fn indexes_are_cached_read_offline_and_configured_in_the_home() {
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("indexes.json"), "{}", stderr(&out));
 }
+
+#[test]
+fn exec_acquires_an_indexed_capability_under_a_strict_trust_policy() {
+    if !verdaccio_present() {
+        return;
+    }
+    let v = start_verdaccio();
+    let integrity = publish_fixture(&v);
+    let proxy = KeysProxy::start(&v.url);
+    let server = Server::start();
+    let url = server.json(
+        "/index.json",
+        &index(
+            vec![index_package(
+                "@fixture/capabilities",
+                "1.0.0",
+                Some(&integrity),
+            )],
+            &[],
+        ),
+    );
+    let home = tempfile::tempdir().unwrap();
+    let exec = |extra: &[&str]| {
+        let mut args = vec![
+            "exec",
+            "fixture/add",
+            r#"{"a":2,"b":40}"#,
+            "--index",
+            &url,
+            "--registry",
+            &proxy.url,
+        ];
+        args.extend_from_slice(extra);
+        cap(home.path(), &args)
+    };
+    let refused = |out: &Output, expected: &str| {
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(out));
+        assert!(stderr(out).contains(expected), "{}", stderr(out));
+        assert!(
+            store_entries(home.path()).is_empty(),
+            "{:?}",
+            store_entries(home.path())
+        );
+    };
+    // Not in any index: the host's own error.
+    let out = cap(
+        home.path(),
+        &["exec", "fixture/none", "{}", "--index", &url],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("No capability matched")
+            || stderr(&out).contains("No capability matched"),
+        "{} {}",
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+    // The default is the strict npm trust policy: an unsigned package is refused before
+    // anything is fetched into the store...
+    refused(&exec(&[]), "npm registry signature missing");
+    // ...and a signed one still lacks a verified provenance attestation: refused, and the
+    // package it had to unpack to assess is removed again.
+    let key = TestKey::new("SHA256:exec-key");
+    proxy.publish_keys(&[&key]);
+    inject_signatures(
+        &v,
+        Some(json!([
+            key.sign(&format!("@fixture/capabilities@1.0.0:{integrity}"))
+        ])),
+    );
+    refused(&exec(&[]), "verified provenance attestation required");
+
+    // A strict policy without the attestation requirement: acquired, checked and run (70 is
+    // what the fixture can score: it declares no module integrity and no attestation).
+    let trust = home.path().join("trust.json");
+    std::fs::write(
+        &trust,
+        r#"{"minScore": 70, "requirePackage": true, "requirePackageIntegrity": true,
+            "requireRegistrySignature": true}"#,
+    )
+    .unwrap();
+    let trust_arg = trust.display().to_string();
+    let out = exec(&["--trust-policy", &trust_arg]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = stdout_json(&out);
+    assert_eq!(doc["receipt"]["output"]["result"], json!(42), "{doc}");
+    assert_eq!(doc["package"], json!("@fixture/capabilities@1.0.0"));
+    assert_eq!(doc["trust"]["accepted"], json!(true));
+    assert_eq!(
+        doc["receipt"]["provenance"]["signatureKeyId"],
+        json!(key.keyid)
+    );
+    assert_eq!(store_entries(home.path()).len(), 2, "package and record");
+    // Now installed: run from the store, nothing acquired.
+    let before = server.hits();
+    let out = cap(
+        home.path(),
+        &[
+            "exec",
+            "fixture/add",
+            r#"{"a":1,"b":1}"#,
+            "--trust-policy",
+            &trust_arg,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = stdout_json(&out);
+    assert_eq!(doc["receipt"]["output"]["result"], json!(2));
+    assert!(doc.get("package").is_none(), "{doc}");
+    assert_eq!(server.hits(), before);
+}

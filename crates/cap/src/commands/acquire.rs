@@ -167,12 +167,117 @@ pub fn install(args: InstallArgs) -> Result<i32, String> {
     Ok(0)
 }
 
+/// What `cap exec` acquired for an indexed capability that was not installed.
+#[derive(Debug)]
+pub struct Acquired {
+    /// The capability id that was installed.
+    pub id: String,
+    /// `name@version`.
+    pub package: String,
+    /// The trust assessment it passed.
+    pub trust: capability_runtime::trust::TrustAssessment,
+}
+
+/// The reference's `exec` of a capability that is not installed: resolve `query` against the
+/// configured indexes, install it with every check of `cap install` (signatures required
+/// when `trust` requires them), and assess it under `trust`. A package the trust policy
+/// refuses is removed again: nothing new is left in the store. `Ok(None)` when no index is
+/// configured (there is nothing to acquire from).
+pub fn acquire_for_exec(
+    home: &HomeArg,
+    query: &str,
+    index: &IndexOptions,
+    registry: Option<&str>,
+    trust: &capability_runtime::trust::TrustPolicy,
+) -> Result<Option<Acquired>, String> {
+    let home =
+        capability_host::Home::open_default(home.home.as_deref()).map_err(|e| e.to_string())?;
+    let roots =
+        capability_acquire::federation::configured_indexes(&index.indexes, Some(home.root()))
+            .map_err(|e| e.to_string())?;
+    if roots.is_empty() {
+        return Ok(None);
+    }
+    let packages = home.root().join(capability_host::installed::PACKAGES);
+    let listing = || -> Vec<PathBuf> {
+        std::fs::read_dir(&packages)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect()
+    };
+    let before = listing();
+    let options = InstallOptions {
+        indexes: roots,
+        embedded: vec![capability_runtime::defaults::default_index()],
+        registry: registry.map(String::from),
+        bounds: index.bounds(),
+        fetch: index.fetch(),
+        offline: index.offline,
+        require_signatures: trust.require_registry_signature,
+        ..InstallOptions::default()
+    };
+    let done = capability_acquire::install(&home, query, &options).map_err(|e| e.to_string())?;
+    let id = done
+        .lock
+        .pointer("/capability/id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    use capability_host::CapabilitySource as _;
+    let capability = capability_host::installed::Installed::from_home(&home)
+        .capabilities()
+        .map_err(|e| e.message)?
+        .into_iter()
+        .find(|c| c.id() == id);
+    let assessment = match &capability {
+        Some(c) => capability_runtime::trust::assess_trust_of(c, trust),
+        None => return Err(format!("{id} was installed but cannot be loaded")),
+    };
+    if !assessment.accepted {
+        for path in listing().into_iter().filter(|p| !before.contains(p)) {
+            let _ = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+        }
+        return Err(format!(
+            "Capability trust check failed: {} (nothing was kept; see --trust-policy)",
+            assessment.failures.join("; ")
+        ));
+    }
+    let record = &done.record;
+    let package = format!(
+        "{}@{}",
+        record
+            .pointer("/package/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        record
+            .pointer("/package/version")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    );
+    Ok(Some(Acquired {
+        id,
+        package,
+        trust: assessment,
+    }))
+}
+
 /// Whether the trust policy file at `path` requires a registry signature.
 pub fn requires_signatures(path: &std::path::Path) -> Result<bool, String> {
-    let policy: capability_runtime::trust::TrustPolicy =
-        serde_json::from_value(crate::output::read_json(path)?)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(policy.require_registry_signature)
+    Ok(read_trust_policy(path)?.require_registry_signature)
+}
+
+/// Reads a trust policy file.
+pub fn read_trust_policy(
+    path: &std::path::Path,
+) -> Result<capability_runtime::trust::TrustPolicy, String> {
+    serde_json::from_value(crate::output::read_json(path)?)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 #[derive(Args, Debug)]
