@@ -98,8 +98,8 @@ pub enum Command {
     Bridge(Pending),
     #[command(hide = true)]
     Readiness(Pending),
-    #[command(hide = true)]
-    Novelty(Pending),
+    /// How novel a capability is against every manifest of the indexes.
+    Novelty(commands::acquire::NoveltyArgs),
     #[command(hide = true)]
     World(Pending),
     #[command(hide = true)]
@@ -175,7 +175,7 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::Create(_) => pending("create"),
         C::Bridge(_) => pending("bridge"),
         C::Readiness(_) => pending("readiness"),
-        C::Novelty(_) => pending("novelty"),
+        C::Novelty(a) => commands::acquire::novelty(a),
         C::World(_) => pending("world"),
         C::Mine(_) => pending("mine"),
         C::Forge(_) => pending("forge"),

@@ -1348,3 +1348,83 @@ fn exec_acquires_an_indexed_capability_under_a_strict_trust_policy() {
     assert!(doc.get("package").is_none(), "{doc}");
     assert_eq!(server.hits(), before);
 }
+
+#[test]
+fn novelty_compares_a_manifest_with_the_indexes() {
+    let server = Server::start();
+    let home = tempfile::tempdir().unwrap();
+    let url = server.json(
+        "/index.json",
+        &index(
+            vec![index_package("@fixture/capabilities", "1.0.0", None)],
+            &[],
+        ),
+    );
+    let fixture = common::fixture().display().to_string();
+    // The fixture against the indexes: itself (same id and version) is not compared.
+    let out = cap(
+        home.path(),
+        &[
+            "novelty",
+            "fixture/add",
+            "--package",
+            &fixture,
+            "--index",
+            &url,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = stdout_json(&out);
+    assert_eq!(report["proposed"]["id"], json!("fixture/add"));
+    assert_eq!(report["sources"], json!(["embedded:index", url]));
+    let nearest: Vec<&str> = report["nearest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap())
+        .collect();
+    assert!(!nearest.contains(&"fixture/add"), "{report}");
+    // A renamed copy is the fixture's functional twin.
+    let pj = package_json("x", "1.0.0");
+    let mut twin = pj["capability"]["exports"]["fixture/add"]["manifest"].clone();
+    twin["id"] = json!("fixture/add-again");
+    let path = home.path().join("twin.json");
+    std::fs::write(&path, serde_json::to_vec(&twin).unwrap()).unwrap();
+    let out = cap(
+        home.path(),
+        &["novelty", &path.display().to_string(), "--index", &url],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = stdout_json(&out);
+    assert_eq!(report["nearest"][0]["id"], json!("fixture/add"), "{report}");
+    assert_eq!(
+        report["classification"],
+        json!("functional-twin"),
+        "{report}"
+    );
+    assert!(
+        report["uniquenessScore"].as_i64().unwrap() <= 16,
+        "{report}"
+    );
+    // An id the package does not export, and an invalid manifest file, are clear errors.
+    let out = cap(
+        home.path(),
+        &[
+            "novelty",
+            "fixture/none",
+            "--package",
+            &fixture,
+            "--index",
+            &url,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("does not export fixture/none"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(&path, r#"{"specVersion": "0.1"}"#).unwrap();
+    let out = cap(home.path(), &["novelty", &path.display().to_string()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+}

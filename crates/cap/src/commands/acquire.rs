@@ -51,18 +51,30 @@ impl IndexOptions {
     /// The index entries of the configured network (none when no index is configured),
     /// through the index cache of `home`.
     pub fn entries(&self, home: &HomeArg) -> Result<Vec<IndexEntry>, String> {
+        Ok(self
+            .network(home, &[])?
+            .map(|n| index_entries(&n.index))
+            .unwrap_or_default())
+    }
+
+    /// The configured network merged after `embedded`, through the index cache of `home`
+    /// (`None` when no index is configured and nothing is embedded).
+    pub fn network(
+        &self,
+        home: &HomeArg,
+        embedded: &[Value],
+    ) -> Result<Option<capability_acquire::Network>, String> {
         let root = capability_host::home::resolve(home.home.as_deref());
         let roots = capability_acquire::federation::configured_indexes(&self.indexes, Some(&root))
             .map_err(|e| e.to_string())?;
-        if roots.is_empty() {
-            return Ok(Vec::new());
+        if roots.is_empty() && embedded.is_empty() {
+            return Ok(None);
         }
         let fetcher = Fetcher::new(self.fetch()).map_err(|e| e.to_string())?;
         let cache = capability_acquire::federation::IndexCache::in_home(&root, self.offline);
-        let network =
-            capability_acquire::federate(&fetcher, &roots, &[], self.bounds(), Some(&cache))
-                .map_err(|e| e.to_string())?;
-        Ok(index_entries(&network.index))
+        capability_acquire::federate(&fetcher, &roots, embedded, self.bounds(), Some(&cache))
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -327,5 +339,76 @@ pub fn npm_inspect(args: NpmInspectArgs) -> Result<i32, String> {
     )
     .map_err(|e| e.to_string())?;
     print_json(&report)?;
+    Ok(0)
+}
+
+#[derive(Args, Debug)]
+pub struct NoveltyArgs {
+    /// A capability id exported by --package, or a manifest file (`*.json`).
+    pub id_or_manifest: String,
+    /// The package.json exporting the id.
+    #[arg(long, default_value = "package.json")]
+    pub package: PathBuf,
+    #[command(flatten)]
+    pub index: IndexOptions,
+    #[command(flatten)]
+    pub home: HomeArg,
+}
+
+/// `cap novelty`: the proposed manifest against every manifest of the network (the embedded
+/// index and the configured ones), as the reference's novelty radar.
+pub fn novelty(args: NoveltyArgs) -> Result<i32, String> {
+    let proposed = if args.id_or_manifest.ends_with(".json") {
+        let manifest = crate::output::read_json(std::path::Path::new(&args.id_or_manifest))?;
+        capability_core::manifest::assert_valid_manifest(&manifest).map_err(|e| e.message)?;
+        manifest
+    } else {
+        let package = capability_host::PackageFile::read(&args.package).map_err(|e| e.message)?;
+        let id = &args.id_or_manifest;
+        match package.exports.get(id) {
+            Some(Value::Object(d)) => d
+                .get("manifest")
+                .cloned()
+                .ok_or_else(|| format!("{} has no manifest for {id}", args.package.display()))?,
+            Some(_) => {
+                return Err(format!(
+                    "{}: the export {id} is a string, not a descriptor with a manifest",
+                    args.package.display()
+                ));
+            }
+            None => {
+                return Err(format!("{} does not export {id}", args.package.display()));
+            }
+        }
+    };
+    let embedded = capability_runtime::defaults::default_index();
+    let network = args
+        .index
+        .network(&args.home, std::slice::from_ref(&embedded))?
+        .ok_or("no capability index")?;
+    let existing: Vec<Value> = network.index["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["capabilities"].as_array().into_iter().flatten())
+        .filter_map(|c| c.get("manifest").cloned())
+        .collect();
+    let assessment = capability_runtime::builtins::novelty_radar::assess(&proposed, &existing)
+        .map_err(|e| e.to_string())?;
+    let mut sources = vec![json!("embedded:index")];
+    sources.extend(network.sources().into_iter().map(Value::from));
+    let mut out = json!({
+        "proposed": {"id": proposed.get("id"), "version": proposed.get("version")},
+        "sources": sources,
+    });
+    for key in [
+        "uniquenessScore",
+        "classification",
+        "nearest",
+        "recommendation",
+    ] {
+        out[key] = assessment.get(key).cloned().unwrap_or(Value::Null);
+    }
+    print_json(&out)?;
     Ok(0)
 }
