@@ -1428,3 +1428,63 @@ fn novelty_compares_a_manifest_with_the_indexes() {
     let out = cap(home.path(), &["novelty", &path.display().to_string()]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
 }
+
+#[test]
+fn doctor_checks_the_configured_indexes_and_registry() {
+    let server = Server::start();
+    let home = tempfile::tempdir().unwrap();
+    let good = server.json(
+        "/index.json",
+        &index(vec![index_package("p", "1.0.0", None)], &[]),
+    );
+    let broken = server.put("/broken.json", 500, "oops");
+    server.json("/registry/-/ping", &json!({}));
+    let registry = format!("{}/registry/", server.base);
+    let out = cap(
+        home.path(),
+        &[
+            "doctor",
+            "--index",
+            &good,
+            "--index",
+            &broken,
+            "--registry",
+            &registry,
+        ],
+    );
+    let report = stdout_json(&out);
+    let network = &report["network"];
+    assert_eq!(network["indexes"][0]["ok"], json!(true), "{network}");
+    assert_eq!(network["indexes"][0]["packages"], json!(1));
+    assert_eq!(network["indexes"][1]["ok"], json!(false));
+    assert!(
+        network["indexes"][1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("HTTP 500"),
+        "{network}"
+    );
+    assert_eq!(network["registry"]["ok"], json!(true), "{network}");
+    assert_eq!(network["registry"]["signingKeys"], json!(null));
+    assert_eq!(network["ok"], json!(false));
+    assert_eq!(report["ok"], json!(false));
+    assert_eq!(out.status.code(), Some(1));
+    // A registry that does not answer.
+    let out = cap(
+        home.path(),
+        &[
+            "doctor",
+            "--index",
+            &good,
+            "--registry",
+            "http://127.0.0.1:9/",
+        ],
+    );
+    let network = &stdout_json(&out)["network"];
+    assert_eq!(network["indexes"][0]["ok"], json!(true));
+    assert_eq!(network["registry"]["ok"], json!(false), "{network}");
+    assert_eq!(network["ok"], json!(false));
+    // Nothing configured: no network part.
+    let out = cap(home.path(), &["doctor"]);
+    assert!(stdout_json(&out).get("network").is_none());
+}

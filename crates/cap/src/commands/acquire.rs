@@ -412,3 +412,88 @@ pub fn novelty(args: NoveltyArgs) -> Result<i32, String> {
     print_json(&out)?;
     Ok(0)
 }
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// A capability index URL to check (repeatable; default $CAPABILITY_INDEX, else the
+    /// `indexes` of `<home>/indexes.json`).
+    #[arg(long = "index")]
+    pub indexes: Vec<String>,
+    /// An npm registry to check (its `/-/ping` and signing keys); default $CAP_NPM_REGISTRY.
+    #[arg(long)]
+    pub registry: Option<String>,
+    /// The deadline of one HTTP request, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub http_timeout_ms: u64,
+    #[command(flatten)]
+    pub home: HomeArg,
+}
+
+/// The network part of `cap doctor`: each configured index fetched and validated (not
+/// federated, not from the cache), and the registry pinged with its signing keys counted.
+/// `None` when neither an index nor a registry is configured.
+pub fn network_checks(args: &DoctorArgs) -> Result<Option<Value>, String> {
+    let root = capability_host::home::resolve(args.home.home.as_deref());
+    let indexes = capability_acquire::federation::configured_indexes(&args.indexes, Some(&root))
+        .map_err(|e| e.to_string())?;
+    let registry = args.registry.clone().or_else(|| {
+        std::env::var("CAP_NPM_REGISTRY")
+            .ok()
+            .filter(|s| !s.is_empty())
+    });
+    if indexes.is_empty() && registry.is_none() {
+        return Ok(None);
+    }
+    let fetcher = Fetcher::new(FetchConfig {
+        timeout: Duration::from_millis(args.http_timeout_ms),
+        ..FetchConfig::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let mut ok = true;
+    let checked: Vec<Value> = indexes
+        .iter()
+        .map(
+            |url| match capability_acquire::federation::fetch_index(&fetcher, url) {
+                Ok(doc) => json!({
+                    "url": url,
+                    "ok": true,
+                    "packages": doc["packages"].as_array().map_or(0, Vec::len),
+                }),
+                Err(e) => {
+                    ok = false;
+                    json!({"url": url, "ok": false, "error": e.to_string()})
+                }
+            },
+        )
+        .collect();
+    let mut out = json!({ "indexes": checked });
+    if let Some(r) = registry {
+        let url = capability_acquire::registry::registry_url(Some(&r));
+        let ping = fetcher
+            .document(&format!("{url}-/ping"))
+            .and_then(|f| match f.status {
+                200..=299 => Ok(()),
+                s => Err(capability_acquire::AcquireError::Fetch(format!(
+                    "{url}-/ping: HTTP {s}"
+                ))),
+            });
+        let mut report = json!({"url": url, "ok": ping.is_ok()});
+        match ping {
+            Ok(()) => {
+                report["signingKeys"] =
+                    match capability_acquire::signatures::fetch_keys(&fetcher, &url) {
+                        Ok(Some(keys)) => json!(keys.keys.len()),
+                        Ok(None) => Value::Null,
+                        Err(e) => json!({"error": e.to_string()}),
+                    }
+            }
+            Err(e) => {
+                ok = false;
+                report["error"] = json!(e.to_string());
+            }
+        }
+        out["registry"] = report;
+    }
+    out["ok"] = json!(ok);
+    Ok(Some(out))
+}
