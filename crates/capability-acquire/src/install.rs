@@ -1,4 +1,5 @@
-//! `cap install`: resolve against the federation, fetch the exact tarball, check it, unpack
+//! `cap install`: resolve against the federation, check the registry signature of the exact
+//! version (see [`crate::signatures`]), fetch the exact tarball, check it, unpack
 //! it into `<home>/packages/<sha512 hex>/`, inspect the inert manifests, write the
 //! installed-package record (`<home>/packages/<sha512 hex>.json`, which the host loads as
 //! the `Installed` source) and return the reference lockfile.

@@ -4,7 +4,8 @@
 //!
 //! * [`federation`]: public capability indexes fetched over HTTP, validated, merged, with
 //!   `federates` links followed breadth-first (each level in parallel) under depth and count
-//!   bounds, with de-duplication;
+//!   bounds, with de-duplication, through an index cache in the home (`--offline` reads only
+//!   the cache);
 //! * [`registry`]: the npm registry (packuments and exact tarballs);
 //! * [`integrity`]: sha512 over the downloaded bytes, compared with the packument's
 //!   `dist.integrity` and the index's declared integrity (an observed integrity is never
