@@ -59,8 +59,9 @@ pub enum Command {
     Run(commands::packages::PackageRunArgs),
     /// Plan a package's capability (its plan hook runs behind the boundary).
     Plan(commands::packages::PackageRunArgs),
-    /// Which isolation boundaries work here, and the kernel features found.
-    Doctor,
+    /// Which isolation boundaries work here, the kernel features found, and whether the
+    /// configured indexes and registry answer.
+    Doctor(commands::acquire::DoctorArgs),
     /// Safely acquire a package capability: path and integrity checks, nothing imported.
     Acquire(commands::packages::AcquireArgs),
     /// Search the inert manifests of local packages.
@@ -98,8 +99,8 @@ pub enum Command {
     Bridge(Pending),
     #[command(hide = true)]
     Readiness(Pending),
-    #[command(hide = true)]
-    Novelty(Pending),
+    /// How novel a capability is against every manifest of the indexes.
+    Novelty(commands::acquire::NoveltyArgs),
     #[command(hide = true)]
     World(Pending),
     #[command(hide = true)]
@@ -157,7 +158,7 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::Rollback(a) => commands::runtime::rollback(a),
         C::Run(a) => commands::packages::run(a),
         C::Plan(a) => commands::packages::plan(a),
-        C::Doctor => commands::packages::doctor(),
+        C::Doctor(a) => commands::packages::doctor(a),
         C::Acquire(a) => commands::packages::acquire(a),
         C::FindLocal(a) => commands::packages::find_local(a),
         C::Eval(a) => commands::packages::eval(a),
@@ -175,7 +176,7 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::Create(_) => pending("create"),
         C::Bridge(_) => pending("bridge"),
         C::Readiness(_) => pending("readiness"),
-        C::Novelty(_) => pending("novelty"),
+        C::Novelty(a) => commands::acquire::novelty(a),
         C::World(_) => pending("world"),
         C::Mine(_) => pending("mine"),
         C::Forge(_) => pending("forge"),

@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,16 +31,22 @@ type Case = (
     &'static str,
 );
 
-/// A loopback server answering from a route table; `/hang` never answers.
+/// A loopback server answering from a route table; `/hang` never answers. It counts the
+/// requests it answers and can be stopped.
 struct Server {
     base: String,
     routes: Routes,
+    hits: Arc<AtomicUsize>,
+    stopped: Arc<AtomicBool>,
 }
 
 impl Server {
     fn start() -> Server {
         let routes: Routes = Arc::default();
-        let shared = Arc::clone(&routes);
+        let hits: Arc<AtomicUsize> = Arc::default();
+        let stopped: Arc<AtomicBool> = Arc::default();
+        let (shared, counted, stop) =
+            (Arc::clone(&routes), Arc::clone(&hits), Arc::clone(&stopped));
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -51,28 +58,64 @@ impl Server {
                 tx.send(listener.local_addr().unwrap()).unwrap();
                 let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
                     let routes = Arc::clone(&shared);
+                    counted.fetch_add(1, Ordering::SeqCst);
                     async move {
                         let path = uri.path().to_string();
                         if path == "/hang" {
                             tokio::time::sleep(Duration::from_secs(3600)).await;
                         }
                         let found = routes.lock().unwrap().get(&path).cloned();
-                        match found {
-                            Some((status, body)) => {
-                                (axum::http::StatusCode::from_u16(status).unwrap(), body)
-                            }
-                            None => (axum::http::StatusCode::NOT_FOUND, b"{}".to_vec()),
+                        // A 3xx route's body is its Location.
+                        let (status, body) = found.unwrap_or((404, b"{}".to_vec()));
+                        let location = (300..400)
+                            .contains(&status)
+                            .then(|| String::from_utf8_lossy(&body).to_string());
+                        let mut response = axum::http::Response::new(axum::body::Body::from(body));
+                        *response.status_mut() = axum::http::StatusCode::from_u16(status).unwrap();
+                        if let Some(l) = location {
+                            response
+                                .headers_mut()
+                                .insert(axum::http::header::LOCATION, l.parse().unwrap());
                         }
+                        response
                     }
                 });
-                axum::serve(listener, app).await.unwrap();
+                let stopping = async move {
+                    while !stop.load(Ordering::SeqCst) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                };
+                tokio::select! {
+                    r = axum::serve(listener, app) => r.unwrap(),
+                    () = stopping => {}
+                }
             });
         });
         let addr = rx.recv().unwrap();
         Server {
             base: format!("http://{addr}"),
             routes,
+            hits,
+            stopped,
         }
+    }
+
+    /// Stops listening (connections are then refused).
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        let addr = self.base.trim_start_matches("http://").to_string();
+        let started = Instant::now();
+        while std::net::TcpStream::connect(&addr).is_ok() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the server did not stop"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
     }
 
     fn put(&self, path: &str, status: u16, body: impl Into<Vec<u8>>) -> String {
@@ -425,6 +468,62 @@ fn index_servers_give_bounded_results_or_clear_errors() {
         "{}",
         stderr(&out)
     );
+    // 500 indexes: refused at the count bound, or all loaded when the bound allows them.
+    let many: Vec<String> = (1..500)
+        .map(|i| {
+            server.json(
+                &format!("/many{i}.json"),
+                &index(vec![pkg(&format!("many{i}"))], &[]),
+            )
+        })
+        .collect();
+    let wide = server.json("/wide.json", &index(vec![pkg("wide")], &many));
+    let out = find(&wide, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("Capability federation exceeded 64 indexes"),
+        "{}",
+        stderr(&out)
+    );
+    let out = cap(
+        home.path(),
+        &[
+            "find",
+            "fixture",
+            "--index",
+            &wide,
+            "--max-indexes",
+            "500",
+            "--limit",
+            "1000",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(ids(&out).len(), 500);
+    // A document past the size limit (8 MiB) is refused, not read whole.
+    let mut huge = serde_json::to_vec(&index(vec![pkg("huge")], &[])).unwrap();
+    huge.pop();
+    huge.extend(format!(r#","padding":"{}"}}"#, "x".repeat(9 << 20)).bytes());
+    let huge = server.put("/huge.json", 200, huge);
+    let out = find(&huge, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("exceeds the limit of 8388608 bytes"),
+        "{}",
+        stderr(&out)
+    );
+    // A redirect loop ends at the redirect bound.
+    let loop2 = format!("{}/loop2.json", server.base);
+    let loop1 = server.put("/loop1.json", 302, loop2.clone());
+    server.put("/loop2.json", 307, loop1.clone());
+    let out = find(&loop1, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("more than 5 redirects"),
+        "{}",
+        stderr(&out)
+    );
+
     let started = Instant::now();
     let out = find(
         &format!("{}/hang", server.base),
@@ -507,7 +606,7 @@ struct Verdaccio {
     child: std::process::Child,
     url: String,
     npmrc: PathBuf,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 impl Drop for Verdaccio {
@@ -580,7 +679,7 @@ fn start_verdaccio() -> Verdaccio {
         child,
         url,
         npmrc,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -598,24 +697,31 @@ fn npm(v: &Verdaccio, cwd: &Path, args: &[&str]) -> Output {
     out
 }
 
+/// Publishes the fixture package (`@fixture/capabilities@1.0.0`) to verdaccio with npm and
+/// returns its `dist.integrity`.
+fn publish_fixture(v: &Verdaccio) -> String {
+    let pkg = tempfile::tempdir().unwrap();
+    for f in ["package.json", "add.mjs"] {
+        std::fs::copy(fixture_dir().join(f), pkg.path().join(f)).unwrap();
+    }
+    npm(v, pkg.path(), &["publish"]);
+    let view = npm(
+        v,
+        pkg.path(),
+        &["view", "@fixture/capabilities@1.0.0", "dist.integrity"],
+    );
+    let integrity = String::from_utf8_lossy(&view.stdout).trim().to_string();
+    assert!(integrity.starts_with("sha512-"), "{integrity}");
+    integrity
+}
+
 #[test]
 fn published_capability_is_found_installed_run_and_reinstalled_from_the_lock() {
     if !verdaccio_present() {
         return;
     }
     let v = start_verdaccio();
-    let pkg = tempfile::tempdir().unwrap();
-    for f in ["package.json", "add.mjs"] {
-        std::fs::copy(fixture_dir().join(f), pkg.path().join(f)).unwrap();
-    }
-    npm(&v, pkg.path(), &["publish"]);
-    let view = npm(
-        &v,
-        pkg.path(),
-        &["view", "@fixture/capabilities@1.0.0", "dist.integrity"],
-    );
-    let integrity = String::from_utf8_lossy(&view.stdout).trim().to_string();
-    assert!(integrity.starts_with("sha512-"), "{integrity}");
+    let integrity = publish_fixture(&v);
 
     let server = Server::start();
     let url = server.json(
@@ -737,6 +843,650 @@ fn published_capability_is_found_installed_run_and_reinstalled_from_the_lock() {
     let report = stdout_json(&out);
     assert_eq!(report["capabilityDeclared"], json!(true));
     assert_eq!(report["integrity"], json!(integrity));
+}
+
+/// A registry in front of verdaccio: `/-/npm/v1/keys` answers from `keys` (404 when `None`),
+/// everything else is forwarded to verdaccio with its Host header, so the tarball URLs
+/// verdaccio writes point at the proxy.
+struct KeysProxy {
+    url: String,
+    keys: Arc<Mutex<Option<Value>>>,
+}
+
+impl KeysProxy {
+    fn start(upstream: &str) -> KeysProxy {
+        let keys: Arc<Mutex<Option<Value>>> = Arc::default();
+        let shared = Arc::clone(&keys);
+        let upstream = upstream.trim_end_matches('/').to_string();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                tx.send(listener.local_addr().unwrap()).unwrap();
+                let client = hyper_util::client::legacy::Client::builder(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .build_http::<axum::body::Body>();
+                let app = axum::Router::new().fallback(
+                    move |req: axum::http::Request<axum::body::Body>| {
+                        let keys = Arc::clone(&shared);
+                        let client = client.clone();
+                        let upstream = upstream.clone();
+                        async move {
+                            use axum::response::IntoResponse as _;
+                            if req.uri().path() == "/-/npm/v1/keys" {
+                                let doc = keys.lock().unwrap().clone();
+                                return match doc {
+                                    Some(d) => (
+                                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                                        serde_json::to_vec(&d).unwrap(),
+                                    )
+                                        .into_response(),
+                                    None => axum::http::StatusCode::NOT_FOUND.into_response(),
+                                };
+                            }
+                            let (mut parts, body) = req.into_parts();
+                            let path = parts
+                                .uri
+                                .path_and_query()
+                                .map(|p| p.as_str().to_string())
+                                .unwrap_or_default();
+                            parts.uri = format!("{upstream}{path}").parse().unwrap();
+                            let forwarded = axum::http::Request::from_parts(parts, body);
+                            match client.request(forwarded).await {
+                                Ok(r) => r.map(axum::body::Body::new).into_response(),
+                                Err(_) => axum::http::StatusCode::BAD_GATEWAY.into_response(),
+                            }
+                        }
+                    },
+                );
+                axum::serve(listener, app).await.unwrap();
+            });
+        });
+        let addr = rx.recv().unwrap();
+        KeysProxy {
+            url: format!("http://{addr}/"),
+            keys,
+        }
+    }
+
+    fn publish_keys(&self, keys: &[&TestKey]) {
+        let listed: Vec<Value> = keys.iter().map(|k| k.published()).collect();
+        *self.keys.lock().unwrap() = Some(json!({ "keys": listed }));
+    }
+}
+
+/// A P-256 key made by the test from the system's randomness.
+struct TestKey {
+    keyid: String,
+    key: p256::ecdsa::SigningKey,
+}
+
+impl TestKey {
+    fn new(keyid: &str) -> TestKey {
+        use std::io::Read as _;
+        let mut seed = [0u8; 32];
+        std::fs::File::open("/dev/urandom")
+            .unwrap()
+            .read_exact(&mut seed)
+            .unwrap();
+        TestKey {
+            keyid: keyid.to_string(),
+            key: p256::ecdsa::SigningKey::from_slice(&seed).unwrap(),
+        }
+    }
+
+    /// The key as npm publishes it: base64 of the SPKI DER (the fixed P-256 prefix and the
+    /// uncompressed point).
+    fn published(&self) -> Value {
+        let mut der = hex_decode("3059301306072a8648ce3d020106082a8648ce3d030107034200");
+        der.extend_from_slice(self.key.verifying_key().to_encoded_point(false).as_bytes());
+        json!({
+            "keyid": self.keyid,
+            "key": base64::engine::general_purpose::STANDARD.encode(&der),
+            "keytype": "ecdsa-sha2-nistp256",
+            "scheme": "ecdsa-sha2-nistp256",
+            "expires": null,
+        })
+    }
+
+    /// `{keyid, sig}` over `message`.
+    fn sign(&self, message: &str) -> Value {
+        use p256::ecdsa::signature::Signer as _;
+        let sig: p256::ecdsa::Signature = self.key.sign(message.as_bytes());
+        json!({
+            "keyid": self.keyid,
+            "sig": base64::engine::general_purpose::STANDARD.encode(sig.to_der().as_bytes()),
+        })
+    }
+}
+
+/// Writes `signatures` into the `dist` of `@fixture/capabilities@1.0.0` in verdaccio's
+/// storage (verdaccio serves the stored packument as it is).
+fn inject_signatures(v: &Verdaccio, signatures: Option<Value>) {
+    let path = v
+        .dir
+        .path()
+        .join("storage/@fixture/capabilities/package.json");
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let dist = &mut doc["versions"]["1.0.0"]["dist"];
+    match signatures {
+        Some(s) => dist["signatures"] = s,
+        None => {
+            dist.as_object_mut().unwrap().remove("signatures");
+        }
+    }
+    std::fs::write(&path, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+}
+
+#[test]
+fn registry_signatures_are_verified_required_and_their_keys_pinned() {
+    if !verdaccio_present() {
+        return;
+    }
+    let v = start_verdaccio();
+    let integrity = publish_fixture(&v);
+    let proxy = KeysProxy::start(&v.url);
+    let server = Server::start();
+    let url = server.json(
+        "/index.json",
+        &index(
+            vec![index_package(
+                "@fixture/capabilities",
+                "1.0.0",
+                Some(&integrity),
+            )],
+            &[],
+        ),
+    );
+    let message = format!("@fixture/capabilities@1.0.0:{integrity}");
+    let trust = tempfile::tempdir().unwrap();
+    let policy = trust.path().join("trust.json");
+    std::fs::write(&policy, r#"{"requireRegistrySignature": true}"#).unwrap();
+    let policy_arg = policy.display().to_string();
+    let install = |home: &Path, extra: &[&str]| {
+        let lock = home.join("capability.lock.json").display().to_string();
+        let mut args = vec![
+            "install",
+            "fixture/add",
+            "--index",
+            &url,
+            "--registry",
+            &proxy.url,
+            "--lock",
+            &lock,
+        ];
+        args.extend_from_slice(extra);
+        cap(home, &args)
+    };
+    let refused = |extra: &[&str], expected: &str| {
+        let home = tempfile::tempdir().unwrap();
+        let out = install(home.path(), extra);
+        assert_eq!(out.status.code(), Some(1), "{expected}: {}", stderr(&out));
+        assert!(stderr(&out).contains(expected), "{}", stderr(&out));
+        assert!(
+            store_entries(home.path()).is_empty(),
+            "{expected}: {:?}",
+            store_entries(home.path())
+        );
+        assert!(!home.path().join("capability.lock.json").exists());
+        assert!(
+            !home.path().join("registry-keys").exists(),
+            "nothing pinned"
+        );
+    };
+
+    // The registry publishes no keys: unsigned is accepted unless signatures are required,
+    // by the flag or by a trust policy.
+    refused(&["--require-signatures"], "publishes no signing keys");
+    refused(
+        &["--trust-policy", &policy_arg],
+        "publishes no signing keys",
+    );
+    let home = tempfile::tempdir().unwrap();
+    let out = install(home.path(), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let record = installed_record(home.path());
+    assert_eq!(record["registrySignatureVerified"], json!(false));
+
+    let a = TestKey::new("SHA256:test-key-a");
+    proxy.publish_keys(&[&a]);
+    // Keys, but no signature.
+    refused(&["--require-signatures"], "npm registry signature missing");
+    // A signature over another message (another version).
+    inject_signatures(
+        &v,
+        Some(json!([a.sign(&message.replace("@1.0.0:", "@1.0.1:"))])),
+    );
+    refused(&[], "does not verify");
+    // A signature by a key the registry does not publish.
+    let stranger = TestKey::new("SHA256:not-published");
+    inject_signatures(&v, Some(json!([stranger.sign(&message)])));
+    refused(&[], "unknown key");
+    // A good signature and a bad one: the bad one is refused.
+    inject_signatures(
+        &v,
+        Some(json!([
+            a.sign(&message),
+            a.sign("@fixture/capabilities@1.0.0:x")
+        ])),
+    );
+    refused(&[], "does not verify");
+
+    // A good signature: accepted, its key id in the record and the receipt's provenance.
+    inject_signatures(&v, Some(json!([a.sign(&message)])));
+    let home = tempfile::tempdir().unwrap();
+    let out = install(home.path(), &["--require-signatures"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["signatureKeyId"], json!(a.keyid));
+    let record = installed_record(home.path());
+    assert_eq!(record["signatureKeyId"], json!(a.keyid));
+    assert_eq!(record["registrySignatureVerified"], json!(true));
+    // The lock keeps the reference's format (no member the reference does not know).
+    let lock: Value =
+        serde_json::from_slice(&std::fs::read(home.path().join("capability.lock.json")).unwrap())
+            .unwrap();
+    let mut members: Vec<&String> = lock["package"].as_object().unwrap().keys().collect();
+    members.sort();
+    assert_eq!(members, ["integrity", "name", "version"]);
+    let out = cap(home.path(), &["exec", "fixture/add", r#"{"a":2,"b":40}"#]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = stdout_json(&out);
+    assert_eq!(doc["receipt"]["output"]["result"], json!(42));
+    let provenance = &doc["receipt"]["provenance"];
+    assert_eq!(provenance["signatureKeyId"], json!(a.keyid), "{doc}");
+    assert_eq!(provenance["registrySignatureVerified"], json!(true));
+
+    // Pinning: the registry's key set changes (another key signs); the home that pinned
+    // the first set refuses it, and keeps nothing new.
+    let pins: Vec<_> = std::fs::read_dir(home.path().join("registry-keys"))
+        .unwrap()
+        .collect();
+    assert_eq!(pins.len(), 1);
+    std::fs::remove_dir_all(home.path().join("packages")).unwrap();
+    let b = TestKey::new("SHA256:test-key-b");
+    proxy.publish_keys(&[&b]);
+    inject_signatures(&v, Some(json!([b.sign(&message)])));
+    let out = install(home.path(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("changed since they were pinned"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(store_entries(home.path()).is_empty());
+    // A registry that stops publishing the pinned keys is refused too.
+    *proxy.keys.lock().unwrap() = None;
+    let out = install(home.path(), &[]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no longer publishes signing keys"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(store_entries(home.path()).is_empty());
+    // A home without the pin accepts the new key set.
+    proxy.publish_keys(&[&b]);
+    let fresh = tempfile::tempdir().unwrap();
+    let out = install(fresh.path(), &["--require-signatures"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["signatureKeyId"], json!(b.keyid));
+}
+
+fn hex_decode(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The one installed-package record of a home.
+fn installed_record(home: &Path) -> Value {
+    let records: Vec<PathBuf> = std::fs::read_dir(home.join("packages"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    serde_json::from_slice(&std::fs::read(&records[0]).unwrap()).unwrap()
+}
+
+#[test]
+fn indexes_are_cached_read_offline_and_configured_in_the_home() {
+    let server = Server::start();
+    let home = tempfile::tempdir().unwrap();
+    let pkg = |n: &str| {
+        let mut p = index_package(n, "1.0.0", None);
+        p["capabilities"][0]["manifest"]["id"] = json!(format!("fixture/{n}"));
+        p
+    };
+    let url = server.json("/index.json", &index(vec![pkg("cached")], &[]));
+    let find = |extra: &[&str]| {
+        let mut args = vec!["find", "fixture"];
+        args.extend_from_slice(extra);
+        cap(home.path(), &args)
+    };
+    let ids = |out: &Output| -> Vec<String> {
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
+        stdout_json(out)
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    // Offline before anything was cached: a clear error naming the URL.
+    let out = find(&["--index", &url, "--offline"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("is not in the index cache") && stderr(&out).contains(&url),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(server.hits(), 0, "offline fetches nothing");
+    // Online: fetched once, and cached.
+    assert_eq!(ids(&find(&["--index", &url])), ["fixture/cached"]);
+    assert_eq!(server.hits(), 1);
+    // Offline reads the cache and sends nothing.
+    assert_eq!(
+        ids(&find(&["--index", &url, "--offline"])),
+        ["fixture/cached"]
+    );
+    assert_eq!(server.hits(), 1);
+
+    // The home's indexes.json names the indexes when no flag or variable does.
+    let other = server.json("/other.json", &index(vec![pkg("configured")], &[]));
+    std::fs::write(
+        home.path().join("indexes.json"),
+        serde_json::to_vec(&json!({"indexes": [url, other]})).unwrap(),
+    )
+    .unwrap();
+    let mut got = ids(&find(&[]));
+    got.sort();
+    assert_eq!(got, ["fixture/cached", "fixture/configured"]);
+    // A flag still wins over the file.
+    assert_eq!(ids(&find(&["--index", &other])), ["fixture/configured"]);
+
+    // With the server stopped, offline still works for both; online fails clearly.
+    server.stop();
+    let mut got = ids(&find(&["--offline"]));
+    got.sort();
+    assert_eq!(got, ["fixture/cached", "fixture/configured"]);
+    let out = find(&["--index", &url]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("Failed to fetch capability index"),
+        "{}",
+        stderr(&out)
+    );
+    // A cached URL of another server is not there.
+    let out = find(&["--index", "http://127.0.0.1:9/none.json", "--offline"]);
+    assert!(
+        stderr(&out).contains("is not in the index cache"),
+        "{}",
+        stderr(&out)
+    );
+    // A malformed home file is an error, not silently ignored.
+    std::fs::write(home.path().join("indexes.json"), r#"{"indexes": "x"}"#).unwrap();
+    let out = find(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("indexes.json"), "{}", stderr(&out));
+}
+
+#[test]
+fn exec_acquires_an_indexed_capability_under_a_strict_trust_policy() {
+    if !verdaccio_present() {
+        return;
+    }
+    let v = start_verdaccio();
+    let integrity = publish_fixture(&v);
+    let proxy = KeysProxy::start(&v.url);
+    let server = Server::start();
+    let url = server.json(
+        "/index.json",
+        &index(
+            vec![index_package(
+                "@fixture/capabilities",
+                "1.0.0",
+                Some(&integrity),
+            )],
+            &[],
+        ),
+    );
+    let home = tempfile::tempdir().unwrap();
+    let exec = |extra: &[&str]| {
+        let mut args = vec![
+            "exec",
+            "fixture/add",
+            r#"{"a":2,"b":40}"#,
+            "--index",
+            &url,
+            "--registry",
+            &proxy.url,
+        ];
+        args.extend_from_slice(extra);
+        cap(home.path(), &args)
+    };
+    let refused = |out: &Output, expected: &str| {
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(out));
+        assert!(stderr(out).contains(expected), "{}", stderr(out));
+        assert!(
+            store_entries(home.path()).is_empty(),
+            "{:?}",
+            store_entries(home.path())
+        );
+    };
+    // Not in any index: the host's own error.
+    let out = cap(
+        home.path(),
+        &["exec", "fixture/none", "{}", "--index", &url],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("No capability matched")
+            || stderr(&out).contains("No capability matched"),
+        "{} {}",
+        String::from_utf8_lossy(&out.stdout),
+        stderr(&out)
+    );
+    // The default is the strict npm trust policy: an unsigned package is refused before
+    // anything is fetched into the store...
+    refused(&exec(&[]), "npm registry signature missing");
+    // ...and a signed one still lacks a verified provenance attestation: refused, and the
+    // package it had to unpack to assess is removed again.
+    let key = TestKey::new("SHA256:exec-key");
+    proxy.publish_keys(&[&key]);
+    inject_signatures(
+        &v,
+        Some(json!([
+            key.sign(&format!("@fixture/capabilities@1.0.0:{integrity}"))
+        ])),
+    );
+    refused(&exec(&[]), "verified provenance attestation required");
+
+    // A strict policy without the attestation requirement: acquired, checked and run (70 is
+    // what the fixture can score: it declares no module integrity and no attestation).
+    let trust = home.path().join("trust.json");
+    std::fs::write(
+        &trust,
+        r#"{"minScore": 70, "requirePackage": true, "requirePackageIntegrity": true,
+            "requireRegistrySignature": true}"#,
+    )
+    .unwrap();
+    let trust_arg = trust.display().to_string();
+    let out = exec(&["--trust-policy", &trust_arg]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = stdout_json(&out);
+    assert_eq!(doc["receipt"]["output"]["result"], json!(42), "{doc}");
+    assert_eq!(doc["package"], json!("@fixture/capabilities@1.0.0"));
+    assert_eq!(doc["trust"]["accepted"], json!(true));
+    assert_eq!(
+        doc["receipt"]["provenance"]["signatureKeyId"],
+        json!(key.keyid)
+    );
+    assert_eq!(store_entries(home.path()).len(), 2, "package and record");
+    // Now installed: run from the store, nothing acquired.
+    let before = server.hits();
+    let out = cap(
+        home.path(),
+        &[
+            "exec",
+            "fixture/add",
+            r#"{"a":1,"b":1}"#,
+            "--trust-policy",
+            &trust_arg,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = stdout_json(&out);
+    assert_eq!(doc["receipt"]["output"]["result"], json!(2));
+    assert!(doc.get("package").is_none(), "{doc}");
+    assert_eq!(server.hits(), before);
+}
+
+#[test]
+fn novelty_compares_a_manifest_with_the_indexes() {
+    let server = Server::start();
+    let home = tempfile::tempdir().unwrap();
+    let url = server.json(
+        "/index.json",
+        &index(
+            vec![index_package("@fixture/capabilities", "1.0.0", None)],
+            &[],
+        ),
+    );
+    let fixture = common::fixture().display().to_string();
+    // The fixture against the indexes: itself (same id and version) is not compared.
+    let out = cap(
+        home.path(),
+        &[
+            "novelty",
+            "fixture/add",
+            "--package",
+            &fixture,
+            "--index",
+            &url,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = stdout_json(&out);
+    assert_eq!(report["proposed"]["id"], json!("fixture/add"));
+    assert_eq!(report["sources"], json!(["embedded:index", url]));
+    let nearest: Vec<&str> = report["nearest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap())
+        .collect();
+    assert!(!nearest.contains(&"fixture/add"), "{report}");
+    // A renamed copy is the fixture's functional twin.
+    let pj = package_json("x", "1.0.0");
+    let mut twin = pj["capability"]["exports"]["fixture/add"]["manifest"].clone();
+    twin["id"] = json!("fixture/add-again");
+    let path = home.path().join("twin.json");
+    std::fs::write(&path, serde_json::to_vec(&twin).unwrap()).unwrap();
+    let out = cap(
+        home.path(),
+        &["novelty", &path.display().to_string(), "--index", &url],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let report = stdout_json(&out);
+    assert_eq!(report["nearest"][0]["id"], json!("fixture/add"), "{report}");
+    assert_eq!(
+        report["classification"],
+        json!("functional-twin"),
+        "{report}"
+    );
+    assert!(
+        report["uniquenessScore"].as_i64().unwrap() <= 16,
+        "{report}"
+    );
+    // An id the package does not export, and an invalid manifest file, are clear errors.
+    let out = cap(
+        home.path(),
+        &[
+            "novelty",
+            "fixture/none",
+            "--package",
+            &fixture,
+            "--index",
+            &url,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("does not export fixture/none"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::write(&path, r#"{"specVersion": "0.1"}"#).unwrap();
+    let out = cap(home.path(), &["novelty", &path.display().to_string()]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+}
+
+#[test]
+fn doctor_checks_the_configured_indexes_and_registry() {
+    let server = Server::start();
+    let home = tempfile::tempdir().unwrap();
+    let good = server.json(
+        "/index.json",
+        &index(vec![index_package("p", "1.0.0", None)], &[]),
+    );
+    let broken = server.put("/broken.json", 500, "oops");
+    server.json("/registry/-/ping", &json!({}));
+    let registry = format!("{}/registry/", server.base);
+    let out = cap(
+        home.path(),
+        &[
+            "doctor",
+            "--index",
+            &good,
+            "--index",
+            &broken,
+            "--registry",
+            &registry,
+        ],
+    );
+    let report = stdout_json(&out);
+    let network = &report["network"];
+    assert_eq!(network["indexes"][0]["ok"], json!(true), "{network}");
+    assert_eq!(network["indexes"][0]["packages"], json!(1));
+    assert_eq!(network["indexes"][1]["ok"], json!(false));
+    assert!(
+        network["indexes"][1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("HTTP 500"),
+        "{network}"
+    );
+    assert_eq!(network["registry"]["ok"], json!(true), "{network}");
+    assert_eq!(network["registry"]["signingKeys"], json!(null));
+    assert_eq!(network["ok"], json!(false));
+    assert_eq!(report["ok"], json!(false));
+    assert_eq!(out.status.code(), Some(1));
+    // A registry that does not answer.
+    let out = cap(
+        home.path(),
+        &[
+            "doctor",
+            "--index",
+            &good,
+            "--registry",
+            "http://127.0.0.1:9/",
+        ],
+    );
+    let network = &stdout_json(&out)["network"];
+    assert_eq!(network["indexes"][0]["ok"], json!(true));
+    assert_eq!(network["registry"]["ok"], json!(false), "{network}");
+    assert_eq!(network["ok"], json!(false));
+    // Nothing configured: no network part.
+    let out = cap(home.path(), &["doctor"]);
+    assert!(stdout_json(&out).get("network").is_none());
 }
 
 #[path = "../../capability-openapi/tests/tls_front/mod.rs"]

@@ -1,12 +1,21 @@
 //! Federation: the reference's `fetchCapabilityNetwork`, breadth-first over `federates` links
 //! with a depth bound (default 4) and a count bound (default 64), a URL fetched once, each
-//! level fetched in parallel and processed in queue order (so the result is deterministic).
+//! level fetched in parallel (at most [`PARALLEL_FETCHES`] at a time) and processed in queue order (so the result is deterministic).
 //!
 //! Errors are the reference's: `Failed to fetch capability index: HTTP <status>`,
 //! `Invalid capability index: ...`, `Capability federation exceeded N indexes`,
 //! `No capability indexes were loaded`, each naming the URL.
+//!
+//! Every index document fetched is kept in the home's index cache
+//! (`<home>/index-cache/<sha256 of the URL>.json`); in offline mode only the cache is read
+//! and nothing is fetched. The index URLs come from the `--index` flags, else
+//! `CAPABILITY_INDEX`, else the home's `indexes.json` (`{"indexes": ["<url>", ...]}`), else
+//! none (the embedded index alone).
 
-use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+use sha2::Digest as _;
 
 use crate::AcquireError;
 use crate::fetch::Fetcher;
@@ -52,6 +61,86 @@ impl Network {
     }
 }
 
+/// How many index documents of one level are fetched at once.
+pub const PARALLEL_FETCHES: usize = 16;
+
+/// The index cache directory in a home.
+pub const INDEX_CACHE: &str = "index-cache";
+/// The file of a home that names index URLs.
+pub const INDEXES_FILE: &str = "indexes.json";
+
+/// The cache of fetched index documents, and whether only it is read (`--offline`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexCache {
+    pub dir: PathBuf,
+    pub offline: bool,
+}
+
+impl IndexCache {
+    /// The cache of the home at `root`.
+    pub fn in_home(root: &Path, offline: bool) -> IndexCache {
+        IndexCache {
+            dir: root.join(INDEX_CACHE),
+            offline,
+        }
+    }
+
+    fn path(&self, url: &str) -> PathBuf {
+        self.dir
+            .join(format!("{}.json", hex::encode(sha2::Sha256::digest(url))))
+    }
+
+    /// The cached document of `url` (`None` when nothing usable is cached).
+    pub fn read(&self, url: &str) -> Option<Value> {
+        let entry = capability_core::json::parse(&std::fs::read(self.path(url)).ok()?).ok()?;
+        (entry.get("url").and_then(Value::as_str) == Some(url))
+            .then(|| entry.get("document").cloned())
+            .flatten()
+    }
+
+    /// Keeps the document of `url` (written whole, then renamed into place).
+    pub fn write(&self, url: &str, document: &Value) -> Result<(), AcquireError> {
+        let path = self.path(url);
+        let failed = |e: std::io::Error| AcquireError::Io(format!("{}: {e}", path.display()));
+        std::fs::create_dir_all(&self.dir).map_err(failed)?;
+        let entry = json!({
+            "url": url,
+            "fetchedAt": capability_core::js::now_iso(),
+            "document": document,
+        });
+        let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
+        std::fs::write(&tmp, entry.to_string()).map_err(failed)?;
+        std::fs::rename(&tmp, &path).map_err(failed)
+    }
+}
+
+/// Fetches (or, offline, reads from the cache) and validates one index document.
+pub fn load_index(
+    fetcher: &Fetcher,
+    url: &str,
+    cache: Option<&IndexCache>,
+) -> Result<Value, AcquireError> {
+    let Some(cache) = cache else {
+        return fetch_index(fetcher, url);
+    };
+    if cache.offline {
+        let doc = cache.read(url).ok_or_else(|| {
+            AcquireError::Index(format!(
+                "offline: the capability index {url} is not in the index cache ({}); fetch it once without --offline",
+                cache.dir.display()
+            ))
+        })?;
+        capability_core::index::assert_valid_index(&doc)
+            .map_err(|e| AcquireError::Index(format!("{e} ({url}, cached)")))?;
+        return Ok(doc);
+    }
+    let doc = fetch_index(fetcher, url)?;
+    // The cache is an optimisation for later offline use: a home that cannot be written
+    // (a read-only mount) still gets the fresh document.
+    let _ = cache.write(url, &doc);
+    Ok(doc)
+}
+
 /// Fetches and validates one index document.
 pub fn fetch_index(fetcher: &Fetcher, url: &str) -> Result<Value, AcquireError> {
     let fetched = fetcher
@@ -72,12 +161,13 @@ pub fn fetch_index(fetcher: &Fetcher, url: &str) -> Result<Value, AcquireError> 
 }
 
 /// Loads the network rooted at `roots` (plus `embedded`, documents already in hand such as
-/// the built-in index, merged first).
+/// the built-in index, merged first), through `cache` when there is one.
 pub fn federate(
     fetcher: &Fetcher,
     roots: &[String],
     embedded: &[Value],
     bounds: Bounds,
+    cache: Option<&IndexCache>,
 ) -> Result<Network, AcquireError> {
     let mut seen: Vec<String> = Vec::new();
     let mut documents: Vec<(String, Value)> = Vec::new();
@@ -99,20 +189,21 @@ pub fn federate(
             seen.push(url.clone());
             batch.push(url);
         }
-        let results: Vec<Result<Value, AcquireError>> = std::thread::scope(|scope| {
-            let handles: Vec<_> = batch
-                .iter()
-                .map(|url| scope.spawn(move || fetch_index(fetcher, url)))
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| {
+        // At most PARALLEL_FETCHES requests at a time.
+        let mut results: Vec<Result<Value, AcquireError>> = Vec::with_capacity(batch.len());
+        for chunk in batch.chunks(PARALLEL_FETCHES) {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = chunk
+                    .iter()
+                    .map(|url| scope.spawn(move || load_index(fetcher, url, cache)))
+                    .collect();
+                results.extend(handles.into_iter().map(|h| {
                     h.join().unwrap_or_else(|_| {
                         Err(AcquireError::Fetch("an index fetch stopped".into()))
                     })
-                })
-                .collect()
-        });
+                }));
+            });
+        }
         let mut next = Vec::new();
         for (url, result) in batch.into_iter().zip(results) {
             let doc = result?;
@@ -154,15 +245,48 @@ pub fn federate(
 }
 
 /// The index URLs to load: the `--index` flags, else `CAPABILITY_INDEX` (comma or space
-/// separated), else none (the embedded index alone).
-pub fn configured_indexes(flags: &[String]) -> Vec<String> {
+/// separated), else the `indexes` of `<home>/indexes.json`, else none (the embedded index
+/// alone). A home file that cannot be read as `{"indexes": ["<url>", ...]}` is an error.
+pub fn configured_indexes(
+    flags: &[String],
+    home_root: Option<&Path>,
+) -> Result<Vec<String>, AcquireError> {
     if !flags.is_empty() {
-        return flags.to_vec();
+        return Ok(flags.to_vec());
     }
-    std::env::var("CAPABILITY_INDEX")
+    let from_env: Vec<String> = std::env::var("CAPABILITY_INDEX")
         .unwrap_or_default()
         .split([',', ' ', '\n'])
         .filter(|s| !s.is_empty())
         .map(String::from)
+        .collect();
+    if !from_env.is_empty() {
+        return Ok(from_env);
+    }
+    let Some(path) = home_root.map(|r| r.join(INDEXES_FILE)) else {
+        return Ok(Vec::new());
+    };
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(AcquireError::Io(format!("{}: {e}", path.display()))),
+    };
+    let bad = || {
+        AcquireError::Index(format!(
+            "{}: expected {{\"indexes\": [\"<url>\", ...]}}",
+            path.display()
+        ))
+    };
+    let doc = capability_core::json::parse(&bytes).map_err(|_| bad())?;
+    doc.get("indexes")
+        .and_then(Value::as_array)
+        .ok_or_else(bad)?
+        .iter()
+        .map(|u| {
+            u.as_str()
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .ok_or_else(bad)
+        })
         .collect()
 }

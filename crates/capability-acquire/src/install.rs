@@ -1,4 +1,5 @@
-//! `cap install`: resolve against the federation, fetch the exact tarball, check it, unpack
+//! `cap install`: resolve against the federation, check the registry signature of the exact
+//! version (see [`crate::signatures`]), fetch the exact tarball, check it, unpack
 //! it into `<home>/packages/<sha512 hex>/`, inspect the inert manifests, write the
 //! installed-package record (`<home>/packages/<sha512 hex>.json`, which the host loads as
 //! the `Installed` source) and return the reference lockfile.
@@ -14,10 +15,11 @@ use capability_host::installed::{RECORD_VERSION, record_path, store_path};
 use serde_json::{Value, json};
 
 use crate::AcquireError;
-use crate::federation::{Bounds, configured_indexes, federate};
+use crate::federation::{Bounds, IndexCache, configured_indexes, federate};
 use crate::fetch::{FetchConfig, Fetcher};
 use crate::integrity::{check_declared, observe};
 use crate::registry::{packument, registry_url, version_document};
+use crate::signatures::{self, KeySet};
 use crate::unpack::{Limits, unpack};
 
 /// How to install.
@@ -34,6 +36,11 @@ pub struct InstallOptions {
     pub limits: Limits,
     /// `--locked`: reproduce exactly this lock.
     pub locked: Option<Value>,
+    /// `--require-signatures` (or a trust policy requiring a registry signature): refuse a
+    /// version without a signature verified against the registry's keys.
+    pub require_signatures: bool,
+    /// `--offline`: the indexes come from the home's index cache only.
+    pub offline: bool,
 }
 
 /// What was installed.
@@ -60,7 +67,7 @@ pub fn install(
     options: &InstallOptions,
 ) -> Result<Installation, AcquireError> {
     let fetcher = Fetcher::new(options.fetch.clone())?;
-    let mut roots = configured_indexes(&options.indexes);
+    let mut roots = configured_indexes(&options.indexes, Some(home.root()))?;
     let locked = match &options.locked {
         Some(lock) => {
             capability_core::index::assert_valid_lock(lock)
@@ -75,7 +82,14 @@ pub fn install(
     {
         roots.push(url.to_string());
     }
-    let network = federate(&fetcher, &roots, &options.embedded, options.bounds)?;
+    let cache = IndexCache::in_home(home.root(), options.offline);
+    let network = federate(
+        &fetcher,
+        &roots,
+        &options.embedded,
+        options.bounds,
+        Some(&cache),
+    )?;
     let index_url = roots
         .first()
         .cloned()
@@ -134,6 +148,15 @@ pub fn install(
         .pointer("/dist/integrity")
         .and_then(Value::as_str)
         .ok_or_else(|| AcquireError::Registry(format!("{name}@{version} has no dist.integrity")))?;
+    let (signature_key, keys) = check_signatures(
+        home,
+        &fetcher,
+        &registry,
+        &packument,
+        doc,
+        (name, version, declared),
+        options.require_signatures,
+    )?;
     let tarball = doc
         .pointer("/dist/tarball")
         .and_then(Value::as_str)
@@ -202,9 +225,14 @@ pub fn install(
         "tarball": tarball,
         "index": index_url,
         "capabilities": [entry.manifest.id],
+        "signatureKeyId": signature_key,
+        "registrySignatureVerified": signature_key.is_some(),
         "installedAt": capability_core::js::now_iso(),
     });
     write_record(&record_path(home, &observed.hex), &record)?;
+    if let Some(keys) = &keys {
+        crate::signatures::pin(home.root(), &registry, keys)?;
+    }
     let lock = create_lock(
         &index_url,
         &digest,
@@ -217,6 +245,46 @@ pub fn install(
         lock,
         store,
     })
+}
+
+/// The registry-signature check of `name@version` (`declared` is its `dist.integrity`): the
+/// key id of its verified signature (`None`: unsigned, or the registry publishes no keys)
+/// and the key set to pin.
+fn check_signatures(
+    home: &Home,
+    fetcher: &Fetcher,
+    registry: &str,
+    packument: &Value,
+    doc: &Value,
+    (name, version, declared): (&str, &str, &str),
+    required: bool,
+) -> Result<(Option<String>, Option<KeySet>), AcquireError> {
+    let spec = format!("{name}@{version}");
+    let fetched = signatures::fetch_keys(fetcher, registry);
+    let keys = signatures::effective_keys(home.root(), registry, fetched)?;
+    let signed = doc.pointer("/dist/signatures");
+    let Some(keys) = keys else {
+        if required {
+            return Err(AcquireError::Signature(format!(
+                "npm registry signature missing for {spec}: {registry} publishes no signing keys ({}), and signatures are required",
+                signatures::keys_url(registry)
+            )));
+        }
+        return Ok((None, None));
+    };
+    let published = packument
+        .pointer(&format!(
+            "/time/{}",
+            version.replace('~', "~0").replace('/', "~1")
+        ))
+        .and_then(Value::as_str);
+    let key = signatures::verify(&keys, name, version, declared, signed, published)?;
+    if key.is_none() && required {
+        return Err(AcquireError::Signature(format!(
+            "npm registry signature missing for {spec}, and signatures are required"
+        )));
+    }
+    Ok((key, Some(keys)))
 }
 
 /// The unpacked package must declare exactly what the index says (read inertly).

@@ -4,11 +4,14 @@
 //!
 //! * [`federation`]: public capability indexes fetched over HTTP, validated, merged, with
 //!   `federates` links followed breadth-first (each level in parallel) under depth and count
-//!   bounds, with de-duplication;
+//!   bounds, with de-duplication, through an index cache in the home (`--offline` reads only
+//!   the cache);
 //! * [`registry`]: the npm registry (packuments and exact tarballs);
 //! * [`integrity`]: sha512 over the downloaded bytes, compared with the packument's
 //!   `dist.integrity` and the index's declared integrity (an observed integrity is never
 //!   replaced by a declared one);
+//! * [`signatures`]: npm registry signatures (ECDSA P-256 over `<name>@<version>:<integrity>`)
+//!   checked against the registry's published keys, pinned per registry in the home;
 //! * [`unpack`]: tarballs unpacked into the content-addressed store of the home, refusing
 //!   absolute paths, `..`, links that leave the package, device files, duplicate entries and
 //!   archives that expand past a limit; no lifecycle script ever runs;
@@ -16,7 +19,7 @@
 //!   and the reference lockfile (`capability.lock.json`);
 //! * [`probe`]: site discovery (`/.well-known/capabilities`).
 //!
-//! Only plain `http://` is spoken (the client of `capability-openapi`); TLS is not built yet.
+//! `http://` and `https://` are spoken through the client of `capability-openapi` (rustls, certificates always verified).
 
 pub mod federation;
 pub mod fetch;
@@ -24,6 +27,7 @@ pub mod install;
 pub mod integrity;
 pub mod probe;
 pub mod registry;
+pub mod signatures;
 pub mod unpack;
 
 pub use federation::{Bounds, Network, federate};
@@ -42,6 +46,9 @@ pub enum AcquireError {
     /// The registry's answer was unusable.
     #[error("{0}")]
     Registry(String),
+    /// A registry signature or the registry's key set was refused.
+    #[error("{0}")]
+    Signature(String),
     /// Bytes did not match a declared integrity.
     #[error("{0}")]
     Integrity(String),

@@ -137,6 +137,10 @@ impl CapabilitySource for Installed {
                     ("tarball", r.get("tarball")),
                     ("index", r.get("index")),
                     ("signatureKeyId", r.get("signatureKeyId")),
+                    (
+                        "registrySignatureVerified",
+                        r.get("registrySignatureVerified"),
+                    ),
                     ("installedAt", r.get("installedAt")),
                 ] {
                     if let Some(v) = value.filter(|v| !v.is_null()) {

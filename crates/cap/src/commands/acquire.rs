@@ -15,9 +15,13 @@ use crate::output::print_json;
 /// Where indexes come from and how far federation goes.
 #[derive(Args, Debug, Clone, Default)]
 pub struct IndexOptions {
-    /// A capability index URL (repeatable; default $CAPABILITY_INDEX, comma separated).
+    /// A capability index URL (repeatable; default $CAPABILITY_INDEX, comma separated, else
+    /// the `indexes` of `<home>/indexes.json`).
     #[arg(long = "index")]
     pub indexes: Vec<String>,
+    /// Read the indexes from the home's index cache only (every index fetched is cached).
+    #[arg(long)]
+    pub offline: bool,
     /// How many `federates` links deep to follow.
     #[arg(long, default_value_t = 4)]
     pub max_depth: usize,
@@ -44,16 +48,33 @@ impl IndexOptions {
         }
     }
 
-    /// The index entries of the configured network (none when no index is configured).
-    pub fn entries(&self) -> Result<Vec<IndexEntry>, String> {
-        let roots = capability_acquire::federation::configured_indexes(&self.indexes);
-        if roots.is_empty() {
-            return Ok(Vec::new());
+    /// The index entries of the configured network (none when no index is configured),
+    /// through the index cache of `home`.
+    pub fn entries(&self, home: &HomeArg) -> Result<Vec<IndexEntry>, String> {
+        Ok(self
+            .network(home, &[])?
+            .map(|n| index_entries(&n.index))
+            .unwrap_or_default())
+    }
+
+    /// The configured network merged after `embedded`, through the index cache of `home`
+    /// (`None` when no index is configured and nothing is embedded).
+    pub fn network(
+        &self,
+        home: &HomeArg,
+        embedded: &[Value],
+    ) -> Result<Option<capability_acquire::Network>, String> {
+        let root = capability_host::home::resolve(home.home.as_deref());
+        let roots = capability_acquire::federation::configured_indexes(&self.indexes, Some(&root))
+            .map_err(|e| e.to_string())?;
+        if roots.is_empty() && embedded.is_empty() {
+            return Ok(None);
         }
         let fetcher = Fetcher::new(self.fetch()).map_err(|e| e.to_string())?;
-        let network = capability_acquire::federate(&fetcher, &roots, &[], self.bounds())
-            .map_err(|e| e.to_string())?;
-        Ok(index_entries(&network.index))
+        let cache = capability_acquire::federation::IndexCache::in_home(&root, self.offline);
+        capability_acquire::federate(&fetcher, &roots, embedded, self.bounds(), Some(&cache))
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -70,6 +91,13 @@ pub struct InstallArgs {
     /// Install exactly what the lock names; fail on any difference.
     #[arg(long)]
     pub locked: bool,
+    /// Refuse a version without a registry signature verified against the registry's
+    /// published keys (`/-/npm/v1/keys`, pinned per registry in the home).
+    #[arg(long)]
+    pub require_signatures: bool,
+    /// A trust policy (JSON); `requireRegistrySignature: true` in it requires signatures too.
+    #[arg(long = "trust-policy")]
+    pub trust_policy: Option<PathBuf>,
     /// The most bytes an archive may expand to.
     #[arg(long, default_value_t = 256 << 20)]
     pub max_unpacked_bytes: u64,
@@ -110,6 +138,12 @@ pub fn install(args: InstallArgs) -> Result<i32, String> {
         bounds: args.index.bounds(),
         fetch: args.index.fetch(),
         locked,
+        offline: args.index.offline,
+        require_signatures: args.require_signatures
+            || match &args.trust_policy {
+                Some(p) => requires_signatures(p)?,
+                None => false,
+            },
         limits: capability_acquire::unpack::Limits {
             max_unpacked_bytes: args.max_unpacked_bytes,
             ..Default::default()
@@ -137,11 +171,125 @@ pub fn install(args: InstallArgs) -> Result<i32, String> {
         ),
         "integrity": r.pointer("/package/integrity"),
         "registry": r.get("registry"),
+        "signatureKeyId": r.get("signatureKeyId"),
         "store": done.store.display().to_string(),
         "lock": lock_path,
         "locked": args.locked,
     }))?;
     Ok(0)
+}
+
+/// What `cap exec` acquired for an indexed capability that was not installed.
+#[derive(Debug)]
+pub struct Acquired {
+    /// The capability id that was installed.
+    pub id: String,
+    /// `name@version`.
+    pub package: String,
+    /// The trust assessment it passed.
+    pub trust: capability_runtime::trust::TrustAssessment,
+}
+
+/// The reference's `exec` of a capability that is not installed: resolve `query` against the
+/// configured indexes, install it with every check of `cap install` (signatures required
+/// when `trust` requires them), and assess it under `trust`. A package the trust policy
+/// refuses is removed again: nothing new is left in the store. `Ok(None)` when no index is
+/// configured (there is nothing to acquire from).
+pub fn acquire_for_exec(
+    home: &HomeArg,
+    query: &str,
+    index: &IndexOptions,
+    registry: Option<&str>,
+    trust: &capability_runtime::trust::TrustPolicy,
+) -> Result<Option<Acquired>, String> {
+    let home =
+        capability_host::Home::open_default(home.home.as_deref()).map_err(|e| e.to_string())?;
+    let roots =
+        capability_acquire::federation::configured_indexes(&index.indexes, Some(home.root()))
+            .map_err(|e| e.to_string())?;
+    if roots.is_empty() {
+        return Ok(None);
+    }
+    let packages = home.root().join(capability_host::installed::PACKAGES);
+    let listing = || -> Vec<PathBuf> {
+        std::fs::read_dir(&packages)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .collect()
+    };
+    let before = listing();
+    let options = InstallOptions {
+        indexes: roots,
+        embedded: vec![capability_runtime::defaults::default_index()],
+        registry: registry.map(String::from),
+        bounds: index.bounds(),
+        fetch: index.fetch(),
+        offline: index.offline,
+        require_signatures: trust.require_registry_signature,
+        ..InstallOptions::default()
+    };
+    let done = capability_acquire::install(&home, query, &options).map_err(|e| e.to_string())?;
+    let id = done
+        .lock
+        .pointer("/capability/id")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    use capability_host::CapabilitySource as _;
+    let capability = capability_host::installed::Installed::from_home(&home)
+        .capabilities()
+        .map_err(|e| e.message)?
+        .into_iter()
+        .find(|c| c.id() == id);
+    let assessment = match &capability {
+        Some(c) => capability_runtime::trust::assess_trust_of(c, trust),
+        None => return Err(format!("{id} was installed but cannot be loaded")),
+    };
+    if !assessment.accepted {
+        for path in listing().into_iter().filter(|p| !before.contains(p)) {
+            let _ = if path.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+        }
+        return Err(format!(
+            "Capability trust check failed: {} (nothing was kept; see --trust-policy)",
+            assessment.failures.join("; ")
+        ));
+    }
+    let record = &done.record;
+    let package = format!(
+        "{}@{}",
+        record
+            .pointer("/package/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
+        record
+            .pointer("/package/version")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    );
+    Ok(Some(Acquired {
+        id,
+        package,
+        trust: assessment,
+    }))
+}
+
+/// Whether the trust policy file at `path` requires a registry signature.
+pub fn requires_signatures(path: &std::path::Path) -> Result<bool, String> {
+    Ok(read_trust_policy(path)?.require_registry_signature)
+}
+
+/// Reads a trust policy file.
+pub fn read_trust_policy(
+    path: &std::path::Path,
+) -> Result<capability_runtime::trust::TrustPolicy, String> {
+    serde_json::from_value(crate::output::read_json(path)?)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 #[derive(Args, Debug)]
@@ -192,4 +340,160 @@ pub fn npm_inspect(args: NpmInspectArgs) -> Result<i32, String> {
     .map_err(|e| e.to_string())?;
     print_json(&report)?;
     Ok(0)
+}
+
+#[derive(Args, Debug)]
+pub struct NoveltyArgs {
+    /// A capability id exported by --package, or a manifest file (`*.json`).
+    pub id_or_manifest: String,
+    /// The package.json exporting the id.
+    #[arg(long, default_value = "package.json")]
+    pub package: PathBuf,
+    #[command(flatten)]
+    pub index: IndexOptions,
+    #[command(flatten)]
+    pub home: HomeArg,
+}
+
+/// `cap novelty`: the proposed manifest against every manifest of the network (the embedded
+/// index and the configured ones), as the reference's novelty radar.
+pub fn novelty(args: NoveltyArgs) -> Result<i32, String> {
+    let proposed = if args.id_or_manifest.ends_with(".json") {
+        let manifest = crate::output::read_json(std::path::Path::new(&args.id_or_manifest))?;
+        capability_core::manifest::assert_valid_manifest(&manifest).map_err(|e| e.message)?;
+        manifest
+    } else {
+        let package = capability_host::PackageFile::read(&args.package).map_err(|e| e.message)?;
+        let id = &args.id_or_manifest;
+        match package.exports.get(id) {
+            Some(Value::Object(d)) => d
+                .get("manifest")
+                .cloned()
+                .ok_or_else(|| format!("{} has no manifest for {id}", args.package.display()))?,
+            Some(_) => {
+                return Err(format!(
+                    "{}: the export {id} is a string, not a descriptor with a manifest",
+                    args.package.display()
+                ));
+            }
+            None => {
+                return Err(format!("{} does not export {id}", args.package.display()));
+            }
+        }
+    };
+    let embedded = capability_runtime::defaults::default_index();
+    let network = args
+        .index
+        .network(&args.home, std::slice::from_ref(&embedded))?
+        .ok_or("no capability index")?;
+    let existing: Vec<Value> = network.index["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|p| p["capabilities"].as_array().into_iter().flatten())
+        .filter_map(|c| c.get("manifest").cloned())
+        .collect();
+    let assessment = capability_runtime::builtins::novelty_radar::assess(&proposed, &existing)
+        .map_err(|e| e.to_string())?;
+    let mut sources = vec![json!("embedded:index")];
+    sources.extend(network.sources().into_iter().map(Value::from));
+    let mut out = json!({
+        "proposed": {"id": proposed.get("id"), "version": proposed.get("version")},
+        "sources": sources,
+    });
+    for key in [
+        "uniquenessScore",
+        "classification",
+        "nearest",
+        "recommendation",
+    ] {
+        out[key] = assessment.get(key).cloned().unwrap_or(Value::Null);
+    }
+    print_json(&out)?;
+    Ok(0)
+}
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    /// A capability index URL to check (repeatable; default $CAPABILITY_INDEX, else the
+    /// `indexes` of `<home>/indexes.json`).
+    #[arg(long = "index")]
+    pub indexes: Vec<String>,
+    /// An npm registry to check (its `/-/ping` and signing keys); default $CAP_NPM_REGISTRY.
+    #[arg(long)]
+    pub registry: Option<String>,
+    /// The deadline of one HTTP request, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub http_timeout_ms: u64,
+    #[command(flatten)]
+    pub home: HomeArg,
+}
+
+/// The network part of `cap doctor`: each configured index fetched and validated (not
+/// federated, not from the cache), and the registry pinged with its signing keys counted.
+/// `None` when neither an index nor a registry is configured.
+pub fn network_checks(args: &DoctorArgs) -> Result<Option<Value>, String> {
+    let root = capability_host::home::resolve(args.home.home.as_deref());
+    let indexes = capability_acquire::federation::configured_indexes(&args.indexes, Some(&root))
+        .map_err(|e| e.to_string())?;
+    let registry = args.registry.clone().or_else(|| {
+        std::env::var("CAP_NPM_REGISTRY")
+            .ok()
+            .filter(|s| !s.is_empty())
+    });
+    if indexes.is_empty() && registry.is_none() {
+        return Ok(None);
+    }
+    let fetcher = Fetcher::new(FetchConfig {
+        timeout: Duration::from_millis(args.http_timeout_ms),
+        ..FetchConfig::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let mut ok = true;
+    let checked: Vec<Value> = indexes
+        .iter()
+        .map(
+            |url| match capability_acquire::federation::fetch_index(&fetcher, url) {
+                Ok(doc) => json!({
+                    "url": url,
+                    "ok": true,
+                    "packages": doc["packages"].as_array().map_or(0, Vec::len),
+                }),
+                Err(e) => {
+                    ok = false;
+                    json!({"url": url, "ok": false, "error": e.to_string()})
+                }
+            },
+        )
+        .collect();
+    let mut out = json!({ "indexes": checked });
+    if let Some(r) = registry {
+        let url = capability_acquire::registry::registry_url(Some(&r));
+        let ping = fetcher
+            .document(&format!("{url}-/ping"))
+            .and_then(|f| match f.status {
+                200..=299 => Ok(()),
+                s => Err(capability_acquire::AcquireError::Fetch(format!(
+                    "{url}-/ping: HTTP {s}"
+                ))),
+            });
+        let mut report = json!({"url": url, "ok": ping.is_ok()});
+        match ping {
+            Ok(()) => {
+                report["signingKeys"] =
+                    match capability_acquire::signatures::fetch_keys(&fetcher, &url) {
+                        Ok(Some(keys)) => json!(keys.keys.len()),
+                        Ok(None) => Value::Null,
+                        Err(e) => json!({"error": e.to_string()}),
+                    }
+            }
+            Err(e) => {
+                ok = false;
+                report["error"] = json!(e.to_string());
+            }
+        }
+        out["registry"] = report;
+    }
+    out["ok"] = json!(ok);
+    Ok(Some(out))
 }

@@ -184,10 +184,7 @@ impl RunOptions {
     /// The host configuration these options describe, with these sources.
     pub fn config(&self, sources: Vec<Arc<dyn CapabilitySource>>) -> Result<HostConfig, String> {
         let trust = match &self.trust_policy {
-            Some(p) => Some(
-                serde_json::from_value(crate::output::read_json(p)?)
-                    .map_err(|e| format!("{}: {e}", p.display()))?,
-            ),
+            Some(p) => Some(crate::commands::acquire::read_trust_policy(p)?),
             None => None,
         };
         // Images from CAPABILITY_OCI_IMAGE_{NODE,PYTHON,NATIVE}, then the flags.

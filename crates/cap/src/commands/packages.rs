@@ -88,11 +88,16 @@ pub fn plan(args: PackageRunArgs) -> Result<i32, String> {
 
 /// `cap doctor`: which boundaries work here and the kernel features found; exits 1 when no
 /// boundary can run package code.
-pub fn doctor() -> Result<i32, String> {
+pub fn doctor(args: crate::commands::acquire::DoctorArgs) -> Result<i32, String> {
     let report = capability_host::doctor();
     let mut value = serde_json::to_value(&report).map_err(|e| e.to_string())?;
-    let ok = report.process_sandbox_ok() || report.oci_ok();
+    let network = crate::commands::acquire::network_checks(&args)?;
+    let ok = (report.process_sandbox_ok() || report.oci_ok())
+        && network.as_ref().is_none_or(|n| n["ok"] == true);
     if let Value::Object(map) = &mut value {
+        if let Some(n) = network {
+            map.insert("network".into(), n);
+        }
         map.insert("ok".into(), Value::Bool(ok));
     }
     print_json(&value)?;

@@ -57,6 +57,12 @@ pub struct ExecArgs {
     /// this gateway config (see `cap mcp-gateway`).
     #[arg(long)]
     pub gateway: Option<std::path::PathBuf>,
+    /// The npm registry an indexed capability that is not installed is acquired from
+    /// (default $CAP_NPM_REGISTRY, the npmrc `registry=` line, npm's).
+    #[arg(long)]
+    pub registry: Option<String>,
+    #[command(flatten)]
+    pub index: crate::commands::acquire::IndexOptions,
     #[command(flatten)]
     pub options: RunOptions,
 }
@@ -66,13 +72,39 @@ pub fn exec(args: ExecArgs) -> Result<i32, String> {
     if let Some(config) = &args.gateway {
         return crate::commands::mcp::exec_through_gateway(config, &args.id, input, &args.options);
     }
-    let host = args
-        .options
-        .open(vec![std::sync::Arc::new(capability_host::Builtins)])?;
+    let sources = || -> Vec<std::sync::Arc<dyn capability_host::CapabilitySource>> {
+        vec![std::sync::Arc::new(capability_host::Builtins)]
+    };
+    let mut host = args.options.open(sources())?;
     // An id-shaped argument must match exactly: never run a different capability because
     // its words happen to be similar. Other arguments are queries, resolved as the reference.
+    // One that is in a configured index but not installed is acquired first, as the
+    // reference's exec: every check of `cap install`, under the strict npm trust policy
+    // unless --trust-policy names another.
+    let mut acquired = None;
     let id = match host.resolve(&args.id) {
         Ok(id) => id,
+        Err(e) if e.code == capability_core::ErrorCode::NotFound => {
+            let mut config = args.options.config(sources())?;
+            let trust = config
+                .trust
+                .get_or_insert_with(capability_runtime::trust::strict_npm_trust_policy)
+                .clone();
+            let Some(a) = crate::commands::acquire::acquire_for_exec(
+                &args.options.home,
+                &args.id,
+                &args.index,
+                args.registry.as_deref(),
+                &trust,
+            )?
+            else {
+                return fail(&e);
+            };
+            host = capability_host::Host::open(config).map_err(|e| e.to_string())?;
+            let id = a.id.clone();
+            acquired = Some(a);
+            id
+        }
         Err(e) => return fail(&e),
     };
     let mut request = Request::new(id.clone(), input);
@@ -80,10 +112,15 @@ pub fn exec(args: ExecArgs) -> Result<i32, String> {
     request.approve_effects = args.options.approve;
     let outcome = invoke(&host, &request, &args.options);
     let inspection = host.inspect(&id).unwrap_or(Value::Null);
-    print_outcome(
-        outcome,
-        |receipt| json!({"capability": inspection, "receipt": receipt}),
-    )
+    print_outcome(outcome, |receipt| match acquired {
+        Some(a) => json!({
+            "capability": inspection,
+            "package": a.package,
+            "trust": a.trust,
+            "receipt": receipt,
+        }),
+        None => json!({"capability": inspection, "receipt": receipt}),
+    })
 }
 
 #[derive(Args, Debug)]
@@ -108,7 +145,7 @@ pub fn find(args: FindArgs) -> Result<i32, String> {
     };
     // The host's sources (built-ins, installed packages) and the configured indexes.
     let mut entries = host.index_entries().to_vec();
-    entries.extend(args.index.entries()?);
+    entries.extend(args.index.entries(&args.home)?);
     let hits: Vec<Value> = capability_core::index::discover_index(&entries, &query)
         .into_iter()
         .map(|h| h.item.hit_json(h.score, &h.reasons))
@@ -129,7 +166,7 @@ pub struct InfoArgs {
 
 pub fn info(args: InfoArgs) -> Result<i32, String> {
     let host = open_home(&args.home)?;
-    let network = args.index.entries()?;
+    let network = args.index.entries(&args.home)?;
     if network.is_empty() {
         let r = host.info(&args.id_or_query).map_err(|e| e.message)?;
         print_json(&r.to_json())?;

@@ -1,0 +1,280 @@
+//! npm registry signatures: `versions[v].dist.signatures = [{keyid, sig}]`, each an ECDSA
+//! P-256 signature (DER, base64) over the UTF-8 bytes of `<name>@<version>:<dist.integrity>`,
+//! checked against the keys the registry publishes at `/-/npm/v1/keys`
+//! (`{keys: [{keyid, key: <base64 SPKI DER>, keytype, scheme, expires}]}`).
+//!
+//! The key set of a registry is pinned in the home on first use
+//! (`<home>/registry-keys/<sha256 of the registry URL>.json`): a later key set that differs
+//! is refused until the pin is removed by hand, and the pinned set stands in for the
+//! registry's when the keys endpoint cannot be reached. A registry that answers 404 publishes
+//! no keys; a registry whose keys were pinned may not stop publishing them.
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine as _;
+use p256::ecdsa::signature::Verifier as _;
+use p256::ecdsa::{DerSignature, VerifyingKey};
+use p256::pkcs8::DecodePublicKey as _;
+use serde_json::{Value, json};
+use sha2::Digest as _;
+
+use crate::AcquireError;
+use crate::fetch::Fetcher;
+
+/// The only key type and scheme npm uses.
+pub const KEY_TYPE: &str = "ecdsa-sha2-nistp256";
+/// Where pinned key sets live in the home.
+pub const PINS: &str = "registry-keys";
+
+/// One usable registry key.
+#[derive(Clone, Debug)]
+pub struct RegistryKey {
+    pub keyid: String,
+    pub key: VerifyingKey,
+    /// `expires` as milliseconds since the epoch (`None`: never).
+    pub expires: Option<f64>,
+}
+
+/// A registry's key set: the document's `keys` (sorted by key id, what is pinned) and the
+/// usable keys among them.
+#[derive(Clone, Debug)]
+pub struct KeySet {
+    pub document: Value,
+    pub keys: Vec<RegistryKey>,
+}
+
+/// `<registry>-/npm/v1/keys`.
+pub fn keys_url(registry: &str) -> String {
+    format!("{registry}-/npm/v1/keys")
+}
+
+fn refused(m: String) -> AcquireError {
+    AcquireError::Signature(m)
+}
+
+/// Reads a key document. Keys of another type or scheme are left out (a signature by one of
+/// them is then a signature by an unknown key); a malformed key of npm's type is an error.
+pub fn parse_keys(doc: &Value, registry: &str) -> Result<KeySet, AcquireError> {
+    let bad = |m: &str| refused(format!("the signing keys of {registry}: {m}"));
+    let mut listed: Vec<Value> = doc
+        .get("keys")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("no `keys` array"))?
+        .clone();
+    listed.sort_by(|a, b| {
+        let id = |v: &Value| v["keyid"].as_str().unwrap_or_default().to_string();
+        id(a).cmp(&id(b))
+    });
+    let mut keys = Vec::new();
+    for k in &listed {
+        let keyid = k
+            .get("keyid")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| bad("a key has no keyid"))?;
+        if k.get("keytype").and_then(Value::as_str) != Some(KEY_TYPE)
+            || k.get("scheme").and_then(Value::as_str) != Some(KEY_TYPE)
+        {
+            continue;
+        }
+        let der = k
+            .get("key")
+            .and_then(Value::as_str)
+            .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
+            .ok_or_else(|| bad(&format!("key {keyid} is not base64")))?;
+        let key = VerifyingKey::from_public_key_der(&der)
+            .map_err(|e| bad(&format!("key {keyid} is not a P-256 public key: {e}")))?;
+        let expires = match k.get("expires") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) => Some(
+                capability_core::dates::date_parse(s)
+                    .ok_or_else(|| bad(&format!("key {keyid} expires at {s:?}, not a date")))?,
+            ),
+            Some(_) => return Err(bad(&format!("key {keyid}: expires is not a date"))),
+        };
+        keys.push(RegistryKey {
+            keyid: keyid.to_string(),
+            key,
+            expires,
+        });
+    }
+    Ok(KeySet {
+        document: json!({ "keys": listed }),
+        keys,
+    })
+}
+
+/// Fetches the registry's key set: `None` when the registry publishes none (HTTP 404).
+pub fn fetch_keys(fetcher: &Fetcher, registry: &str) -> Result<Option<KeySet>, AcquireError> {
+    let url = keys_url(registry);
+    let fetched = fetcher.document(&url)?;
+    if fetched.status == 404 {
+        return Ok(None);
+    }
+    if !(200..300).contains(&fetched.status) {
+        return Err(AcquireError::Fetch(format!(
+            "Failed to fetch the registry's signing keys: HTTP {} ({url})",
+            fetched.status
+        )));
+    }
+    let doc = capability_core::json::parse(&fetched.body)
+        .map_err(|e| refused(format!("{url}: not JSON: {e}")))?;
+    parse_keys(&doc, registry).map(Some)
+}
+
+/// The pin file of `registry` in `home_root`.
+pub fn pin_path(home_root: &Path, registry: &str) -> PathBuf {
+    home_root.join(PINS).join(format!(
+        "{}.json",
+        hex::encode(sha2::Sha256::digest(registry))
+    ))
+}
+
+/// The pinned key set of `registry`, if any.
+pub fn pinned(home_root: &Path, registry: &str) -> Result<Option<KeySet>, AcquireError> {
+    let path = pin_path(home_root, registry);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(AcquireError::Io(format!("{}: {e}", path.display()))),
+    };
+    let doc = capability_core::json::parse(&bytes)
+        .map_err(|e| refused(format!("{}: not JSON: {e}", path.display())))?;
+    parse_keys(&doc, registry).map(Some)
+}
+
+/// The key set to verify with: the fetched one, which must equal the pinned one when there is
+/// a pin; the pinned one when the registry cannot be reached (`fetched` is an error).
+pub fn effective_keys(
+    home_root: &Path,
+    registry: &str,
+    fetched: Result<Option<KeySet>, AcquireError>,
+) -> Result<Option<KeySet>, AcquireError> {
+    let pin = pinned(home_root, registry)?;
+    let path = pin_path(home_root, registry);
+    match (fetched, pin) {
+        (Err(e), None) => Err(e),
+        (Err(_), Some(pin)) => Ok(Some(pin)),
+        (Ok(None), Some(_)) => Err(refused(format!(
+            "{registry} no longer publishes signing keys, but its keys were pinned ({}); remove the pin only after checking why",
+            path.display()
+        ))),
+        (Ok(Some(now)), Some(pin)) if now.document != pin.document => Err(refused(format!(
+            "the signing keys of {registry} changed since they were pinned ({}): refusing them; remove the pin only after checking the new keys",
+            path.display()
+        ))),
+        (Ok(fetched), _) => Ok(fetched),
+    }
+}
+
+/// Pins `keys` for `registry` (when nothing is pinned yet).
+pub fn pin(home_root: &Path, registry: &str, keys: &KeySet) -> Result<(), AcquireError> {
+    let path = pin_path(home_root, registry);
+    if path.exists() {
+        return Ok(());
+    }
+    let failed = |e: std::io::Error| AcquireError::Io(format!("{}: {e}", path.display()));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(failed)?;
+    }
+    let mut doc = keys.document.clone();
+    doc["registry"] = json!(registry);
+    doc["pinnedAt"] = json!(capability_core::js::now_iso());
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| AcquireError::Io(e.to_string()))?;
+    let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
+    std::fs::write(&tmp, text + "\n").map_err(failed)?;
+    std::fs::rename(&tmp, &path).map_err(failed)
+}
+
+/// Checks every signature of `name@version` (whose `dist.integrity` is `integrity`, published
+/// at `published`) against `keys`. Returns the key id of the first signature, or `None` when
+/// the version carries no signature. An unknown key, a key that had expired when the version
+/// was published, or a signature that does not verify is an error.
+pub fn verify(
+    keys: &KeySet,
+    name: &str,
+    version: &str,
+    integrity: &str,
+    signatures: Option<&Value>,
+    published: Option<&str>,
+) -> Result<Option<String>, AcquireError> {
+    let spec = format!("{name}@{version}");
+    let signatures = match signatures {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(a)) if a.is_empty() => return Ok(None),
+        Some(Value::Array(a)) => a,
+        Some(_) => {
+            return Err(refused(format!("{spec}: dist.signatures is not an array")));
+        }
+    };
+    let message = format!("{spec}:{integrity}");
+    let published = published.and_then(capability_core::dates::date_parse);
+    let mut first = None;
+    for s in signatures {
+        let keyid = s.get("keyid").and_then(Value::as_str).unwrap_or_default();
+        let key = keys.keys.iter().find(|k| k.keyid == keyid).ok_or_else(|| {
+            refused(format!(
+                "{spec} is signed by the unknown key {keyid:?}: the registry publishes no such key"
+            ))
+        })?;
+        if let Some(expires) = key.expires {
+            let at = published.unwrap_or_else(|| capability_core::js::now_millis() as f64);
+            if at >= expires {
+                return Err(refused(format!(
+                    "{spec} is signed by the key {keyid}, which had expired when the version was published"
+                )));
+            }
+        }
+        let sig = s
+            .get("sig")
+            .and_then(Value::as_str)
+            .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+            .and_then(|der| DerSignature::try_from(der.as_slice()).ok())
+            .ok_or_else(|| refused(format!("{spec}: the signature by {keyid} is malformed")))?;
+        key.key.verify(message.as_bytes(), &sig).map_err(|_| {
+            refused(format!(
+                "{spec}: the registry signature by {keyid} does not verify over {message:?}"
+            ))
+        })?;
+        first.get_or_insert_with(|| keyid.to_string());
+    }
+    Ok(first)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A real npm key and signature (public registry data).
+    const KEY: &str = "MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE1Olb3zMAFFxXKHiIkQO5cJ3Yhl5i6UPp+IhuteBJbuHcA5UogKo0EWtlWwW6KSaKoTNEYL7JlCQiVnkhBktUgg==";
+    const KEYID: &str = "SHA256:jl3bwswu80PjjokCgh0o2w5c2U4LhQAE57gj9cz1kzA";
+    const INTEGRITY: &str = "sha512-RMdeiD0OJC+S2w4931iqdi5MB9xe2T/lXZbRrHxbsmQrSA+FwhPk2bIqIwbNDCmThPgNw841Q272O6EFSYhBjQ==";
+    const SIG: &str = "MEUCICKQJCEvvV3HdhCSj3TwH9qqIWLwc0GR1m/NED/s1bPIAiEAvkTmhIDIrD4MZoI2g27+HsuxoFJhC/evORT6T2UUwSc=";
+
+    fn keys() -> KeySet {
+        let doc = json!({"keys": [{"keyid": KEYID, "key": KEY, "keytype": KEY_TYPE,
+            "scheme": KEY_TYPE, "expires": "2025-01-29T00:00:00.000Z"}]});
+        parse_keys(&doc, "r/").unwrap()
+    }
+
+    #[test]
+    fn npm_vector_verifies_and_its_negative_controls_fail() {
+        let sigs = json!([{"keyid": KEYID, "sig": SIG}]);
+        let published = Some("2023-01-01T00:00:00.000Z");
+        let got = verify(&keys(), "venv", "0.1.0", INTEGRITY, Some(&sigs), published).unwrap();
+        assert_eq!(got.as_deref(), Some(KEYID));
+        let e = verify(&keys(), "venv", "0.1.1", INTEGRITY, Some(&sigs), published).unwrap_err();
+        assert!(e.to_string().contains("does not verify"), "{e}");
+        let other = json!([{"keyid": "SHA256:other", "sig": SIG}]);
+        let e = verify(&keys(), "venv", "0.1.0", INTEGRITY, Some(&other), published).unwrap_err();
+        assert!(e.to_string().contains("unknown key"), "{e}");
+        let late = Some("2025-06-01T00:00:00.000Z");
+        let e = verify(&keys(), "venv", "0.1.0", INTEGRITY, Some(&sigs), late).unwrap_err();
+        assert!(e.to_string().contains("had expired"), "{e}");
+        assert_eq!(
+            verify(&keys(), "venv", "0.1.0", INTEGRITY, None, published).unwrap(),
+            None
+        );
+    }
+}
