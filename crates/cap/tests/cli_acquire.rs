@@ -37,6 +37,7 @@ struct Server {
     base: String,
     routes: Routes,
     hits: Arc<AtomicUsize>,
+    not_modified: Arc<AtomicUsize>,
     stopped: Arc<AtomicBool>,
 }
 
@@ -44,9 +45,11 @@ impl Server {
     fn start() -> Server {
         let routes: Routes = Arc::default();
         let hits: Arc<AtomicUsize> = Arc::default();
+        let not_modified: Arc<AtomicUsize> = Arc::default();
         let stopped: Arc<AtomicBool> = Arc::default();
         let (shared, counted, stop) =
             (Arc::clone(&routes), Arc::clone(&hits), Arc::clone(&stopped));
+        let unchanged = Arc::clone(&not_modified);
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -56,30 +59,54 @@ impl Server {
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
                 tx.send(listener.local_addr().unwrap()).unwrap();
-                let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
-                    let routes = Arc::clone(&shared);
-                    counted.fetch_add(1, Ordering::SeqCst);
-                    async move {
-                        let path = uri.path().to_string();
-                        if path == "/hang" {
-                            tokio::time::sleep(Duration::from_secs(3600)).await;
-                        }
-                        let found = routes.lock().unwrap().get(&path).cloned();
-                        // A 3xx route's body is its Location.
-                        let (status, body) = found.unwrap_or((404, b"{}".to_vec()));
-                        let location = (300..400)
-                            .contains(&status)
-                            .then(|| String::from_utf8_lossy(&body).to_string());
-                        let mut response = axum::http::Response::new(axum::body::Body::from(body));
-                        *response.status_mut() = axum::http::StatusCode::from_u16(status).unwrap();
-                        if let Some(l) = location {
+                let app = axum::Router::new().fallback(
+                    move |uri: axum::http::Uri, request: axum::http::HeaderMap| {
+                        let routes = Arc::clone(&shared);
+                        let unchanged = Arc::clone(&unchanged);
+                        counted.fetch_add(1, Ordering::SeqCst);
+                        async move {
+                            let path = uri.path().to_string();
+                            if path == "/hang" {
+                                tokio::time::sleep(Duration::from_secs(3600)).await;
+                            }
+                            let found = routes.lock().unwrap().get(&path).cloned();
+                            // A 3xx route's body is its Location.
+                            let (status, body) = found.unwrap_or((404, b"{}".to_vec()));
+                            let location = (300..400)
+                                .contains(&status)
+                                .then(|| String::from_utf8_lossy(&body).to_string());
+                            // A 200 route has an entity tag (its body's digest) and answers a
+                            // matching If-None-Match with 304 and no body.
+                            let etag = (status == 200)
+                                .then(|| format!("\"{:x}\"", sha2::Sha256::digest(&body)));
+                            let matched = etag.as_deref().is_some_and(|e| {
+                                request.get("if-none-match").and_then(|v| v.to_str().ok())
+                                    == Some(e)
+                            });
+                            let (status, body) = if matched {
+                                unchanged.fetch_add(1, Ordering::SeqCst);
+                                (304, Vec::new())
+                            } else {
+                                (status, body)
+                            };
+                            let mut response =
+                                axum::http::Response::new(axum::body::Body::from(body));
+                            *response.status_mut() =
+                                axum::http::StatusCode::from_u16(status).unwrap();
+                            if let Some(e) = etag {
+                                response
+                                    .headers_mut()
+                                    .insert(axum::http::header::ETAG, e.parse().unwrap());
+                            }
+                            if let Some(l) = location {
+                                response
+                                    .headers_mut()
+                                    .insert(axum::http::header::LOCATION, l.parse().unwrap());
+                            }
                             response
-                                .headers_mut()
-                                .insert(axum::http::header::LOCATION, l.parse().unwrap());
                         }
-                        response
-                    }
-                });
+                    },
+                );
                 let stopping = async move {
                     while !stop.load(Ordering::SeqCst) {
                         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -96,6 +123,7 @@ impl Server {
             base: format!("http://{addr}"),
             routes,
             hits,
+            not_modified,
             stopped,
         }
     }
@@ -116,6 +144,11 @@ impl Server {
 
     fn hits(&self) -> usize {
         self.hits.load(Ordering::SeqCst)
+    }
+
+    /// Requests answered 304 Not Modified.
+    fn not_modified(&self) -> usize {
+        self.not_modified.load(Ordering::SeqCst)
     }
 
     fn put(&self, path: &str, status: u16, body: impl Into<Vec<u8>>) -> String {
@@ -1198,6 +1231,20 @@ fn indexes_are_cached_read_offline_and_configured_in_the_home() {
         ["fixture/cached"]
     );
     assert_eq!(server.hits(), 1);
+    // Online again: revalidated with If-None-Match, answered 304, the cached document used.
+    assert_eq!(ids(&find(&["--index", &url])), ["fixture/cached"]);
+    assert_eq!((server.hits(), server.not_modified()), (2, 1));
+    // A changed document has another tag: fetched whole, and the cache follows it.
+    server.json("/index.json", &index(vec![pkg("changed")], &[]));
+    assert_eq!(ids(&find(&["--index", &url])), ["fixture/changed"]);
+    assert_eq!((server.hits(), server.not_modified()), (3, 1));
+    assert_eq!(
+        ids(&find(&["--index", &url, "--offline"])),
+        ["fixture/changed"]
+    );
+    server.json("/index.json", &index(vec![pkg("cached")], &[]));
+    assert_eq!(ids(&find(&["--index", &url])), ["fixture/cached"]);
+    assert_eq!((server.hits(), server.not_modified()), (4, 1));
 
     // The home's indexes.json names the indexes when no flag or variable does.
     let other = server.json("/other.json", &index(vec![pkg("configured")], &[]));

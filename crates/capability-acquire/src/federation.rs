@@ -7,7 +7,9 @@
 //! `No capability indexes were loaded`, each naming the URL.
 //!
 //! Every index document fetched is kept in the home's index cache
-//! (`<home>/index-cache/<sha256 of the URL>.json`); in offline mode only the cache is read
+//! (`<home>/index-cache/<sha256 of the URL>.json`) with the server's `ETag`; the next fetch
+//! of that URL asks with `If-None-Match`, and a `304 Not Modified` answer reuses the cached
+//! document (checked again) without transferring it. In offline mode only the cache is read
 //! and nothing is fetched. The index URLs come from the `--index` flags, else
 //! `CAPABILITY_INDEX`, else the home's `indexes.json` (`{"indexes": ["<url>", ...]}`), else
 //! none (the embedded index alone).
@@ -18,7 +20,7 @@ use serde_json::{Value, json};
 use sha2::Digest as _;
 
 use crate::AcquireError;
-use crate::fetch::Fetcher;
+use crate::fetch::{Fetched, Fetcher};
 
 /// The reference's bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,22 +92,32 @@ impl IndexCache {
             .join(format!("{}.json", hex::encode(sha2::Sha256::digest(url))))
     }
 
-    /// The cached document of `url` (`None` when nothing usable is cached).
-    pub fn read(&self, url: &str) -> Option<Value> {
+    /// The cached document of `url` and its entity tag (`None` when nothing usable is
+    /// cached).
+    pub fn read(&self, url: &str) -> Option<(Value, Option<String>)> {
         let entry = capability_core::json::parse(&std::fs::read(self.path(url)).ok()?).ok()?;
-        (entry.get("url").and_then(Value::as_str) == Some(url))
-            .then(|| entry.get("document").cloned())
-            .flatten()
+        if entry.get("url").and_then(Value::as_str) != Some(url) {
+            return None;
+        }
+        let etag = entry.get("etag").and_then(Value::as_str).map(String::from);
+        Some((entry.get("document")?.clone(), etag))
     }
 
-    /// Keeps the document of `url` (written whole, then renamed into place).
-    pub fn write(&self, url: &str, document: &Value) -> Result<(), AcquireError> {
+    /// Keeps the document of `url` with its entity tag (written whole, then renamed into
+    /// place).
+    pub fn write(
+        &self,
+        url: &str,
+        document: &Value,
+        etag: Option<&str>,
+    ) -> Result<(), AcquireError> {
         let path = self.path(url);
         let failed = |e: std::io::Error| AcquireError::Io(format!("{}: {e}", path.display()));
         std::fs::create_dir_all(&self.dir).map_err(failed)?;
         let entry = json!({
             "url": url,
             "fetchedAt": capability_core::js::now_iso(),
+            "etag": etag,
             "document": document,
         });
         let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
@@ -123,21 +135,40 @@ pub fn load_index(
     let Some(cache) = cache else {
         return fetch_index(fetcher, url);
     };
+    let cached = cache.read(url);
     if cache.offline {
-        let doc = cache.read(url).ok_or_else(|| {
+        let (doc, _) = cached.ok_or_else(|| {
             AcquireError::Index(format!(
                 "offline: the capability index {url} is not in the index cache ({}); fetch it once without --offline",
                 cache.dir.display()
             ))
         })?;
-        capability_core::index::assert_valid_index(&doc)
-            .map_err(|e| AcquireError::Index(format!("{e} ({url}, cached)")))?;
-        return Ok(doc);
+        return valid_cached(doc, url);
     }
-    let doc = fetch_index(fetcher, url)?;
+    // Revalidate a cached document that has an entity tag; fetch anything else whole.
+    let (cached_doc, etag) = match cached {
+        Some((doc, Some(etag))) => (Some(doc), Some(etag)),
+        _ => (None, None),
+    };
+    let fetched = match &etag {
+        Some(etag) => fetcher.document_if_none_match(url, etag),
+        None => fetcher.document(url),
+    }
+    .map_err(|e| AcquireError::Fetch(format!("Failed to fetch capability index: {e}")))?;
+    if let (304, Some(doc)) = (fetched.status, cached_doc) {
+        return valid_cached(doc, url);
+    }
+    let (doc, etag) = index_from(fetched, url)?;
     // The cache is an optimisation for later offline use: a home that cannot be written
     // (a read-only mount) still gets the fresh document.
-    let _ = cache.write(url, &doc);
+    let _ = cache.write(url, &doc, etag.as_deref());
+    Ok(doc)
+}
+
+/// A cached index document, checked again before it is used.
+fn valid_cached(doc: Value, url: &str) -> Result<Value, AcquireError> {
+    capability_core::index::assert_valid_index(&doc)
+        .map_err(|e| AcquireError::Index(format!("{e} ({url}, cached)")))?;
     Ok(doc)
 }
 
@@ -146,6 +177,11 @@ pub fn fetch_index(fetcher: &Fetcher, url: &str) -> Result<Value, AcquireError> 
     let fetched = fetcher
         .document(url)
         .map_err(|e| AcquireError::Fetch(format!("Failed to fetch capability index: {e}")))?;
+    Ok(index_from(fetched, url)?.0)
+}
+
+/// The validated index document of a response, with its entity tag.
+fn index_from(fetched: Fetched, url: &str) -> Result<(Value, Option<String>), AcquireError> {
     if !(200..300).contains(&fetched.status) {
         return Err(AcquireError::Fetch(format!(
             "Failed to fetch capability index: HTTP {} ({url})",
@@ -157,7 +193,7 @@ pub fn fetch_index(fetcher: &Fetcher, url: &str) -> Result<Value, AcquireError> 
     })?;
     capability_core::index::assert_valid_index(&doc)
         .map_err(|e| AcquireError::Index(format!("{e} ({url})")))?;
-    Ok(doc)
+    Ok((doc, fetched.etag))
 }
 
 /// Loads the network rooted at `roots` (plus `embedded`, documents already in hand such as

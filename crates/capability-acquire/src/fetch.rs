@@ -40,6 +40,8 @@ pub struct Fetched {
     pub status: u16,
     pub body: Vec<u8>,
     pub url: url::Url,
+    /// The response's `ETag`.
+    pub etag: Option<String>,
 }
 
 /// Two clients: one for documents, one for tarballs (their byte limits differ).
@@ -79,7 +81,12 @@ impl Fetcher {
         &self.config
     }
 
-    fn get(&self, client: &HttpClient, url: &str) -> Result<Fetched, AcquireError> {
+    fn get(
+        &self,
+        client: &HttpClient,
+        url: &str,
+        headers: Vec<(String, String)>,
+    ) -> Result<Fetched, AcquireError> {
         let parsed =
             url::Url::parse(url).map_err(|e| AcquireError::Fetch(format!("{url}: {e}")))?;
         if !matches!(parsed.scheme(), "http" | "https") {
@@ -92,7 +99,7 @@ impl Fetcher {
         let request = Outgoing {
             method: "GET".into(),
             url: parsed.clone(),
-            headers: Vec::new(),
+            headers,
             body: None,
         };
         let response = client
@@ -102,16 +109,24 @@ impl Fetcher {
             status: response.status,
             body: response.body,
             url: parsed,
+            etag: response.etag,
         })
     }
 
     /// A JSON document (index, discovery document, packument, key set).
     pub fn document(&self, url: &str) -> Result<Fetched, AcquireError> {
-        self.get(&self.documents, url)
+        self.get(&self.documents, url, Vec::new())
+    }
+
+    /// A JSON document unless it still has the entity tag `etag` (then status 304 and no
+    /// body): a conditional GET with `If-None-Match`.
+    pub fn document_if_none_match(&self, url: &str, etag: &str) -> Result<Fetched, AcquireError> {
+        let headers = vec![("If-None-Match".to_string(), etag.to_string())];
+        self.get(&self.documents, url, headers)
     }
 
     /// A tarball.
     pub fn tarball(&self, url: &str) -> Result<Fetched, AcquireError> {
-        self.get(&self.tarballs, url)
+        self.get(&self.tarballs, url, Vec::new())
     }
 }

@@ -145,6 +145,8 @@ pub struct Incoming {
     pub address: SocketAddr,
     /// The `Mcp-Session-Id` response header (an MCP streamable-HTTP upstream's session).
     pub mcp_session_id: Option<String>,
+    /// The `ETag` response header (for a later `If-None-Match`).
+    pub etag: Option<String>,
 }
 
 /// `(scheme, host, port)`.
@@ -553,6 +555,7 @@ async fn send_once(
     let content_type = header(hyper::header::CONTENT_TYPE);
     let location = header(hyper::header::LOCATION);
     let mcp_session_id = header(hyper::header::HeaderName::from_static("mcp-session-id"));
+    let etag = header(hyper::header::ETAG);
     let limit = config.max_response_bytes;
     if let Some(len) = header(hyper::header::CONTENT_LENGTH).and_then(|l| l.parse::<u64>().ok())
         && len > limit as u64
@@ -581,6 +584,7 @@ async fn send_once(
             redirects: 0,
             address,
             mcp_session_id,
+            etag,
         },
     ))
 }
