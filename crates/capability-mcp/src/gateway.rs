@@ -413,6 +413,11 @@ fn effects_of(server: &ServerConfig, tool: &Value) -> Vec<String> {
     effects
 }
 
+/// The least time an upstream's `initialize` handshake is given, whatever the call timeout:
+/// an interpreter that imports an SDK can take seconds to start on a busy machine, and a
+/// tight call timeout must not turn that into a failed start and a backoff.
+const HANDSHAKE_TIMEOUT_FLOOR: Duration = Duration::from_secs(10);
+
 fn timeout_of(config: &GatewayConfig, server: &ServerConfig) -> Duration {
     Duration::from_millis(server.timeout_ms.unwrap_or(config.timeout_ms).max(1))
 }
@@ -550,7 +555,9 @@ impl Gateway {
                     u.fail(e.to_string(), None);
                 }
                 if u.session.is_none() && u.retry_at.is_none_or(|t| Instant::now() >= t) {
-                    match start(&u.config, timeout_of(&self.config, &u.config)) {
+                    let handshake =
+                        timeout_of(&self.config, &u.config).max(HANDSHAKE_TIMEOUT_FLOOR);
+                    match start(&u.config, handshake) {
                         Ok(s) => {
                             u.session = Some(Arc::clone(&s));
                             u.started_at = Some(Instant::now());
