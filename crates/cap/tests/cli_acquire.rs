@@ -1568,16 +1568,7 @@ fn index_packument_and_tarball_are_fetched_over_https() {
     let index_url = format!("{base}/index.json");
     let registry = format!("{base}/registry/");
     let run = |trust: bool, args: &[&str]| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_cap"));
-        command
-            .env("CAP_HOME", home.path())
-            .env_remove("SSL_CERT_DIR");
-        if trust {
-            command.env("SSL_CERT_FILE", &ca_file);
-        } else {
-            command.env_remove("SSL_CERT_FILE");
-        }
-        command.args(args).output().unwrap()
+        common::cap_with_roots(home.path(), trust.then_some(ca_file.as_path()), args)
     };
     // The system roots do not know the test CA.
     let out = run(false, &["find", "fixture", "--index", &index_url]);

@@ -430,16 +430,7 @@ fn governed_calls_reach_an_https_server() {
     std::fs::write(&ca_file, ca.pem()).unwrap();
     let base = format!("https://localhost:{}", front.port());
     let run = |trust: bool, args: &[&str]| {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_cap"));
-        command
-            .env("CAP_HOME", home.path())
-            .env_remove("SSL_CERT_DIR");
-        if trust {
-            command.env("SSL_CERT_FILE", &ca_file);
-        } else {
-            command.env_remove("SSL_CERT_FILE");
-        }
-        command.args(args).output().unwrap()
+        common::cap_with_roots(home.path(), trust.then_some(ca_file.as_path()), args)
     };
     let add = [
         "openapi",

@@ -16,6 +16,18 @@ pub fn cap(home: &Path, args: &[&str]) -> Output {
         .unwrap()
 }
 
+/// Runs `cap` with `CAP_HOME` set to `home` and its trusted TLS roots taken from `ca_file`
+/// alone (`SSL_CERT_FILE`), or from the system when `None`.
+pub fn cap_with_roots(home: &Path, ca_file: Option<&Path>, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cap"));
+    command.env("CAP_HOME", home).env_remove("SSL_CERT_DIR");
+    match ca_file {
+        Some(file) => command.env("SSL_CERT_FILE", file),
+        None => command.env_remove("SSL_CERT_FILE"),
+    };
+    command.args(args).output().unwrap()
+}
+
 /// The JSON `cap` printed (a record, which may hold accepted values a few levels down), or a
 /// panic showing stdout and stderr.
 pub fn stdout_json(out: &Output) -> Value {
