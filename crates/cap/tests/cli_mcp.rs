@@ -1252,21 +1252,15 @@ fn mcp_import_of_a_real_server() {
     assert!(doc["tools"].as_array().unwrap().contains(&json!("get-sum")));
 }
 
-/// A streamable-HTTP upstream (the Python SDK's server) behind the gateway: its tools are
-/// governed like a child's, a hang is cut by the timeout, and the gateway stays up.
-#[test]
-fn gateway_governs_a_streamable_http_upstream() {
-    if !clients_present() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let home = dir.path().join("home");
+/// The hostile Python fixture as a streamable-HTTP MCP server on a free loopback port, once
+/// it accepts connections.
+fn http_fixture_upstream() -> (std::process::Child, u16) {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let mut upstream = Command::new(python())
+    let upstream = Command::new(python())
         .arg(tools().join("fixtures.py"))
         .args(["hostile", "--http", &port.to_string()])
         .stdout(Stdio::null())
@@ -1281,6 +1275,19 @@ fn gateway_governs_a_streamable_http_upstream() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+    (upstream, port)
+}
+
+/// A streamable-HTTP upstream (the Python SDK's server) behind the gateway: its tools are
+/// governed like a child's, a hang is cut by the timeout, and the gateway stays up.
+#[test]
+fn gateway_governs_a_streamable_http_upstream() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let (mut upstream, port) = http_fixture_upstream();
     let config = gateway_config(
         dir.path(),
         r#"permit(principal, action, resource);
@@ -2113,26 +2120,7 @@ fn gateway_reaches_an_https_streamable_http_upstream() {
     }
     let dir = tempfile::tempdir().unwrap();
     let home = dir.path().join("home");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let mut upstream = Command::new(python())
-        .arg(tools().join("fixtures.py"))
-        .args(["hostile", "--http", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            started.elapsed() < Duration::from_secs(20),
-            "the upstream did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (mut upstream, port) = http_fixture_upstream();
     let ca = tls_front::TestCa::new("gateway test CA");
     let front = tls_front::front(
         ca.server(&["127.0.0.1"]),
