@@ -7,14 +7,16 @@
 //!
 //! The file (`<home>/mcp-pins.json`, or the config's `pins`) is
 //! `{"<server>": {"<tool>": {"hash", "pinnedAt", "pending"?: {"hash", "definition", "seenAt"}}}}`,
-//! written atomically (a temporary file renamed over it) and re-read when it changes.
+//! written atomically (a temporary file renamed over it) and re-read when its
+//! [`FileStamp`] changes.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use capability_core::json::{canonical_hash, parse};
 use serde_json::{Map, Value, json};
+
+use crate::stamp::FileStamp;
 
 /// Code points that hide text from a human reading a description: zero-width characters,
 /// bidirectional controls and Unicode tag characters.
@@ -62,7 +64,7 @@ pub enum PinState {
 pub struct Pins {
     path: PathBuf,
     doc: BTreeMap<String, Map<String, Value>>,
-    read_at: Option<SystemTime>,
+    read_at: Option<FileStamp>,
 }
 
 fn now_iso() -> String {
@@ -81,10 +83,8 @@ impl Pins {
         Ok(pins)
     }
 
-    fn modified(&self) -> Option<SystemTime> {
-        std::fs::metadata(&self.path)
-            .and_then(|m| m.modified())
-            .ok()
+    fn modified(&self) -> Option<FileStamp> {
+        FileStamp::of(&self.path)
     }
 
     /// Re-reads the file when it changed on disk (another process accepted a pin).
@@ -237,8 +237,8 @@ mod tests {
         ));
         // Another process accepts it.
         let mut other = Pins::open(&path).unwrap();
+        // At once: within one timestamp tick of the write before it.
         assert_eq!(other.accept("s", Some("echo")).unwrap(), ["echo"]);
-        std::thread::sleep(std::time::Duration::from_millis(10));
         pins.reload().unwrap();
         assert_eq!(pins.check("s", &changed).unwrap(), PinState::Pinned);
         assert!(other.accept("s", Some("echo")).is_err());

@@ -2,10 +2,11 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use capability_host::tokens::{now_ms, parse_duration};
 use capability_host::{Builtins, CapabilitySource, LocalPackage, Role, TokenSpec};
+use capability_mcp::stamp::FileStamp;
 use capability_mcp::{HttpLimits, McpServer, ServeOptions};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
@@ -66,11 +67,8 @@ fn sources(packages: &[PathBuf]) -> Result<Vec<Arc<dyn CapabilitySource>>, Strin
     Ok(sources)
 }
 
-fn modified(paths: &[PathBuf]) -> Vec<Option<SystemTime>> {
-    paths
-        .iter()
-        .map(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok())
-        .collect()
+fn modified(paths: &[PathBuf]) -> Vec<Option<FileStamp>> {
+    paths.iter().map(|p| FileStamp::of(p)).collect()
 }
 
 pub(crate) async fn shutdown_signal() {
