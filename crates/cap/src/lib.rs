@@ -101,8 +101,9 @@ pub enum Command {
     Readiness(Pending),
     /// How novel a capability is against every manifest of the indexes.
     Novelty(commands::acquire::NoveltyArgs),
-    #[command(hide = true)]
-    World(Pending),
+    /// Search the software world: capabilities of the indexes, npm packages and (configured)
+    /// GitHub repositories, ranked for the query.
+    World(commands::world::WorldArgs),
     #[command(hide = true)]
     Mine(Pending),
     #[command(hide = true)]
@@ -177,7 +178,7 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::Bridge(_) => pending("bridge"),
         C::Readiness(_) => pending("readiness"),
         C::Novelty(a) => commands::acquire::novelty(a),
-        C::World(_) => pending("world"),
+        C::World(a) => commands::world::world(a),
         C::Mine(_) => pending("mine"),
         C::Forge(_) => pending("forge"),
         C::Solve(_) => pending("solve"),

@@ -1,5 +1,5 @@
 //! `cap install`, `cap find --index`, `cap exec` of an installed package, `cap install
-//! --locked`, `cap probe` and `cap npm-inspect`, against servers on 127.0.0.1: the test's own
+//! --locked`, `cap probe`, `cap npm-inspect` and `cap world`, against servers on 127.0.0.1: the test's own
 //! axum server (indexes, discovery documents, and a fake registry serving crafted tarballs)
 //! and verdaccio 6.8.0 (a real npm registry without uplinks, installed into tools/registry by
 //! `.ci/run`). Without verdaccio its test says so and passes, unless
@@ -66,10 +66,17 @@ impl Server {
                         counted.fetch_add(1, Ordering::SeqCst);
                         async move {
                             let path = uri.path().to_string();
-                            if path == "/hang" {
+                            if path == "/hang" || path.starts_with("/hang/") {
                                 tokio::time::sleep(Duration::from_secs(3600)).await;
                             }
-                            let found = routes.lock().unwrap().get(&path).cloned();
+                            // A route with a query string answers that query only.
+                            let found = {
+                                let routes = routes.lock().unwrap();
+                                uri.path_and_query()
+                                    .and_then(|pq| routes.get(pq.as_str()))
+                                    .or_else(|| routes.get(&path))
+                                    .cloned()
+                            };
                             // A 3xx route's body is its Location.
                             let (status, body) = found.unwrap_or((404, b"{}".to_vec()));
                             let location = (300..400)
@@ -772,6 +779,36 @@ fn published_capability_is_found_installed_run_and_reinstalled_from_the_lock() {
     let out = cap(home.path(), &["find", "arithmetic", "--index", &url]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout_json(&out)[0]["id"], json!("fixture/add"));
+
+    // `cap world` finds it twice: as a capability of the index, and as software in the
+    // registry's own search (`/-/v1/search`).
+    let out = cap(
+        home.path(),
+        &[
+            "world",
+            "fixture capabilities",
+            "--index",
+            &url,
+            "--registry",
+            &v.url,
+            "--no-github",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let world = stdout_json(&out);
+    assert_eq!(world["errors"], json!([]), "{world:#}");
+    assert_eq!(world["native"][0]["id"], "fixture/add", "{world:#}");
+    assert_eq!(world["native"][0]["package"], "@fixture/capabilities@1.0.0");
+    // verdaccio's search objects carry no top-level `version`, so (as the reference) the
+    // locator has none either.
+    assert_eq!(
+        world["external"][0]["locator"], "npm:@fixture/capabilities",
+        "{world:#}"
+    );
+    assert_eq!(
+        world["external"][0]["signals"],
+        json!(["npm-search", "query:fixture capabilities"])
+    );
 
     let lock = home.path().join("capability.lock.json");
     let lock_arg = lock.display().to_string();
@@ -1603,4 +1640,217 @@ fn index_packument_and_tarball_are_fetched_over_https() {
         "the package and its record"
     );
     assert!(home.path().join("l.json").exists());
+}
+
+/// npm search answers as the registry's `/-/v1/search` gives them.
+fn search_objects(packages: &[Value]) -> Value {
+    json!({"objects": packages.iter().map(|p| json!({"package": p})).collect::<Vec<_>>()})
+}
+
+/// `cap` with a home and no index, registry or GitHub configured by the environment.
+fn world_command(home: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_cap"));
+    c.env("CAP_HOME", home)
+        .env_remove("CAPABILITY_INDEX")
+        .env_remove("CAP_NPM_REGISTRY")
+        .env_remove("CAP_GITHUB_API");
+    c
+}
+
+#[test]
+fn world_plans_searches_ranks_and_merges_as_the_reference() {
+    let server = Server::start();
+    let home = tempfile::tempdir().unwrap();
+    // Every search answers, most with nothing (as the reference's §8.11 fixture).
+    server.json("/-/v1/search", &search_objects(&[]));
+    server.json("/gh/search/repositories", &json!({"items": []}));
+    server.json(
+        "/-/v1/search?text=camelcase&size=10",
+        &search_objects(&[json!({
+            "name": "camelcase", "version": "9.0.0",
+            "description": "Convert a string to camel case", "keywords": ["camelcase"],
+            "links": {"repository": "git+https://github.com/sindresorhus/camelcase.git"},
+        })]),
+    );
+    server.json(
+        "/-/v1/search?text=camel%20case&size=10",
+        &search_objects(&[json!({
+            "name": "jss-plugin-camel-case", "version": "10.10.0",
+            "description": "Camel case style properties for JSS",
+            "keywords": ["JSS", "plugin", "camel-case"],
+        })]),
+    );
+    let world = |extra: &[&str], token: Option<&str>| {
+        let mut c = world_command(home.path());
+        c.args(["world", "convert separated text to camel case"])
+            .args(["--registry", &format!("{}/", server.base)])
+            .args(["--github-api", &format!("{}/gh", server.base)])
+            .args(extra);
+        match token {
+            Some(t) => c.env("GITHUB_TOKEN", t),
+            None => c.env_remove("GITHUB_TOKEN"),
+        };
+        c.output().unwrap()
+    };
+    let before = server.hits();
+    let out = world(&[], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    // 8 npm searches and, without a token, one GitHub search.
+    assert_eq!(server.hits() - before, 9);
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    // The scores are the reference's numbers, printed as JavaScript prints them.
+    assert!(text.contains("\"score\": 0.6732365714285713"), "{text}");
+    assert!(text.contains("\"score\": 0.38594285714285725"), "{text}");
+    let doc: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["query"], "convert separated text to camel case");
+    assert_eq!(doc["errors"], json!([]));
+    let external = doc["external"].as_array().unwrap();
+    assert_eq!(external.len(), 2, "{doc:#}");
+    assert_eq!(external[0]["locator"], "npm:camelcase@9.0.0");
+    assert_eq!(
+        external[0]["signals"],
+        json!(["npm-search", "keyword:camelcase", "query:camelcase"])
+    );
+    assert_eq!(
+        external[0]["repository"],
+        "https://github.com/sindresorhus/camelcase"
+    );
+    assert_eq!(external[0]["adoption"][0]["method"], "manual-adapter");
+    assert_eq!(external[1]["locator"], "npm:jss-plugin-camel-case@10.10.0");
+    assert_eq!(
+        external[1]["signals"],
+        json!([
+            "npm-search",
+            "keyword:jss",
+            "keyword:plugin",
+            "keyword:camel-case",
+            "query:camel case"
+        ])
+    );
+    // The capability part comes from the embedded index.
+    let native = doc["native"].as_array().unwrap();
+    assert!(!native.is_empty());
+    assert!(
+        native
+            .iter()
+            .all(|n| n["kind"] == "capability" && n["package"].as_str().unwrap().contains('@'))
+    );
+    assert!(
+        native.iter().any(|n| n["id"] == "text/normalize"),
+        "{doc:#}"
+    );
+
+    // With a token GitHub gets the last three queries; --no-npm leaves npm out.
+    let before = server.hits();
+    let out = world(&["--no-npm"], Some("t0ken"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(server.hits() - before, 3);
+    assert_eq!(stdout_json(&out)["external"], json!([]));
+
+    // A repository found by two queries is merged: one candidate, the best score plus the
+    // repeat bonus, both queries in its signals.
+    let repo = json!({"items": [{
+        "full_name": "acme/camel-kit", "html_url": "https://github.com/acme/camel-kit",
+        "description": "Camel case for every string", "topics": ["MCP", "openapi"],
+        "stargazers_count": 1234, "archived": true, "language": "TypeScript",
+        "license": {"spdx_id": "MIT"}, "homepage": "",
+    }]});
+    server.json("/gh/search/repositories?q=camelcase&per_page=10", &repo);
+    server.json(
+        "/gh/search/repositories?q=convert%20separated%20text%20camel%20case&per_page=10",
+        &repo,
+    );
+    let out = world(&["--no-npm", "--limit", "5"], Some("t0ken"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = stdout_json(&out);
+    let external = doc["external"].as_array().unwrap();
+    assert_eq!(external.len(), 1, "{doc:#}");
+    let c = &external[0];
+    assert_eq!(c["locator"], "github:acme/camel-kit");
+    assert_eq!(c["popularity"], 1234);
+    assert_eq!(c["license"], "MIT");
+    assert!(c.get("homepage").is_none(), "an empty homepage is left out");
+    let methods: Vec<&str> = c["adoption"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["method"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        methods,
+        ["openapi", "mcp", "repository-mine", "manual-adapter"]
+    );
+    assert_eq!(
+        c["signals"],
+        json!([
+            "github-search",
+            "stars:1234",
+            "topic:mcp",
+            "topic:openapi",
+            "archived",
+            "query:camelcase",
+            "query:convert separated text camel case"
+        ])
+    );
+    // The limit bounds each part.
+    assert!(doc["native"].as_array().unwrap().len() <= 5);
+}
+
+#[test]
+fn world_reports_each_failed_source_and_still_exits_zero() {
+    let server = Server::start();
+    let home = tempfile::tempdir().unwrap();
+    server.put("/-/v1/search", 500, "{}");
+    server.put("/gh/search/repositories", 200, "not json");
+    let out = world_command(home.path())
+        .args(["world", "render html to video"])
+        .args(["--registry", &format!("{}/", server.base)])
+        .args(["--github-api", &format!("{}/gh", server.base)])
+        .args(["--index", &format!("{}/missing.json", server.base)])
+        .env_remove("GITHUB_TOKEN")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = stdout_json(&out);
+    assert_eq!(doc["native"], json!([]));
+    assert_eq!(doc["external"], json!([]));
+    let errors = doc["errors"].as_array().unwrap();
+    // The index, the 8 npm searches, the GitHub search.
+    assert_eq!(errors.len(), 10, "{doc:#}");
+    assert_eq!(errors[0]["source"], "capability");
+    assert!(
+        errors[0]["message"].as_str().unwrap().contains("HTTP 404"),
+        "{doc:#}"
+    );
+    let first_npm = errors[1]["message"].as_str().unwrap();
+    assert!(
+        first_npm.starts_with("[render html video] HTTP 500 for ")
+            && first_npm.contains("text=render%20html%20video&size=10"),
+        "{first_npm}"
+    );
+    assert!(errors[1..9].iter().all(|e| e["source"] == "npm"));
+    assert_eq!(errors[9]["source"], "github");
+    assert!(
+        errors[9]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("[render html to video] ")
+            && errors[9]["message"].as_str().unwrap().contains("not JSON"),
+        "{doc:#}"
+    );
+
+    // A search that never answers is cut at its deadline, not waited for.
+    let hang = Server::start();
+    hang.put("/-/v1/search", 200, "{}");
+    let started = Instant::now();
+    let out = world_command(home.path())
+        .args(["world", "camel"])
+        .args(["--registry", &format!("{}/hang/", hang.base)])
+        .args(["--search-timeout-ms", "300", "--no-github"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = stdout_json(&out);
+    assert_eq!(doc["errors"].as_array().unwrap().len(), 1, "{doc:#}");
+    assert!(started.elapsed() < Duration::from_secs(60));
 }

@@ -118,6 +118,15 @@ impl Fetcher {
         self.get(&self.documents, url, Vec::new())
     }
 
+    /// A JSON document fetched with extra request headers (`accept`, `authorization`, ...).
+    pub fn document_with_headers(
+        &self,
+        url: &str,
+        headers: Vec<(String, String)>,
+    ) -> Result<Fetched, AcquireError> {
+        self.get(&self.documents, url, headers)
+    }
+
     /// A JSON document unless it still has the entity tag `etag` (then status 304 and no
     /// body): a conditional GET with `If-None-Match`.
     pub fn document_if_none_match(&self, url: &str, etag: &str) -> Result<Fetched, AcquireError> {

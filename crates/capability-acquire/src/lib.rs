@@ -17,7 +17,9 @@
 //!   archives that expand past a limit; no lifecycle script ever runs;
 //! * [`install`]: the whole flow, the installed-package record the host loads as a source,
 //!   and the reference lockfile (`capability.lock.json`);
-//! * [`probe`]: site discovery (`/.well-known/capabilities`).
+//! * [`probe`]: site discovery (`/.well-known/capabilities`);
+//! * [`world`]: external software discovery over npm search and GitHub repository search,
+//!   with the reference's query planning and relevance scores (`cap world`).
 //!
 //! `http://` and `https://` are spoken through the client of `capability-openapi` (rustls, certificates always verified).
 
@@ -29,6 +31,7 @@ pub mod probe;
 pub mod registry;
 pub mod signatures;
 pub mod unpack;
+pub mod world;
 
 pub use federation::{Bounds, Network, federate};
 pub use fetch::{FetchConfig, Fetcher};

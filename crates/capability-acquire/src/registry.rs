@@ -108,11 +108,21 @@ pub fn version_document<'a>(
     Ok(doc)
 }
 
-fn normalized_repository(v: &Value) -> Option<String> {
-    let url = v.get("url").unwrap_or(v).as_str()?;
+/// A repository URL as the reference normalises it: a leading `git+` dropped, a leading
+/// `git://` made `https://`, a trailing `.git` dropped.
+pub fn normalize_repository_url(url: &str) -> String {
     let url = url.strip_prefix("git+").unwrap_or(url);
-    let url = url.replacen("git://", "https://", 1);
-    Some(url.strip_suffix(".git").unwrap_or(&url).to_string())
+    let url = match url.strip_prefix("git://") {
+        Some(rest) => format!("https://{rest}"),
+        None => url.to_string(),
+    };
+    url.strip_suffix(".git").unwrap_or(&url).to_string()
+}
+
+fn normalized_repository(v: &Value) -> Option<String> {
+    Some(normalize_repository_url(
+        v.get("url").unwrap_or(v).as_str()?,
+    ))
 }
 
 /// The reference's `inspectNpmPackage(name, version?)`.
@@ -187,5 +197,18 @@ mod tests {
             "http://r/@capfix%2Fhello"
         );
         assert_eq!(registry_url(Some("http://r")), "http://r/");
+        assert_eq!(
+            normalize_repository_url("git+https://github.com/a/b.git"),
+            "https://github.com/a/b"
+        );
+        assert_eq!(
+            normalize_repository_url("git://github.com/a/b"),
+            "https://github.com/a/b"
+        );
+        // Only a leading scheme is rewritten.
+        assert_eq!(
+            normalize_repository_url("https://h/x?u=git://y"),
+            "https://h/x?u=git://y"
+        );
     }
 }

@@ -7,3 +7,4 @@ pub mod openapi;
 pub mod packages;
 pub mod runtime;
 pub mod serve;
+pub mod world;
