@@ -186,6 +186,9 @@ pub struct HostConfig {
     pub sources: Vec<Arc<dyn CapabilitySource>>,
     /// The agent when a request names none.
     pub default_agent: String,
+    /// Pre-started single-use sandboxes kept for grant-less node and python runs (0: none);
+    /// for long-running surfaces (see `capability_sandbox::SandboxPool`).
+    pub sandbox_pool: usize,
 }
 
 impl Default for HostConfig {
@@ -204,6 +207,7 @@ impl Default for HostConfig {
             oci_images: OciImages::default(),
             sources: vec![Arc::new(Builtins)],
             default_agent: DEFAULT_AGENT.into(),
+            sandbox_pool: 0,
         }
     }
 }
@@ -335,6 +339,9 @@ fn module_executor(config: &HostConfig) -> Result<Option<ModuleExecutor>, Capabi
     let mut executor = ModuleExecutor::new(choice)
         .with_host_grants(config.grants.clone())
         .with_limits(limits);
+    if config.sandbox_pool > 0 {
+        executor = executor.with_pool(config.sandbox_pool);
+    }
     // The WASM executor is available wherever wasmtime runs; without it .wasm modules are
     // refused (they never run elsewhere).
     if let Ok(wasm) = capability_sandbox::WasmExecutor::new() {

@@ -28,6 +28,7 @@ use serde_json::Value;
 
 use crate::error::SandboxError;
 use crate::oci::{OciExecutor, OciImages};
+use crate::pool::SandboxPool;
 use crate::process::ProcessSandbox;
 use crate::session::Session;
 use crate::types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, Op, RunOutcome};
@@ -92,6 +93,8 @@ pub struct ModuleExecutor {
     /// Sessions whose `plan` ran without grants, kept for the `execute` of the same run when
     /// it needs no grants either (see [`ModuleExecutor::plan`]).
     parked: Mutex<Vec<Parked>>,
+    /// Pre-started single-use sandboxes for grant-less runs ([`ModuleExecutor::with_pool`]).
+    pool: Option<SandboxPool>,
 }
 
 /// A session parked between `plan` and `execute`.
@@ -191,7 +194,39 @@ impl ModuleExecutor {
             oci: Err("no OCI engine was configured (ModuleExecutor::with_oci)".into()),
             wasm: None,
             parked: Mutex::new(Vec::new()),
+            pool: None,
         }
+    }
+
+    /// Keeps up to `capacity` pre-started, single-use sandboxes for grant-less node and
+    /// python runs (see [`SandboxPool`]); for hosts that serve many runs.
+    pub fn with_pool(mut self, capacity: usize) -> Self {
+        self.pool = Some(SandboxPool::new(capacity));
+        self
+    }
+
+    /// The pool, when one is kept.
+    pub fn pool(&self) -> Option<&SandboxPool> {
+        self.pool.as_ref()
+    }
+
+    /// A session for a run: a pre-started spare when the run is grant-less and the pool has
+    /// one for this module and limits, else a sandbox started now.
+    fn start_session(
+        &self,
+        spec: &ModuleSpec,
+        first: &Invocation,
+        grants: &Grants,
+        limits: &Limits,
+    ) -> Result<(Session, RunOutcome), SandboxError> {
+        let grantless = *grants == grants_for(&self.host, &[]) && grants.effects.is_empty();
+        if let Some(pool) = self.pool.as_ref().filter(|_| grantless)
+            && let Some(mut session) = pool.claim(self.process, spec, grants, limits)
+        {
+            let outcome = session.call(first)?;
+            return Ok((session, outcome));
+        }
+        Session::start(self.process, spec, first, grants, limits)
     }
 
     /// What the host opens when the matching effects are granted.
@@ -464,14 +499,14 @@ impl Executor for ModuleExecutor {
         // only if it needs no grant either; otherwise `execute` starts its own sandbox.
         let outcome = if matches!(route, Route::Process) && speaks_sessions(&spec) {
             let grants = grants_for(&self.host, &[]);
-            let (session, outcome) = Session::start(
-                self.process,
-                &spec,
-                &Invocation::plan(input.clone()),
-                &grants,
-                &self.limits,
-            )
-            .map_err(|e| hook_error(capability.id(), e))?;
+            let (session, outcome) = self
+                .start_session(
+                    &spec,
+                    &Invocation::plan(input.clone()),
+                    &grants,
+                    &self.limits,
+                )
+                .map_err(|e| hook_error(capability.id(), e))?;
             if outcome.result.is_ok() {
                 self.park(park_key(capability, &spec, input), session);
             }
@@ -559,7 +594,7 @@ impl Executor for ModuleExecutor {
                 let outcome = session.call(&invocation);
                 (session, outcome)
             }
-            None => match Session::start(self.process, &spec, &invocation, &grants, &limits) {
+            None => match self.start_session(&spec, &invocation, &grants, &limits) {
                 Ok((session, outcome)) => (session, Ok(outcome)),
                 Err(e) => return Err(hook_error(capability.id(), e).into()),
             },

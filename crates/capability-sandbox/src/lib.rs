@@ -17,6 +17,9 @@
 //!   protocol ([`SandboxedChild`]): its code read-only at its host paths ([`ChildSpec::command`]
 //!   finds it), the granted effects only, [`ChildLimits`] without a wall clock, killed with
 //!   its handle or with the host process (see *Sandboxed children* below).
+//! * [`SandboxPool`] ([`ModuleExecutor::with_pool`]): pre-started, single-use sandboxes for
+//!   the grant-less runs of long-running hosts; a spare's interpreter is up and waiting before
+//!   the run's request comes, and it serves that one run only.
 //! * [`OciExecutor`]: the same protocol through docker or podman, when an engine answers.
 //! * [`doctor`] and [`select_boundary`]: what works on this host; the strongest boundary for a
 //!   module kind. In-process execution is never selected for package code.
@@ -257,6 +260,7 @@ mod executor;
 mod linux;
 mod oci;
 mod package;
+mod pool;
 mod process;
 mod protect;
 mod protocol;
@@ -278,11 +282,12 @@ pub use oci::{
     check_pinned_image, detect_engine, docker_args, probe_cli, probe_engine,
 };
 pub use package::{ResolvedModule, resolve_module, resolve_module_limited, verify_integrity};
+pub use pool::SandboxPool;
 pub use process::{PACKAGE_MOUNT, ProcessSandbox, SANDBOX_UID, SandboxConfig};
 pub use protect::{default_capability_home, expose_read_only, protect_host_path};
 pub use protocol::{Response, envelope, parse_response};
 pub use report::{AppliedLimit, BoundaryReport};
-pub use session::Session;
+pub use session::{PRE_STARTED_NOTE, Session};
 pub use types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, Op, RunOutcome, effects};
 pub use wasm::WasmExecutor;
 

@@ -71,6 +71,8 @@ pub struct ProcessSandbox {
 /// What the host sends first, and for a session, who answers its responses.
 struct Opening<'a> {
     initial: Vec<u8>,
+    /// A pre-started session's wait for its first request (`initial` is then empty).
+    first: Option<spawn::FirstFn<'a>>,
     on_reply: Option<&'a mut dyn FnMut(SessionReply) -> spawn::Next>,
 }
 
@@ -228,6 +230,7 @@ impl ProcessSandbox {
             &module,
             Opening {
                 initial,
+                first: None,
                 on_reply: None,
             },
             spec,
@@ -241,15 +244,17 @@ impl ProcessSandbox {
         self.starts.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Starts one sandbox for a session of several hooks (see [`crate::Session`]): the first
-    /// invocation is sent with the envelope; every later one is answered in the same process,
-    /// with the same grants and limits. Only the node and python shims speak sessions.
+    /// Starts one sandbox for a session of several hooks (see [`crate::Session`]): the guest
+    /// starts and waits; `first` yields the first request (its envelope from
+    /// [`ProcessSandbox::session_opening`]) whenever it comes, and every later one is
+    /// answered in the same process, with the same grants and limits. Only the node and
+    /// python shims speak sessions.
     pub(crate) fn run_session(
         &self,
         spec: &ModuleSpec,
-        first: &Invocation,
         grants: &Grants,
         limits: &Limits,
+        first: spawn::FirstFn<'_>,
         on_reply: &mut dyn FnMut(SessionReply) -> spawn::Next,
     ) -> Result<RunOutcome, SandboxError> {
         let kind = ModuleKind::of(&spec.module);
@@ -265,17 +270,27 @@ impl ProcessSandbox {
         let module = resolve_module_limited(spec, limits.max_module_bytes)?;
         let inside_module = Path::new(PACKAGE_MOUNT).join(&module.relative);
         let target = self.target(kind, spec, &module, &inside_module, limits)?;
-        let mut envelope = protocol::envelope(first, &spec.manifest, grants);
-        if let Value::Object(m) = &mut envelope {
-            m.insert("session".into(), Value::Bool(true));
-        }
-        let mut initial = capability_core::json::to_js_string(&envelope).into_bytes();
-        initial.push(b'\n');
         let opening = Opening {
-            initial,
+            initial: Vec::new(),
+            first: Some(first),
             on_reply: Some(on_reply),
         };
         self.execute(target, &module, opening, spec, grants, limits)
+    }
+
+    /// The envelope of a session's first request (it says `"session": true`).
+    pub(crate) fn session_opening(
+        spec: &ModuleSpec,
+        invocation: &Invocation,
+        grants: &Grants,
+    ) -> Vec<u8> {
+        let mut envelope = protocol::envelope(invocation, &spec.manifest, grants);
+        if let Value::Object(m) = &mut envelope {
+            m.insert("session".into(), Value::Bool(true));
+        }
+        let mut bytes = capability_core::json::to_js_string(&envelope).into_bytes();
+        bytes.push(b'\n');
+        bytes
     }
 
     /// The envelope of a later request in a session.
@@ -842,8 +857,10 @@ impl ProcessSandbox {
     ) -> Result<RunOutcome, SandboxError> {
         let Opening {
             initial,
+            mut first,
             mut on_reply,
         } = opening;
+        let pre_started = first.is_some();
         protect::refuse_whole_home(&module.mount_root, "the package root")?;
         let mut prepared =
             self.prepare(&target, Contents::Package(module), grants, limits, false)?;
@@ -917,7 +934,14 @@ impl ProcessSandbox {
         let session = uses_shim && on_reply.is_some();
         let session_report = report.clone();
         let module_for_reply = spec.module.clone();
-        let mut op_started = Instant::now();
+        // An op's time runs from its request (a pre-started session's first request may come
+        // long after the start).
+        let op_started = std::cell::Cell::new(Instant::now());
+        let mut first_request = |wait: Duration| -> Option<spawn::Next> {
+            let next = first.as_mut()?(wait);
+            op_started.set(Instant::now());
+            next
+        };
         let mut reply = |line: &[u8], stderr: &[u8]| -> spawn::Next {
             let Some(on_reply) = on_reply.as_mut() else {
                 return spawn::Next::Close;
@@ -940,18 +964,23 @@ impl ProcessSandbox {
                 result,
                 hook_present,
                 boundary,
-                duration: op_started.elapsed(),
+                duration: op_started.get().elapsed(),
                 stderr: String::from_utf8_lossy(stderr).into_owned(),
             };
             let next = on_reply(SessionReply {
                 outcome,
                 hooks: hooks.borrow().clone(),
             });
-            op_started = Instant::now();
+            op_started.set(Instant::now());
             next
         };
         let finished = child.converse(Exchange {
             initial,
+            first: if pre_started {
+                Some(&mut first_request)
+            } else {
+                None
+            },
             hello: if uses_shim { Some(&mut hello) } else { None },
             reply: if session { Some(&mut reply) } else { None },
             deadline: start + limits.wall_timeout,

@@ -37,7 +37,16 @@ pub struct Session {
     limits: Limits,
     hooks: Option<Vec<String>>,
     open: bool,
+    /// Whether the first request was sent.
+    called: bool,
+    /// An event that came before it was waited for (a pre-started process that ended).
+    ended: Option<Event>,
+    /// Claimed from a pool: every outcome's boundary report says so.
+    pooled: bool,
 }
+
+/// The boundary note of a run answered by a pooled, pre-started sandbox.
+pub const PRE_STARTED_NOTE: &str = "pre-started: this sandbox was started before the run's request, with no grants, and served this run only";
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -63,34 +72,56 @@ impl Session {
         grants: &Grants,
         limits: &Limits,
     ) -> Result<(Session, RunOutcome), SandboxError> {
+        let mut session = Session::prestart(sandbox, spec, grants, limits)?;
+        let outcome = session.call(first)?;
+        Ok((session, outcome))
+    }
+
+    /// Starts the sandbox ahead of its first request: the interpreter starts up behind the
+    /// boundary and waits on its stdin (it has not read the request or imported the module
+    /// yet). The first [`Session::call`] sends the first request; its wall clock runs from
+    /// then. A refusal before anything ran (a bad path, an integrity mismatch) is the answer
+    /// of that first call.
+    pub fn prestart(
+        sandbox: &'static ProcessSandbox,
+        spec: &ModuleSpec,
+        grants: &Grants,
+        limits: &Limits,
+    ) -> Result<Session, SandboxError> {
         let (request_tx, request_rx) = mpsc::channel::<(Vec<u8>, Instant)>();
         let (event_tx, event_rx) = mpsc::channel::<Event>();
-        let (thread_spec, thread_first, thread_grants, thread_limits) =
-            (spec.clone(), first.clone(), grants.clone(), limits.clone());
+        let (thread_spec, thread_grants, thread_limits) =
+            (spec.clone(), grants.clone(), limits.clone());
         thread::Builder::new()
             .name("sandbox-session".into())
             .spawn(move || {
                 let replies = event_tx.clone();
+                let requests = &request_rx;
+                let mut first = |wait: Duration| match requests.recv_timeout(wait) {
+                    Ok((bytes, deadline)) => Some(Next::Send(bytes, deadline)),
+                    Err(mpsc::RecvTimeoutError::Timeout) => None,
+                    Err(mpsc::RecvTimeoutError::Disconnected) => Some(Next::Close),
+                };
                 let mut on_reply = |reply: SessionReply| -> Next {
                     if replies.send(Event::Reply(reply)).is_err() {
                         return Next::Close;
                     }
-                    match request_rx.recv_timeout(Session::IDLE) {
+                    match requests.recv_timeout(Session::IDLE) {
                         Ok((bytes, deadline)) => Next::Send(bytes, deadline),
                         Err(_) => Next::Close,
                     }
                 };
                 let ended = sandbox.run_session(
                     &thread_spec,
-                    &thread_first,
                     &thread_grants,
                     &thread_limits,
+                    &mut first,
                     &mut on_reply,
                 );
                 let _ = event_tx.send(Event::Ended(ended));
             })
             .map_err(|e| SandboxError::io("spawn the session thread", e))?;
-        let mut session = Session {
+        Ok(Session {
             requests: Some(request_tx),
             events: event_rx,
             spec: spec.clone(),
@@ -98,17 +129,45 @@ impl Session {
             limits: limits.clone(),
             hooks: None,
             open: true,
-        };
-        let outcome = session.wait()?;
-        Ok((session, outcome))
+            called: false,
+            ended: None,
+            pooled: false,
+        })
+    }
+
+    /// Whether a pre-started session still waits for its first request (its process has
+    /// not exited, and it was not called yet).
+    pub fn is_waiting(&mut self) -> bool {
+        if self.called || !self.open {
+            return false;
+        }
+        match self.events.try_recv() {
+            Err(mpsc::TryRecvError::Empty) => true,
+            Ok(event) => {
+                self.ended = Some(event);
+                self.close();
+                false
+            }
+            Err(mpsc::TryRecvError::Disconnected) => {
+                self.close();
+                false
+            }
+        }
     }
 
     fn wait(&mut self) -> Result<RunOutcome, SandboxError> {
-        match self.events.recv() {
+        let event = match self.ended.take() {
+            Some(event) => Ok(event),
+            None => self.events.recv(),
+        };
+        match event {
             Ok(Event::Reply(reply)) => {
-                let SessionReply { outcome, hooks } = reply;
+                let SessionReply { mut outcome, hooks } = reply;
                 if hooks.is_some() {
                     self.hooks = hooks;
+                }
+                if self.pooled {
+                    outcome.boundary.notes.push(PRE_STARTED_NOTE.into());
                 }
                 Ok(outcome)
             }
@@ -125,22 +184,47 @@ impl Session {
         }
     }
 
-    /// Runs one more hook in the same process (with the session's grants and limits).
+    /// Runs one more hook in the same process (with the session's grants and limits); the
+    /// first call of a pre-started session is its first request.
     pub fn call(&mut self, invocation: &Invocation) -> Result<RunOutcome, SandboxError> {
+        if !self.called
+            && let Some(event) = self.ended.take()
+        {
+            // A pre-started process that ended before its first request: its end (a refusal
+            // before anything ran, say) is the answer.
+            self.called = true;
+            self.ended = Some(event);
+            return self.wait();
+        }
         let Some(requests) = self.requests.as_ref().filter(|_| self.open) else {
             return Err(SandboxError::Invalid {
                 detail: format!("the session of {} is closed", self.spec.module),
             });
         };
-        let bytes = ProcessSandbox::session_request(&self.spec, invocation, &self.grants);
+        let first = !self.called;
+        let bytes = if first {
+            ProcessSandbox::session_opening(&self.spec, invocation, &self.grants)
+        } else {
+            ProcessSandbox::session_request(&self.spec, invocation, &self.grants)
+        };
+        self.called = true;
         let deadline = Instant::now() + self.limits.wall_timeout;
         if requests.send((bytes, deadline)).is_err() {
+            if first {
+                // Refused before it started: the thread's last event says why.
+                return self.wait();
+            }
             self.close();
             return Err(SandboxError::Invalid {
                 detail: format!("the session of {} is closed", self.spec.module),
             });
         }
         self.wait()
+    }
+
+    /// Marks a session claimed from a pool.
+    pub(crate) fn set_pooled(&mut self) {
+        self.pooled = true;
     }
 
     /// Whether the process still waits for requests.

@@ -1,6 +1,7 @@
 //! One sandbox per run: a run's plan, execute and verify hooks are answered by one sandboxed
 //! process when the run needs no grant, and a module without hooks costs one start. A run
 //! whose `execute` is granted effects never continues the process its grantless `plan` ran in.
+//! With a pool, a grant-less run takes a sandbox started ahead, once, under its own limits.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
@@ -54,6 +55,19 @@ fn manifest(id: &str, effects: &[&str]) -> Value {
 }
 
 fn package(file: &str, source: &str, id: &str, effects: &[&str]) -> Package {
+    build(file, source, id, effects, None, Duration::from_secs(20))
+}
+
+/// A package whose executor keeps `pool` pre-started sandboxes (when given) and whose runs
+/// have this wall clock.
+fn build(
+    file: &str,
+    source: &str,
+    id: &str,
+    effects: &[&str],
+    pool: Option<usize>,
+    wall: Duration,
+) -> Package {
     let dir = tempfile::tempdir().unwrap();
     let manifest = manifest(id, effects);
     let text = serde_json::to_string(&manifest).unwrap();
@@ -66,12 +80,15 @@ fn package(file: &str, source: &str, id: &str, effects: &[&str]) -> Package {
     // A sandbox instance of its own, so that its start counter sees only this package's runs.
     let sandbox: &'static ProcessSandbox =
         Box::leak(Box::new(ProcessSandbox::new(SandboxConfig::default())));
-    let executor = ModuleExecutor::new(Choice::Process)
+    let mut executor = ModuleExecutor::new(Choice::Process)
         .with_process_sandbox(sandbox)
         .with_limits(Limits {
-            wall_timeout: Duration::from_secs(20),
+            wall_timeout: wall,
             ..Limits::default()
         });
+    if let Some(capacity) = pool {
+        executor = executor.with_pool(capacity);
+    }
     let runtime = CapabilityRuntime::builder()
         .policy(EffectPolicy::permissive())
         .executor(Arc::new(executor))
@@ -179,4 +196,192 @@ fn the_plan_hook_is_granted_nothing_even_when_execute_will_be() {
     assert_eq!(plan.data.as_ref().unwrap()["planEffects"], json!([]));
     assert_eq!(plan.effects, vec!["network.connect".to_string()]);
     assert_eq!(p.sandbox.starts(), 1);
+}
+
+/// A module with per-process state: a call counter, a token, and a marker file in the
+/// sandbox's /tmp.
+const JS_STATEFUL: &str = r#"
+import { existsSync, writeFileSync } from 'node:fs';
+let calls = 0;
+const token = Math.random().toString(36).slice(2) + process.hrtime.bigint().toString();
+export default {
+  manifest: MANIFEST,
+  execute: async (input) => {
+    calls += 1;
+    const marker = existsSync('/tmp/marker');
+    writeFileSync('/tmp/marker', token);
+    if (input.sleepMs) await new Promise((r) => setTimeout(r, input.sleepMs));
+    if (input.spin) for (;;) {}
+    return { calls, token, marker, version: 1 };
+  },
+};
+"#;
+
+const PY_STATEFUL: &str = r#"
+import os, random
+MANIFEST = __MANIFEST__
+CALLS = [0]
+TOKEN = "%d-%d" % (os.getpid(), random.getrandbits(64))
+def execute(input, ctx):
+    CALLS[0] += 1
+    marker = os.path.exists("/tmp/marker")
+    with open("/tmp/marker", "w") as f:
+        f.write(TOKEN)
+    return {"calls": CALLS[0], "token": TOKEN, "marker": marker, "version": 1}
+"#;
+
+/// Waits until the sandbox has started `n` times (a spare starts in the background).
+fn wait_for_starts(p: &Package, n: u64) {
+    let started = std::time::Instant::now();
+    while p.sandbox.starts() < n {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "{} starts, expected {n}",
+            p.sandbox.starts()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn pooled_runs_take_a_sandbox_started_ahead_and_use_it_once() {
+    for (file, source) in [("stateful.mjs", JS_STATEFUL), ("stateful.py", PY_STATEFUL)] {
+        let p = build(
+            file,
+            source,
+            "pool/stateful",
+            &[],
+            Some(2),
+            Duration::from_secs(20),
+        );
+        let mut tokens = std::collections::HashSet::new();
+        for run in 1..=3u64 {
+            let receipt = p
+                .runtime
+                .invoke("pool/stateful", json!({}), &ExecuteOptions::approved())
+                .unwrap();
+            let output = receipt.output.as_ref().unwrap();
+            // A fresh process each run: its state and its /tmp start empty.
+            assert_eq!(output["calls"], 1, "{file} run {run}: {output}");
+            assert_eq!(output["marker"], false, "{file} run {run}: {output}");
+            assert!(
+                tokens.insert(output["token"].to_string()),
+                "{file}: a process served twice"
+            );
+            let isolation = receipt.isolation.as_ref().unwrap();
+            assert_eq!(isolation["kind"], "process-sandbox");
+            // The receipt says whether the run's sandbox was pre-started.
+            let pre_started = isolation["notes"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(capability_sandbox::PRE_STARTED_NOTE));
+            assert_eq!(pre_started, run > 1, "{file} run {run}: {isolation}");
+            // The first run starts its own sandbox and a spare; every later run takes the
+            // spare and starts the next one: one start per run, plus the one waiting.
+            wait_for_starts(&p, run + 1);
+            assert_eq!(p.sandbox.starts(), run + 1, "{file} run {run}");
+        }
+    }
+}
+
+#[test]
+fn a_spare_waits_without_a_clock_and_a_pooled_run_keeps_its_limits() {
+    let p = build(
+        "stateful.mjs",
+        JS_STATEFUL,
+        "pool/limits",
+        &[],
+        Some(1),
+        Duration::from_millis(1500),
+    );
+    p.runtime
+        .invoke("pool/limits", json!({}), &ExecuteOptions::approved())
+        .unwrap();
+    wait_for_starts(&p, 2);
+    // The spare has waited longer than the wall clock: its clock starts with the request.
+    std::thread::sleep(Duration::from_millis(2000));
+    let receipt = p
+        .runtime
+        .invoke(
+            "pool/limits",
+            json!({"sleepMs": 100}),
+            &ExecuteOptions::approved(),
+        )
+        .unwrap();
+    assert_eq!(receipt.output.as_ref().unwrap()["calls"], 1);
+    // It took the spare, and the next spare was started: no start of its own.
+    wait_for_starts(&p, 3);
+    assert_eq!(p.sandbox.starts(), 3, "the run took the spare");
+    // A pooled run that spins is still stopped at its wall clock, and its receipt says so.
+    let err = p
+        .runtime
+        .invoke(
+            "pool/limits",
+            json!({"spin": true}),
+            &ExecuteOptions::approved(),
+        )
+        .unwrap_err();
+    let receipt = p
+        .runtime
+        .get_receipt(err.receipt_id.as_ref().unwrap())
+        .unwrap()
+        .unwrap();
+    let error = receipt.error.as_ref().unwrap();
+    assert_eq!(error.name, "SandboxTimeout", "{error:?}");
+    assert!(
+        error.message.contains("wall-clock limit of 1500 ms"),
+        "{error:?}"
+    );
+    wait_for_starts(&p, 4);
+    assert_eq!(p.sandbox.starts(), 4, "the spinning run was a spare");
+}
+
+#[test]
+fn a_spare_is_not_used_for_a_changed_module_or_a_granted_run() {
+    let p = build(
+        "stateful.mjs",
+        JS_STATEFUL,
+        "pool/changed",
+        &[],
+        Some(2),
+        Duration::from_secs(20),
+    );
+    p.runtime
+        .invoke("pool/changed", json!({}), &ExecuteOptions::approved())
+        .unwrap();
+    wait_for_starts(&p, 2);
+    // The module is rewritten after the spare started: the spare is dropped and the run
+    // starts a sandbox of its own, which imports the new code.
+    let path = p._dir.path().join("stateful.mjs");
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, text.replace("version: 1", "version: 2")).unwrap();
+    let receipt = p
+        .runtime
+        .invoke("pool/changed", json!({}), &ExecuteOptions::approved())
+        .unwrap();
+    assert_eq!(receipt.output.as_ref().unwrap()["version"], 2);
+    // Its own start, and a spare for the new module.
+    wait_for_starts(&p, 4);
+    assert_eq!(p.sandbox.starts(), 4);
+
+    // A run granted an effect never takes a grant-less spare.
+    let g = build(
+        "stateful.mjs",
+        JS_STATEFUL,
+        "pool/granted",
+        &["network.connect"],
+        Some(2),
+        Duration::from_secs(20),
+    );
+    for run in 1..=2u64 {
+        let receipt = g
+            .runtime
+            .invoke("pool/granted", json!({}), &ExecuteOptions::approved())
+            .unwrap();
+        assert_eq!(receipt.output.as_ref().unwrap()["calls"], 1);
+        // Each run: the grant-less plan takes (the first time: starts) a sandbox and a spare
+        // is started; execute, granted, always starts its own.
+        wait_for_starts(&g, 1 + 2 * run);
+        assert_eq!(g.sandbox.starts(), 1 + 2 * run, "run {run}");
+    }
 }

@@ -109,6 +109,11 @@ pub struct RunOptions {
     /// Memory limit in MiB (default 1024 in the sandbox).
     #[arg(long)]
     pub memory_mb: Option<u64>,
+    /// Long-running surfaces (mcp-serve, mcp-gateway, serve): how many pre-started,
+    /// single-use sandboxes to keep for grant-less node and python runs (default 4; 0: none).
+    /// One-shot commands never keep any.
+    #[arg(long)]
+    pub sandbox_pool: Option<usize>,
     /// A host path opened read-only when filesystem.read is granted (repeatable).
     #[arg(long = "allow-read")]
     pub allow_read: Vec<PathBuf>,
@@ -137,6 +142,9 @@ fn parse_oci_image(s: &str) -> Result<(String, String), String> {
     }
 }
 
+/// The pre-started sandboxes a long-running surface keeps by default.
+pub const DEFAULT_SANDBOX_POOL: usize = 4;
+
 impl Default for RunOptions {
     fn default() -> Self {
         RunOptions {
@@ -154,6 +162,7 @@ impl Default for RunOptions {
             oci_images: Vec::new(),
             timeout_ms: None,
             memory_mb: None,
+            sandbox_pool: None,
             allow_read: Vec::new(),
             allow_write: Vec::new(),
             allow_env: Vec::new(),
@@ -225,6 +234,16 @@ impl RunOptions {
     /// Opens the host these options describe.
     pub fn open(&self, sources: Vec<Arc<dyn CapabilitySource>>) -> Result<Host, String> {
         Host::open(self.config(sources)?).map_err(|e| e.to_string())
+    }
+
+    /// Opens the host of a long-running surface: as [`RunOptions::open`], with the sandbox
+    /// pool (`--sandbox-pool`, default [`DEFAULT_SANDBOX_POOL`]).
+    pub fn open_serving(&self, sources: Vec<Arc<dyn CapabilitySource>>) -> Result<Host, String> {
+        let config = HostConfig {
+            sandbox_pool: self.sandbox_pool.unwrap_or(DEFAULT_SANDBOX_POOL),
+            ..self.config(sources)?
+        };
+        Host::open(config).map_err(|e| e.to_string())
     }
 }
 

@@ -96,7 +96,7 @@ pub fn mcp_serve(args: McpServeArgs) -> Result<i32, String> {
         );
     }
     check_anonymous(&args.anonymous_agent, &args.listen).map_err(|e| format!("mcp-serve: {e}"))?;
-    let host = Arc::new(args.options.open(sources(&args.packages)?)?);
+    let host = Arc::new(args.options.open_serving(sources(&args.packages)?)?);
     let options = ServeOptions {
         expose: args.expose.clone(),
         expose_all: args.expose_installed,
@@ -143,7 +143,7 @@ fn watch_packages(server: McpServer, packages: Vec<PathBuf>, run_options: RunOpt
                 continue;
             }
             seen = now;
-            match sources(&packages).and_then(|s| run_options.open(s)) {
+            match sources(&packages).and_then(|s| run_options.open_serving(s)) {
                 Ok(host) => {
                     server.set_host(Arc::new(host)).await;
                 }
@@ -346,7 +346,7 @@ pub fn mcp_gateway(args: McpGatewayArgs) -> Result<i32, String> {
     let mut options = args.options.clone();
     options.policies.extend(config.policy.iter().cloned());
     options.shadow |= config.shadow;
-    let host = Arc::new(options.open(vec![Arc::new(Builtins)])?);
+    let host = Arc::new(options.open_serving(vec![Arc::new(Builtins)])?);
     let serve = ServeOptions {
         stdio_actor: args.options.caller().actor,
         anonymous: args

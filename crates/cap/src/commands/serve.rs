@@ -85,7 +85,7 @@ pub fn serve(args: ServeArgs) -> Result<i32, String> {
         poll_interval: Duration::from_millis(250),
         ..ServerOptions::default()
     };
-    let host = Arc::new(args.options.open(vec![Arc::new(Builtins)])?);
+    let host = Arc::new(args.options.open_serving(vec![Arc::new(Builtins)])?);
     host.tokens().map_err(|e| format!("serve: {e}"))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1246,12 +1246,23 @@ pub(crate) enum Next {
 /// kept so far), what to do next. While it runs the guest is idle, waiting on stdin.
 pub(crate) type ReplyFn<'a> = &'a mut dyn FnMut(&[u8], &[u8]) -> Next;
 
+/// A pre-started session's wait for its first request: given how long to wait, the request
+/// (bytes and deadline), `Close` when none will come, or `None` when none came yet.
+pub(crate) type FirstFn<'a> = &'a mut dyn FnMut(Duration) -> Option<Next>;
+
+/// How often a pre-started guest is checked while it waits for its first request.
+const FIRST_POLL: Duration = Duration::from_millis(200);
+
 /// How long a guest whose session was closed may take to exit before it is killed.
 const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// What the host says on stdin.
 pub(crate) struct Exchange<'a> {
     pub initial: Vec<u8>,
+    /// A pre-started session: nothing is sent until this yields the first request (which
+    /// replaces `initial` and sets the deadline); meanwhile the guest starts up and waits on
+    /// its stdin. A guest that exits while it waits ends the conversation.
+    pub first: Option<FirstFn<'a>>,
     /// Called with the first stdout line (the shims' manifest hello); returns the bytes to send
     /// next (stdin is closed after them unless this is a session), or an error that aborts the
     /// run.
@@ -1300,6 +1311,40 @@ impl Sandboxed {
         let mut init_exited = false;
         let mut buf = vec![0u8; 65536];
         let mut drain_deadline: Option<Instant> = None;
+
+        if let Some(first) = ex.first.as_mut() {
+            loop {
+                match first(FIRST_POLL) {
+                    Some(Next::Send(bytes, deadline)) => {
+                        pending = bytes;
+                        ex.deadline = deadline;
+                        break;
+                    }
+                    Some(Next::Close) => {
+                        self.kill();
+                        end = Some(End::Aborted(SandboxError::Invalid {
+                            detail: "the pre-started sandbox was closed unused".into(),
+                        }));
+                        break;
+                    }
+                    None => {
+                        let mut pfd = libc::pollfd {
+                            fd: self.pidfd.as_raw_fd(),
+                            events: libc::POLLIN,
+                            revents: 0,
+                        };
+                        // SAFETY: one valid pollfd, no wait.
+                        let r = unsafe { libc::poll(&mut pfd, 1, 0) };
+                        if r > 0 {
+                            // The guest exited before its first request: the loop below
+                            // collects what it left and reports the end.
+                            ex.deadline = Instant::now();
+                            break;
+                        }
+                    }
+                }
+            }
+        }
 
         loop {
             // Flush stdin.

@@ -1,0 +1,166 @@
+//! Pre-started, single-use sandboxes (see [`SandboxPool`]).
+
+use std::os::unix::fs::MetadataExt;
+use std::sync::Mutex;
+
+use crate::process::ProcessSandbox;
+use crate::session::Session;
+use crate::types::{Grants, Limits, ModuleSpec};
+
+/// What a spare was started for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Key {
+    module: String,
+    grants: Grants,
+    limits: Limits,
+}
+
+impl Key {
+    fn of(spec: &ModuleSpec, grants: &Grants, limits: &Limits) -> Key {
+        Key {
+            module: format!(
+                "{}\u{0}{}\u{0}{}\u{0}{}\u{0}{}",
+                spec.package_root.display(),
+                spec.install_root
+                    .as_deref()
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_default(),
+                spec.module,
+                spec.integrity.as_deref().unwrap_or_default(),
+                capability_core::json::canonical_hash(&spec.manifest)
+            ),
+            grants: grants.clone(),
+            limits: limits.clone(),
+        }
+    }
+}
+
+/// The module file as it was on disk.
+type Stamp = Option<(u64, u64, u64, i64, i64, i64, i64)>;
+
+fn stamp(spec: &ModuleSpec) -> Stamp {
+    let m = std::fs::metadata(spec.package_root.join(&spec.module)).ok()?;
+    Some((
+        m.dev(),
+        m.ino(),
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    ))
+}
+
+struct Spare {
+    key: Key,
+    stamp: Stamp,
+    session: Session,
+}
+
+/// A pool of pre-started, single-use sandboxes for long-running hosts (the MCP server, the
+/// gateway, the HTTP server).
+///
+/// Starting a sandbox and an interpreter in it (namespaces, mounts, landlock, seccomp, then
+/// node or python) is most of a module run. A spare is a session started ahead
+/// ([`Session::prestart`]): its interpreter is up behind the boundary and waits on stdin, before
+/// it has read a request or imported the module. A run that needs **no grants** claims the
+/// spare started for the same module with the same limits, and a new spare is started for the
+/// next run at once. The rules:
+///
+/// * **Single use.** A claimed spare serves one run (its plan, execute and verify, as any
+///   session) and is then closed and destroyed; nothing crosses from one run to the next.
+/// * **No grants.** Only grant-less runs are pooled: a spare is started with no effect
+///   granted, and a run whose `execute` needs grants starts a fresh sandbox with them (as it
+///   does without the pool).
+/// * **Same limits.** A spare is claimed only by a run with exactly the limits it was started
+///   with; the run's wall clock starts when its request is sent.
+/// * **Same module.** A spare is keyed by package root, module, integrity and manifest, and
+///   claimed only while the module file is the one it was started for (device, inode, size,
+///   modification and change times); the module's integrity was checked when it started.
+/// * A spare whose process ended (killed from outside, say) is dropped, not claimed. At most
+///   [`SandboxPool::capacity`] spares wait; the oldest is closed first.
+pub struct SandboxPool {
+    capacity: usize,
+    spares: Mutex<Vec<Spare>>,
+}
+
+impl std::fmt::Debug for SandboxPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SandboxPool")
+            .field("capacity", &self.capacity)
+            .field("waiting", &self.waiting())
+            .finish()
+    }
+}
+
+impl SandboxPool {
+    /// A pool of at most `capacity` waiting spares.
+    pub fn new(capacity: usize) -> SandboxPool {
+        SandboxPool {
+            capacity: capacity.max(1),
+            spares: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The most spares that wait at once.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// How many spares wait now.
+    pub fn waiting(&self) -> usize {
+        self.spares.lock().map_or(0, |s| s.len())
+    }
+
+    /// A session for a grant-less run: the spare started for this module and these limits
+    /// (then a new spare is started for the next run), or `None` when there is none yet
+    /// (then one is started, and the caller starts its own session).
+    pub(crate) fn claim(
+        &self,
+        sandbox: &'static ProcessSandbox,
+        spec: &ModuleSpec,
+        grants: &Grants,
+        limits: &Limits,
+    ) -> Option<Session> {
+        let key = Key::of(spec, grants, limits);
+        let now = stamp(spec);
+        let claimed = {
+            let mut spares = self.spares.lock().ok()?;
+            // Spares whose process ended, or whose module file changed, are dropped.
+            spares.retain_mut(|s| {
+                s.session.is_waiting() && (s.key != key || (now.is_some() && s.stamp == now))
+            });
+            spares
+                .iter()
+                .position(|s| s.key == key)
+                .map(|i| spares.remove(i).session)
+        };
+        let claimed = claimed.map(|mut session| {
+            session.set_pooled();
+            session
+        });
+        self.refill(sandbox, spec, key, now);
+        claimed
+    }
+
+    /// Starts a spare for the next run of this module.
+    fn refill(&self, sandbox: &'static ProcessSandbox, spec: &ModuleSpec, key: Key, stamp: Stamp) {
+        if stamp.is_none() {
+            return;
+        }
+        let Ok(session) = Session::prestart(sandbox, spec, &key.grants, &key.limits) else {
+            return;
+        };
+        let Ok(mut spares) = self.spares.lock() else {
+            return;
+        };
+        if spares.len() >= self.capacity {
+            spares.remove(0);
+        }
+        spares.push(Spare {
+            key,
+            stamp,
+            session,
+        });
+    }
+}
