@@ -7,6 +7,7 @@ Reads a JSON array of operations on stdin:
     {"op": "list"}                                  -> {"tools": [...]}
     {"op": "call", "name": n, "arguments": {...}, "meta": {...}?}  -> the CallToolResult
     {"op": "wait_list_changed", "touch": path?, "timeout": s}  -> {"changed": bool, "tools": [...]}
+    {"op": "sleep", "seconds": s}                   -> (no result)
 and prints one JSON document: {"protocolVersion", "serverInfo", "listChanged", "results": [...]}.
 """
 
@@ -89,6 +90,8 @@ async def main() -> int:
                         ok = False
                 tools = await client.list_tools()
                 results.append({"changed": ok, "tools": dump(tools)["tools"]})
+            elif kind == "sleep":
+                await asyncio.sleep(op["seconds"])
             else:
                 raise SystemExit(f"unknown op {kind}")
         doc = {

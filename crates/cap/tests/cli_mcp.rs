@@ -2179,3 +2179,51 @@ fn gateway_reaches_an_https_streamable_http_upstream() {
         r[0]
     );
 }
+
+/// `cap mcp-serve` keeps pre-started sandboxes: the second run of a package module is
+/// answered by a sandbox started ahead (its receipt says so), each run in a fresh process;
+/// `--sandbox-pool 0` keeps none.
+#[test]
+fn mcp_serve_answers_module_runs_from_pre_started_sandboxes() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let h = home.to_str().unwrap();
+    let package = common::fixture();
+    let m = package.to_str().unwrap();
+    let call = |a: u64| {
+        json!({"op": "call", "name": "capability_execute",
+               "arguments": {"id": "fixture/add", "input": {"a": a, "b": 2}}})
+    };
+    // The calls are spaced so that the spare is up before the next one.
+    let ops = json!([call(1), {"op": "sleep", "seconds": 3}, call(2), {"op": "sleep", "seconds": 3}, call(3)]);
+    for (pool, expected) in [
+        (None, [false, true, true]),
+        (Some("0"), [false, false, false]),
+    ] {
+        let mut extra = vec!["--package", m, "--expose", "fixture/*"];
+        if let Some(n) = pool {
+            extra.extend(["--sandbox-pool", n]);
+        }
+        let mut args = vec!["--mode", "auto"];
+        args.extend(stdio_args(h, &extra));
+        let out = py_client(&args, &ops);
+        let results = out["results"].as_array().unwrap_or_else(|| panic!("{out}"));
+        assert_eq!(results.len(), 3, "{out}");
+        for (i, (result, pre_started)) in results.iter().zip(expected).enumerate() {
+            let receipt = receipt_of(&home, result);
+            assert_eq!(receipt["status"], "succeeded", "{receipt}");
+            assert_eq!(receipt["output"], json!({"result": i as u64 + 3}));
+            let isolation = &receipt["isolation"];
+            assert_eq!(isolation["kind"], "process-sandbox", "{isolation}");
+            let noted = isolation["notes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n.as_str().unwrap().starts_with("pre-started"));
+            assert_eq!(noted, pre_started, "pool {pool:?}, call {i}: {isolation}");
+        }
+    }
+}
