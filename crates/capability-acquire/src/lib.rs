@@ -17,7 +17,8 @@
 //!   archives that expand past a limit; no lifecycle script ever runs;
 //! * [`install`]: the whole flow, the installed-package record the host loads as a source,
 //!   and the reference lockfile (`capability.lock.json`);
-//! * [`probe`]: site discovery (`/.well-known/capabilities`).
+//! * [`probe`]: site discovery (`/.well-known/capabilities`);
+//! * [`progress`]: the events of a crawl and of downloads, for a caller that shows progress.
 //!
 //! `http://` and `https://` are spoken through the client of `capability-openapi` (rustls, certificates always verified).
 
@@ -26,6 +27,7 @@ pub mod fetch;
 pub mod install;
 pub mod integrity;
 pub mod probe;
+pub mod progress;
 pub mod registry;
 pub mod signatures;
 pub mod unpack;
@@ -33,6 +35,7 @@ pub mod unpack;
 pub use federation::{Bounds, Network, federate};
 pub use fetch::{FetchConfig, Fetcher};
 pub use install::{InstallOptions, Installation, install};
+pub use progress::{Progress, Reporter};
 
 /// Why discovery or acquisition failed: one line, naming what was wrong.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
