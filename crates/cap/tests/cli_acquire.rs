@@ -1854,3 +1854,237 @@ fn world_reports_each_failed_source_and_still_exits_zero() {
     assert_eq!(doc["errors"].as_array().unwrap().len(), 1, "{doc:#}");
     assert!(started.elapsed() < Duration::from_secs(60));
 }
+
+/// `cap args` with stderr on a 250-column pseudo-terminal (util-linux `script`) and stdout
+/// in a file: what the terminal showed (stderr), stdout's bytes and the exit status. `TERM`
+/// is set (a dumb or unset terminal gets no progress), `CAP_NO_PROGRESS` only when
+/// `no_progress`.
+fn cap_on_terminal(home: &Path, args: &[&str], no_progress: bool) -> (String, Vec<u8>, i32) {
+    let quote = |s: &str| format!("'{}'", s.replace('\'', r"'\''"));
+    let stdout_file = home.join("terminal-stdout.json");
+    // A wide terminal, so that no line is cut.
+    let mut line = format!(
+        "stty rows 50 cols 250; {}",
+        quote(env!("CARGO_BIN_EXE_cap"))
+    );
+    for a in args {
+        line.push(' ');
+        line.push_str(&quote(a));
+    }
+    line.push_str(&format!(" > {}", quote(&stdout_file.display().to_string())));
+    let mut command = Command::new("/usr/bin/script");
+    command
+        .args(["-qec", &line, "/dev/null"])
+        .env("CAP_HOME", home)
+        .env("TERM", "xterm")
+        .env_remove("CAP_NO_PROGRESS");
+    if no_progress {
+        command.env("CAP_NO_PROGRESS", "1");
+    }
+    let out = command.output().unwrap();
+    let stdout = std::fs::read(&stdout_file).unwrap();
+    std::fs::remove_file(&stdout_file).unwrap();
+    (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        stdout,
+        out.status.code().unwrap_or(-1),
+    )
+}
+
+/// Whether `text` holds anything of the progress line (its escape codes or its words).
+fn shows_progress(text: &str) -> bool {
+    text.contains('\u{1b}')
+        || text.contains("loaded, level")
+        || text.contains("downloading")
+        || text.contains("fetching")
+}
+
+/// A federation of four loopback indexes (root -> a, b; a -> c), the fixture package in c:
+/// the root's URL and size, and c's URL.
+fn loopback_federation(server: &Server) -> (String, usize, String) {
+    let at = |p: &str| format!("{}/fed/{p}.json", server.base);
+    server.json(
+        "/fed/c.json",
+        &index(
+            vec![index_package("@fixture/capabilities", "1.0.0", None)],
+            &[],
+        ),
+    );
+    server.json("/fed/b.json", &index(vec![], &[]));
+    server.json("/fed/a.json", &index(vec![], &[at("c")]));
+    let root = index(vec![], &[at("a"), at("b")]);
+    let size = serde_json::to_vec(&root).unwrap().len();
+    (server.json("/fed/root.json", &root), size, at("c"))
+}
+
+#[test]
+fn a_crawl_shows_progress_on_a_terminal_only_and_clears_it() {
+    let server = Server::start();
+    let (root, root_size, leaf) = loopback_federation(&server);
+    let args = ["find", "arithmetic", "--index", &root];
+
+    // stderr a pipe: no progress, and the JSON of the matches.
+    let home = tempfile::tempdir().unwrap();
+    let piped = cap(home.path(), &args);
+    assert_eq!(piped.status.code(), Some(0), "{}", stderr(&piped));
+    assert!(!shows_progress(&stderr(&piped)), "{:?}", stderr(&piped));
+    assert_eq!(stdout_json(&piped)[0]["id"], json!("fixture/add"));
+
+    // stderr a terminal: each level, the index documents' bytes and the count of indexes
+    // loaded, up to all four, then the line is cleared; stdout is byte for byte what the
+    // piped run printed.
+    let home = tempfile::tempdir().unwrap();
+    let (shown, stdout, code) = cap_on_terminal(home.path(), &args, false);
+    assert_eq!(code, 0, "{shown}");
+    for drawn in [
+        "indexes 0/1 loaded, level 0: fetching 1".to_string(),
+        format!("indexes 0/1 loaded, level 0: fetching {root_size} B/{root_size} B {root}"),
+        "indexes 1/3 loaded, level 1: fetching 2".to_string(),
+        "indexes 3/4 loaded, level 2: fetching 1".to_string(),
+        format!("indexes 4/4 loaded, level 2: {leaf}"),
+    ] {
+        assert!(shown.contains(&drawn), "{drawn} in {shown:?}");
+    }
+    assert!(
+        shown.ends_with("\r\u{1b}[2K"),
+        "cleared at the end: {shown:?}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&stdout),
+        String::from_utf8_lossy(&piped.stdout),
+        "stdout carries no progress"
+    );
+
+    // CAP_NO_PROGRESS=1 opts out on a terminal too.
+    let home = tempfile::tempdir().unwrap();
+    let (shown, stdout, code) = cap_on_terminal(home.path(), &args, true);
+    assert_eq!(code, 0, "{shown}");
+    assert!(!shows_progress(&shown), "{shown:?}");
+    assert_eq!(stdout, piped.stdout);
+
+    // A failing crawl: the line is cleared before the error is printed.
+    let missing = format!("{}/fed/missing.json", server.base);
+    let broken = server.json(
+        "/fed/broken.json",
+        &index(vec![], std::slice::from_ref(&missing)),
+    );
+    let home = tempfile::tempdir().unwrap();
+    let (shown, stdout, code) = cap_on_terminal(
+        home.path(),
+        &["find", "arithmetic", "--index", &broken],
+        false,
+    );
+    assert_eq!(code, 1, "{shown}");
+    assert!(stdout.is_empty());
+    assert!(
+        shown.contains("indexes 1/2 loaded, level 1: fetching 1"),
+        "{shown:?}"
+    );
+    let (drawn, after) = shown.rsplit_once("\r\u{1b}[2K").unwrap();
+    assert!(shows_progress(drawn));
+    assert!(
+        after.starts_with("cap: Failed to fetch capability index: HTTP 404")
+            && after.contains(&missing)
+            && !shows_progress(after),
+        "{after:?}"
+    );
+}
+
+#[test]
+fn an_install_from_verdaccio_shows_its_download_on_a_terminal_only() {
+    if !verdaccio_present() {
+        return;
+    }
+    let v = start_verdaccio();
+    let integrity = publish_fixture(&v);
+    let server = Server::start();
+    let url = server.json(
+        "/index.json",
+        &index(
+            vec![index_package(
+                "@fixture/capabilities",
+                "1.0.0",
+                Some(&integrity),
+            )],
+            &[],
+        ),
+    );
+    let install = |home: &Path, terminal: bool| {
+        let lock = home.join("capability.lock.json").display().to_string();
+        let args = [
+            "install",
+            "fixture/add",
+            "--index",
+            &url,
+            "--registry",
+            &v.url,
+            "--lock",
+            &lock,
+        ];
+        if terminal {
+            let (shown, stdout, code) = cap_on_terminal(home, &args, false);
+            assert_eq!(code, 0, "{shown}");
+            (shown, stdout)
+        } else {
+            let out = cap(home, &args);
+            assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+            (stderr(&out), out.stdout)
+        }
+    };
+    // The installation's JSON without what names the home.
+    let summary = |stdout: &[u8]| {
+        let mut doc = capability_core::json::parse_record(stdout).unwrap();
+        let store = doc["store"].as_str().unwrap().to_string();
+        assert!(Path::new(&store).is_dir(), "{doc}");
+        for key in ["store", "lock"] {
+            doc.as_object_mut().unwrap().remove(key);
+        }
+        doc
+    };
+
+    let home = tempfile::tempdir().unwrap();
+    let (err, piped) = install(home.path(), false);
+    assert!(!shows_progress(&err), "{err:?}");
+    let expected = summary(&piped);
+    assert_eq!(expected["installed"], json!("@fixture/capabilities@1.0.0"));
+    assert_eq!(expected["integrity"], json!(integrity));
+
+    let home = tempfile::tempdir().unwrap();
+    let (shown, stdout) = install(home.path(), true);
+    assert_eq!(summary(&stdout), expected, "stdout carries no progress");
+    // The crawl; after it the packument (no crawl counts any more) and the tarball's bar,
+    // full, with the tarball's size.
+    let record = installed_record(home.path());
+    let tarball = record["tarball"].as_str().unwrap();
+    let size = Command::new("curl")
+        .args(["-s", tarball])
+        .output()
+        .unwrap()
+        .stdout
+        .len();
+    for drawn in [
+        format!("indexes 1/1 loaded, level 0: {url}"),
+        format!(
+            "downloading {size} B/{size} B [{}] {tarball}",
+            "=".repeat(30)
+        ),
+    ] {
+        assert!(shown.contains(&drawn), "{drawn} in {shown:?}");
+    }
+    // Each drawn line is a spinner and a text.
+    let packument = format!(" {}@fixture%2Fcapabilities", v.url);
+    let texts: Vec<&str> = shown
+        .split("\r\u{1b}[2K")
+        .filter_map(|l| l.trim_end().split_once(' ').map(|(_, text)| text))
+        .collect();
+    assert!(
+        texts
+            .iter()
+            .any(|t| t.starts_with("fetching ") && t.ends_with(&packument)),
+        "{texts:#?}"
+    );
+    assert!(
+        shown.ends_with("\r\u{1b}[2K"),
+        "cleared at the end: {shown:?}"
+    );
+}

@@ -13,6 +13,9 @@
 //! and nothing is fetched. The index URLs come from the `--index` flags, else
 //! `CAPABILITY_INDEX`, else the home's `indexes.json` (`{"indexes": ["<url>", ...]}`), else
 //! none (the embedded index alone).
+//!
+//! The crawl reports each level and each index loaded to the fetcher's
+//! [`Reporter`](crate::progress::Reporter) (see [`crate::progress`]).
 
 use std::path::{Path, PathBuf};
 
@@ -21,6 +24,7 @@ use sha2::Digest as _;
 
 use crate::AcquireError;
 use crate::fetch::{Fetched, Fetcher};
+use crate::progress::Event;
 
 /// The reference's bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -196,6 +200,28 @@ fn index_from(fetched: Fetched, url: &str) -> Result<(Value, Option<String>), Ac
     Ok((doc, fetched.etag))
 }
 
+/// [`load_index`] in a crawl at `depth` where `known` URLs are known, reporting the index
+/// loaded to the fetcher's progress (`loaded` counts the indexes of the crawl loaded).
+fn load_reported(
+    fetcher: &Fetcher,
+    url: &str,
+    cache: Option<&IndexCache>,
+    (depth, known): (usize, usize),
+    loaded: &std::sync::atomic::AtomicUsize,
+) -> Result<Value, AcquireError> {
+    let result = load_index(fetcher, url, cache);
+    if result.is_ok() {
+        let loaded = loaded.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        fetcher.progress().report(&Event::Index {
+            url,
+            depth,
+            loaded,
+            known,
+        });
+    }
+    result
+}
+
 /// Loads the network rooted at `roots` (plus `embedded`, documents already in hand such as
 /// the built-in index, merged first), through `cache` when there is one.
 pub fn federate(
@@ -225,13 +251,27 @@ pub fn federate(
             seen.push(url.clone());
             batch.push(url);
         }
+        let known = seen.len();
+        if !batch.is_empty() {
+            fetcher.progress().report(&Event::Level {
+                depth,
+                urls: batch.len(),
+                loaded: documents.len(),
+                known,
+            });
+        }
+        let loaded = &std::sync::atomic::AtomicUsize::new(documents.len());
         // At most PARALLEL_FETCHES requests at a time.
         let mut results: Vec<Result<Value, AcquireError>> = Vec::with_capacity(batch.len());
         for chunk in batch.chunks(PARALLEL_FETCHES) {
             std::thread::scope(|scope| {
                 let handles: Vec<_> = chunk
                     .iter()
-                    .map(|url| scope.spawn(move || load_index(fetcher, url, cache)))
+                    .map(|url| {
+                        scope.spawn(move || {
+                            load_reported(fetcher, url, cache, (depth, known), loaded)
+                        })
+                    })
                     .collect();
                 results.extend(handles.into_iter().map(|h| {
                     h.join().unwrap_or_else(|_| {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use capability_openapi::http::{HttpClient, HttpConfig, Outgoing, Resolver, origin_of};
 
 use crate::AcquireError;
+use crate::progress::{Download, Reporter};
 
 /// Limits of the fetcher.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -50,6 +51,7 @@ pub struct Fetcher {
     documents: HttpClient,
     tarballs: HttpClient,
     config: FetchConfig,
+    progress: Reporter,
 }
 
 impl Fetcher {
@@ -74,7 +76,19 @@ impl Fetcher {
             documents: client(config.max_document_bytes)?,
             tarballs: client(config.max_tarball_bytes)?,
             config,
+            progress: Reporter::default(),
         })
+    }
+
+    /// This fetcher reporting its downloads (and the crawls made with it) to `progress`.
+    pub fn with_progress(mut self, progress: Reporter) -> Fetcher {
+        self.progress = progress;
+        self
+    }
+
+    /// Where this fetcher reports.
+    pub fn progress(&self) -> &Reporter {
+        &self.progress
     }
 
     pub fn config(&self) -> &FetchConfig {
@@ -86,6 +100,7 @@ impl Fetcher {
         client: &HttpClient,
         url: &str,
         headers: Vec<(String, String)>,
+        what: Download,
     ) -> Result<Fetched, AcquireError> {
         let parsed =
             url::Url::parse(url).map_err(|e| AcquireError::Fetch(format!("{url}: {e}")))?;
@@ -103,7 +118,13 @@ impl Fetcher {
             body: None,
         };
         let response = client
-            .send(request, &[origin], None, &|| false)
+            .send_observed(
+                request,
+                &[origin],
+                None,
+                &|| false,
+                self.progress.body(url, what),
+            )
             .map_err(|e| AcquireError::Fetch(format!("{url}: {e}")))?;
         Ok(Fetched {
             status: response.status,
@@ -115,7 +136,7 @@ impl Fetcher {
 
     /// A JSON document (index, discovery document, packument, key set).
     pub fn document(&self, url: &str) -> Result<Fetched, AcquireError> {
-        self.get(&self.documents, url, Vec::new())
+        self.get(&self.documents, url, Vec::new(), Download::Document)
     }
 
     /// A JSON document fetched with extra request headers (`accept`, `authorization`, ...).
@@ -124,18 +145,18 @@ impl Fetcher {
         url: &str,
         headers: Vec<(String, String)>,
     ) -> Result<Fetched, AcquireError> {
-        self.get(&self.documents, url, headers)
+        self.get(&self.documents, url, headers, Download::Document)
     }
 
     /// A JSON document unless it still has the entity tag `etag` (then status 304 and no
     /// body): a conditional GET with `If-None-Match`.
     pub fn document_if_none_match(&self, url: &str, etag: &str) -> Result<Fetched, AcquireError> {
         let headers = vec![("If-None-Match".to_string(), etag.to_string())];
-        self.get(&self.documents, url, headers)
+        self.get(&self.documents, url, headers, Download::Document)
     }
 
     /// A tarball.
     pub fn tarball(&self, url: &str) -> Result<Fetched, AcquireError> {
-        self.get(&self.tarballs, url, Vec::new())
+        self.get(&self.tarballs, url, Vec::new(), Download::Tarball)
     }
 }

@@ -41,6 +41,8 @@ pub struct InstallOptions {
     pub require_signatures: bool,
     /// `--offline`: the indexes come from the home's index cache only.
     pub offline: bool,
+    /// Where the crawl and the downloads are reported (nowhere by default).
+    pub progress: crate::progress::Reporter,
 }
 
 /// What was installed.
@@ -66,7 +68,7 @@ pub fn install(
     query: &str,
     options: &InstallOptions,
 ) -> Result<Installation, AcquireError> {
-    let fetcher = Fetcher::new(options.fetch.clone())?;
+    let fetcher = Fetcher::new(options.fetch.clone())?.with_progress(options.progress.clone());
     let mut roots = configured_indexes(&options.indexes, Some(home.root()))?;
     let locked = match &options.locked {
         Some(lock) => {

@@ -19,7 +19,8 @@
 //!   and the reference lockfile (`capability.lock.json`);
 //! * [`probe`]: site discovery (`/.well-known/capabilities`);
 //! * [`world`]: external software discovery over npm search and GitHub repository search,
-//!   with the reference's query planning and relevance scores (`cap world`).
+//!   with the reference's query planning and relevance scores (`cap world`);
+//! * [`progress`]: the events of a crawl and of downloads, for a caller that shows progress.
 //!
 //! `http://` and `https://` are spoken through the client of `capability-openapi` (rustls, certificates always verified).
 
@@ -28,6 +29,7 @@ pub mod fetch;
 pub mod install;
 pub mod integrity;
 pub mod probe;
+pub mod progress;
 pub mod registry;
 pub mod signatures;
 pub mod unpack;
@@ -36,6 +38,7 @@ pub mod world;
 pub use federation::{Bounds, Network, federate};
 pub use fetch::{FetchConfig, Fetcher};
 pub use install::{InstallOptions, Installation, install};
+pub use progress::{Progress, Reporter};
 
 /// Why discovery or acquisition failed: one line, naming what was wrong.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

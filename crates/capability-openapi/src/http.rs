@@ -4,7 +4,9 @@
 //!
 //! The API: an [`HttpClient`] made from an [`HttpConfig`] and a [`Resolver`];
 //! [`HttpClient::send`] takes an [`Outgoing`] request and the [`Origin`]s it may reach
-//! ([`origin_of`] a URL) and returns an [`Incoming`] response or an [`HttpError`].
+//! ([`origin_of`] a URL) and returns an [`Incoming`] response or an [`HttpError`];
+//! [`HttpClient::send_observed`] does the same and reports the body's bytes as they arrive
+//! to a [`BodyProgress`] callback (a download's progress).
 //!
 //! Safe by default:
 //!
@@ -149,6 +151,11 @@ pub struct Incoming {
     pub etag: Option<String>,
 }
 
+/// Called as a response body arrives, on the client's own thread: the bytes received so far
+/// and the `Content-Length` when the response has one. It is called once when the headers
+/// are in (0 bytes), then after every chunk; a redirect or retry starts again from 0.
+pub type BodyProgress = Arc<dyn Fn(u64, Option<u64>) + Send + Sync>;
+
 /// `(scheme, host, port)`.
 pub type Origin = (String, String, u16);
 
@@ -287,6 +294,19 @@ impl HttpClient {
         timeout: Option<Duration>,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Incoming, HttpError> {
+        self.send_observed(request, allowed, timeout, cancelled, None)
+    }
+
+    /// [`HttpClient::send`], reporting the response body's bytes to `progress` as they
+    /// arrive.
+    pub fn send_observed(
+        &self,
+        request: Outgoing,
+        allowed: &[Origin],
+        timeout: Option<Duration>,
+        cancelled: &dyn Fn() -> bool,
+        progress: Option<BodyProgress>,
+    ) -> Result<Incoming, HttpError> {
         let config = &self.inner.config;
         let timeout = timeout.map_or(config.timeout, |t| t.min(config.timeout));
         let inner = Arc::clone(&self.inner);
@@ -296,13 +316,15 @@ impl HttpClient {
             return Err(HttpError::Protocol("the HTTP runtime is stopped".into()));
         };
         let task = runtime.spawn(async move {
-            let result =
-                match tokio::time::timeout(timeout, send_with_retries(&inner, &allowed, request))
-                    .await
-                {
-                    Ok(r) => r,
-                    Err(_) => Err(HttpError::Timeout(timeout.as_millis())),
-                };
+            let result = match tokio::time::timeout(
+                timeout,
+                send_with_retries(&inner, &allowed, request, progress.as_ref()),
+            )
+            .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(HttpError::Timeout(timeout.as_millis())),
+            };
             let _ = tx.send(result);
         });
         let deadline = Instant::now() + timeout + Duration::from_millis(500);
@@ -331,6 +353,7 @@ async fn send_with_retries(
     inner: &Inner,
     allowed: &[Origin],
     request: Outgoing,
+    progress: Option<&BodyProgress>,
 ) -> Result<Incoming, HttpError> {
     let config = &inner.config;
     let attempts = if idempotent(&request.method) {
@@ -340,7 +363,7 @@ async fn send_with_retries(
     };
     let mut attempt = 1;
     loop {
-        let result = send_following(inner, allowed, request.clone()).await;
+        let result = send_following(inner, allowed, request.clone(), progress).await;
         let again = attempt < attempts
             && match &result {
                 Ok(r) => matches!(r.status, 502..=504),
@@ -361,12 +384,13 @@ async fn send_following(
     inner: &Inner,
     allowed: &[Origin],
     mut request: Outgoing,
+    progress: Option<&BodyProgress>,
 ) -> Result<Incoming, HttpError> {
     let start = origin_of(&request.url)
         .ok_or_else(|| HttpError::Destination("the URL has no host".into()))?;
     let mut redirects = 0;
     loop {
-        let (status, location, response) = send_once(inner, allowed, &request).await?;
+        let (status, location, response) = send_once(inner, allowed, &request, progress).await?;
         let Some(location) = location.filter(|_| matches!(status, 301 | 302 | 303 | 307 | 308))
         else {
             let mut r = response;
@@ -427,6 +451,7 @@ async fn send_once(
     inner: &Inner,
     allowed: &[Origin],
     request: &Outgoing,
+    progress: Option<&BodyProgress>,
 ) -> Result<Sent, HttpError> {
     let config = &inner.config;
     let url = &request.url;
@@ -557,10 +582,14 @@ async fn send_once(
     let mcp_session_id = header(hyper::header::HeaderName::from_static("mcp-session-id"));
     let etag = header(hyper::header::ETAG);
     let limit = config.max_response_bytes;
-    if let Some(len) = header(hyper::header::CONTENT_LENGTH).and_then(|l| l.parse::<u64>().ok())
+    let length = header(hyper::header::CONTENT_LENGTH).and_then(|l| l.parse::<u64>().ok());
+    if let Some(len) = length
         && len > limit as u64
     {
         return Err(HttpError::TooLarge(limit));
+    }
+    if let Some(report) = progress {
+        report(0, length);
     }
     let mut body = response.into_body();
     let mut out = Vec::new();
@@ -571,6 +600,9 @@ async fn send_once(
                 return Err(HttpError::TooLarge(limit));
             }
             out.extend_from_slice(&data);
+            if let Some(report) = progress {
+                report(out.len() as u64, length);
+            }
         }
     }
     Ok((

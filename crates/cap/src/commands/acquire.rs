@@ -70,7 +70,10 @@ impl IndexOptions {
         if roots.is_empty() && embedded.is_empty() {
             return Ok(None);
         }
-        let fetcher = Fetcher::new(self.fetch()).map_err(|e| e.to_string())?;
+        let (progress, _shown) = crate::progress::terminal();
+        let fetcher = Fetcher::new(self.fetch())
+            .map_err(|e| e.to_string())?
+            .with_progress(progress);
         let cache = capability_acquire::federation::IndexCache::in_home(&root, self.offline);
         capability_acquire::federate(&fetcher, &roots, embedded, self.bounds(), Some(&cache))
             .map(Some)
@@ -131,6 +134,7 @@ pub fn install(args: InstallArgs) -> Result<i32, String> {
             "install --locked: the lock names another capability than {q}"
         ));
     }
+    let (progress, shown) = crate::progress::terminal();
     let options = InstallOptions {
         indexes: args.index.indexes.clone(),
         embedded: vec![capability_runtime::defaults::default_index()],
@@ -148,8 +152,10 @@ pub fn install(args: InstallArgs) -> Result<i32, String> {
             max_unpacked_bytes: args.max_unpacked_bytes,
             ..Default::default()
         },
+        progress,
     };
     let done = capability_acquire::install(&home, &query, &options).map_err(|e| e.to_string())?;
+    drop(shown);
     let lock_path = crate::output::absolute(&args.lock);
     if !args.locked {
         capability_core::index::assert_valid_lock(&done.lock).map_err(|e| e.to_string())?;
@@ -220,6 +226,7 @@ pub fn acquire_for_exec(
             .collect()
     };
     let before = listing();
+    let (progress, shown) = crate::progress::terminal();
     let options = InstallOptions {
         indexes: roots,
         embedded: vec![capability_runtime::defaults::default_index()],
@@ -228,9 +235,11 @@ pub fn acquire_for_exec(
         fetch: index.fetch(),
         offline: index.offline,
         require_signatures: trust.require_registry_signature,
+        progress,
         ..InstallOptions::default()
     };
     let done = capability_acquire::install(&home, query, &options).map_err(|e| e.to_string())?;
+    drop(shown);
     let id = done
         .lock
         .pointer("/capability/id")
@@ -444,11 +453,13 @@ pub fn network_checks(args: &DoctorArgs) -> Result<Option<Value>, String> {
     if indexes.is_empty() && registry.is_none() {
         return Ok(None);
     }
+    let (progress, _shown) = crate::progress::terminal();
     let fetcher = Fetcher::new(FetchConfig {
         timeout: Duration::from_millis(args.http_timeout_ms),
         ..FetchConfig::default()
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string())?
+    .with_progress(progress);
     let mut ok = true;
     let checked: Vec<Value> = indexes
         .iter()

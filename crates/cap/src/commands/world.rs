@@ -92,11 +92,13 @@ pub fn world(args: WorldArgs) -> Result<i32, String> {
         });
         Vec::new()
     });
+    let (progress, shown) = crate::progress::terminal();
     let fetcher = Fetcher::new(FetchConfig {
         timeout: Duration::from_millis(args.search_timeout_ms),
         ..FetchConfig::default()
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string())?
+    .with_progress(progress);
     let github_base = args
         .github_api
         .clone()
@@ -114,6 +116,7 @@ pub fn world(args: WorldArgs) -> Result<i32, String> {
         limit_per_source: 10,
     };
     let (external, external_errors) = discover_external(&fetcher, &args.query, &options);
+    drop(shown);
     errors.extend(external_errors);
     let external: Vec<Value> = external
         .iter()
