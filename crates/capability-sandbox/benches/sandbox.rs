@@ -2,6 +2,12 @@
 //! with the same stdin (for node and python: the same shim, without namespaces, landlock,
 //! seccomp or limits).
 //!
+//! The `pool` group: one run of a node (and python) module through the runtime with the
+//! sandbox pool, the call arriving after the spare is up (as calls to a server do), beside the
+//! reference's `NodePermissionExecutor` way of running the same module (the current node with
+//! its permission model, the module's directory readable, the envelope on stdin), spawned
+//! the same way.
+//!
 //! Run: `cargo bench -p capability-sandbox --bench sandbox`
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -182,5 +188,126 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// A child script that does what the reference's `NodePermissionExecutor` child does: read
+/// the envelope, import the module, run the action, print `{ok, hasResult, result}`.
+const PERMISSION_CHILD: &str = r#"
+import { readFileSync } from 'node:fs';
+const env = JSON.parse(readFileSync(0, 'utf8'));
+const mod = await import(process.argv[1]);
+const cap = mod.default ?? mod.capability;
+const result = await cap.execute(env.input, { manifest: env.manifest, effects: [] });
+process.stdout.write(JSON.stringify({ ok: true, hasResult: true, result }));
+"#;
+
+/// A runtime whose executor keeps a pool, with `manifest` registered at `module` of `root`.
+fn pooled_runtime(
+    root: &Path,
+    module: &str,
+    manifest: &Value,
+) -> capability_runtime::CapabilityRuntime {
+    use capability_runtime::capability::{Capability, ModuleSource};
+    let executor =
+        capability_sandbox::ModuleExecutor::new(capability_sandbox::Choice::Process).with_pool(2);
+    let runtime = capability_runtime::CapabilityRuntime::builder()
+        .policy(capability_core::authorization::EffectPolicy::permissive())
+        .executor(std::sync::Arc::new(executor))
+        .build();
+    let source = ModuleSource {
+        package_root: root.to_path_buf(),
+        module: module.into(),
+        integrity: None,
+    };
+    runtime
+        .register(Capability::module(manifest, source).unwrap())
+        .unwrap();
+    runtime
+}
+
+/// Times one invoke per iteration, each after a pause (untimed) that lets the spare start.
+fn spaced(
+    runtime: &capability_runtime::CapabilityRuntime,
+    id: &str,
+    input: &Value,
+    iters: u64,
+) -> Duration {
+    let options = capability_runtime::ExecuteOptions::approved();
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        std::thread::sleep(Duration::from_millis(400));
+        let started = std::time::Instant::now();
+        let receipt = runtime.invoke(id, input.clone(), &options).unwrap();
+        total += started.elapsed();
+        assert!(receipt.output.is_some());
+    }
+    total
+}
+
+fn pool(c: &mut Criterion) {
+    let sandbox = ProcessSandbox::global();
+    let node = node_spec();
+    let node_bin = sandbox.node().unwrap().path.clone();
+    let runtime = pooled_runtime(&node.package_root, &node.module, &node.manifest);
+    let input = json!({"a": 20, "b": 22});
+    let id = node.manifest["id"].as_str().unwrap().to_string();
+    let mut g = c.benchmark_group("pool");
+    g.sample_size(10).measurement_time(Duration::from_secs(30));
+    g.bench_function("node/pooled", |b| {
+        b.iter_custom(|iters| spaced(&runtime, &id, &input, iters))
+    });
+    // The permission flag is `--permission` from node 22, `--experimental-permission` before.
+    let version = Command::new(&node_bin)
+        .arg("--version")
+        .output()
+        .unwrap()
+        .stdout;
+    let major: u32 = String::from_utf8_lossy(&version)
+        .trim_start_matches('v')
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0);
+    let permission = if major >= 22 {
+        "--permission"
+    } else {
+        "--experimental-permission"
+    };
+    let module = node.package_root.join(node.module.trim_start_matches("./"));
+    let url = format!("file://{}", module.display());
+    // The module's directory and the package root, de-duplicated (as the reference does).
+    let mut reads = vec![format!(
+        "--allow-fs-read={}",
+        module.parent().unwrap().display()
+    )];
+    let root_read = format!("--allow-fs-read={}", node.package_root.display());
+    if !reads.contains(&root_read) {
+        reads.push(root_read);
+    }
+    let stdin = serde_json::to_vec(
+        &json!({"action": "execute", "input": input, "manifest": node.manifest}),
+    )
+    .unwrap();
+    g.bench_function("node/reference-permission-executor", |b| {
+        b.iter(|| {
+            let mut args = vec![permission];
+            args.extend(reads.iter().map(String::as_str));
+            args.extend(["--input-type=module", "--eval", PERMISSION_CHILD, &url]);
+            plain_spawn(&node_bin, &args, &stdin)
+        })
+    });
+    let py_dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        py_dir.path().join("add.py"),
+        "def execute(input, ctx):\n    return {\"result\": input[\"a\"] + input[\"b\"]}\n",
+    )
+    .unwrap();
+    let py_manifest = json!({"specVersion": "0.1", "id": "bench/py-add", "version": "1.0.0",
+        "name": "Add", "description": "Adds two numbers.", "effects": []});
+    let py_runtime = pooled_runtime(py_dir.path(), "./add.py", &py_manifest);
+    g.bench_function("python/pooled", |b| {
+        b.iter_custom(|iters| spaced(&py_runtime, "bench/py-add", &input, iters))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench, pool);
 criterion_main!(benches);

@@ -1,7 +1,7 @@
 //! Pre-started, single-use sandboxes (see [`SandboxPool`]).
 
 use std::os::unix::fs::MetadataExt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use crate::process::ProcessSandbox;
 use crate::session::Session;
@@ -64,8 +64,8 @@ struct Spare {
 /// node or python) is most of a module run. A spare is a session started ahead
 /// ([`Session::prestart`]): its interpreter is up behind the boundary and waits on stdin, before
 /// it has read a request or imported the module. A run that needs **no grants** claims the
-/// spare started for the same module with the same limits, and a new spare is started for the
-/// next run at once. The rules:
+/// spare started for the same module with the same limits; the next spare is started when
+/// that run ends (so that its start does not compete with the run for the CPU). The rules:
 ///
 /// * **Single use.** A claimed spare serves one run (its plan, execute and verify, as any
 ///   session) and is then closed and destroyed; nothing crosses from one run to the next.
@@ -81,7 +81,7 @@ struct Spare {
 ///   [`SandboxPool::capacity`] spares wait; the oldest is closed first.
 pub struct SandboxPool {
     capacity: usize,
-    spares: Mutex<Vec<Spare>>,
+    spares: Arc<Mutex<Vec<Spare>>>,
 }
 
 impl std::fmt::Debug for SandboxPool {
@@ -98,7 +98,7 @@ impl SandboxPool {
     pub fn new(capacity: usize) -> SandboxPool {
         SandboxPool {
             capacity: capacity.max(1),
-            spares: Mutex::new(Vec::new()),
+            spares: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
@@ -113,8 +113,8 @@ impl SandboxPool {
     }
 
     /// A session for a grant-less run: the spare started for this module and these limits
-    /// (then a new spare is started for the next run), or `None` when there is none yet
-    /// (then one is started, and the caller starts its own session).
+    /// (the next spare is started when the run's session closes), or `None` when there is
+    /// none yet (then one is started now, and the caller starts its own session).
     pub(crate) fn claim(
         &self,
         sandbox: &'static ProcessSandbox,
@@ -135,20 +135,45 @@ impl SandboxPool {
                 .position(|s| s.key == key)
                 .map(|i| spares.remove(i).session)
         };
-        let claimed = claimed.map(|mut session| {
-            session.set_pooled();
-            session
-        });
-        self.refill(sandbox, spec, key, now);
-        claimed
+        let refill = Refill {
+            spares: Arc::clone(&self.spares),
+            capacity: self.capacity,
+            sandbox,
+            spec: spec.clone(),
+            key,
+            stamp: now,
+        };
+        match claimed {
+            Some(mut session) => {
+                session.set_pooled(Box::new(move || refill.start()));
+                Some(session)
+            }
+            None => {
+                refill.start();
+                None
+            }
+        }
     }
+}
 
-    /// Starts a spare for the next run of this module.
-    fn refill(&self, sandbox: &'static ProcessSandbox, spec: &ModuleSpec, key: Key, stamp: Stamp) {
-        if stamp.is_none() {
+/// Starting the next spare of a module.
+struct Refill {
+    spares: Arc<Mutex<Vec<Spare>>>,
+    capacity: usize,
+    sandbox: &'static ProcessSandbox,
+    spec: ModuleSpec,
+    key: Key,
+    stamp: Stamp,
+}
+
+impl Refill {
+    fn start(self) {
+        if self.stamp.is_none() {
             return;
         }
-        let Ok(session) = Session::prestart(sandbox, spec, &key.grants, &key.limits) else {
+        let Ok(session) =
+            Session::prestart(self.sandbox, &self.spec, &self.key.grants, &self.key.limits)
+        else {
             return;
         };
         let Ok(mut spares) = self.spares.lock() else {
@@ -158,8 +183,8 @@ impl SandboxPool {
             spares.remove(0);
         }
         spares.push(Spare {
-            key,
-            stamp,
+            key: self.key,
+            stamp: self.stamp,
             session,
         });
     }

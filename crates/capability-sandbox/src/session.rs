@@ -43,6 +43,9 @@ pub struct Session {
     ended: Option<Event>,
     /// Claimed from a pool: every outcome's boundary report says so.
     pooled: bool,
+    /// Called once when the session closes (a pool starts the next spare then, so that the
+    /// start does not compete with the run for the CPU).
+    on_close: Option<Box<dyn FnOnce() + Send>>,
 }
 
 /// The boundary note of a run answered by a pooled, pre-started sandbox.
@@ -132,6 +135,7 @@ impl Session {
             called: false,
             ended: None,
             pooled: false,
+            on_close: None,
         })
     }
 
@@ -222,9 +226,10 @@ impl Session {
         self.wait()
     }
 
-    /// Marks a session claimed from a pool.
-    pub(crate) fn set_pooled(&mut self) {
+    /// Marks a session claimed from a pool; `on_close` runs when it closes.
+    pub(crate) fn set_pooled(&mut self, on_close: Box<dyn FnOnce() + Send>) {
         self.pooled = true;
+        self.on_close = Some(on_close);
     }
 
     /// Whether the process still waits for requests.
@@ -260,6 +265,9 @@ impl Session {
     pub fn close(&mut self) {
         self.open = false;
         self.requests = None;
+        if let Some(f) = self.on_close.take() {
+            f();
+        }
     }
 }
 
