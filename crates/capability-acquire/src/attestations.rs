@@ -48,9 +48,9 @@
 //! `PAE(payloadType, payload)`.
 //!
 //! The npm publish attestation (`https://github.com/npm/attestation/tree/main/specs/publish/v0.1`):
-//! the bundle's `publicKey.hint` and the signature's `keyid` name a key of the registry's
-//! (pinned) key set (see [`crate::signatures`]) that had not expired at `integratedTime`, and
-//! that key verifies the DSSE signature.
+//! the bundle's `publicKey.hint` (and the signature's `keyid`, when it has one) names a key
+//! of the registry's (pinned) key set (see [`crate::signatures`]) that had not expired at any
+//! entry's `integratedTime`, and that key verifies the DSSE signature.
 //!
 //! # What is not checked
 //!

@@ -85,12 +85,20 @@ impl Authority {
         }
     }
 
-    /// A Fulcio-like leaf certificate for `key`, valid from `from` to `until` (y, m, d).
-    pub fn leaf(&self, key: &KeyPair, from: (i32, u8, u8), until: (i32, u8, u8)) -> Vec<u8> {
+    /// A Fulcio-like leaf certificate for `key`, valid as `b` says.
+    pub fn leaf(&self, key: &KeyPair, b: &Build) -> Vec<u8> {
+        let (from, until) = (b.valid_from, b.valid_until);
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.distinguished_name = rcgen::DistinguishedName::new();
         params.subject_alt_names = vec![SanType::URI(WORKFLOW.try_into().unwrap())];
-        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::CodeSigning];
+        params.extended_key_usages = if b.leaf_without_code_signing {
+            vec![ExtendedKeyUsagePurpose::ServerAuth]
+        } else {
+            vec![ExtendedKeyUsagePurpose::CodeSigning]
+        };
+        if b.leaf_is_ca {
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        }
         params.not_before = rcgen::date_time_ymd(from.0, from.1, from.2);
         params.not_after = rcgen::date_time_ymd(until.0, until.1, until.2);
         let ext = |n: u64, v: &str| {
@@ -123,6 +131,9 @@ pub struct Build {
     pub stranger_ca: bool,
     /// Sign the publish attestation with a key the registry does not publish.
     pub stranger_key: bool,
+    /// A leaf that is a CA certificate, or has no code-signing usage.
+    pub leaf_is_ca: bool,
+    pub leaf_without_code_signing: bool,
 }
 
 impl Build {
@@ -137,6 +148,8 @@ impl Build {
             valid_until: (2024, 1, 2),
             stranger_ca: false,
             stranger_key: false,
+            leaf_is_ca: false,
+            leaf_without_code_signing: false,
         }
     }
 
@@ -298,7 +311,7 @@ impl Fixture {
         } else {
             &self.ca
         };
-        let leaf = ca.leaf(&pair, b.valid_from, b.valid_until);
+        let leaf = ca.leaf(&pair, b);
         let payload = b.statement(SLSA_V1);
         let sig = sign(&key, &pae(IN_TOTO, &payload));
         let entry = self.entry(b, &payload, &sig, &leaf, 100);

@@ -169,6 +169,27 @@ fn a_certificate_from_another_authority_is_refused() {
 }
 
 #[test]
+fn a_leaf_that_is_a_ca_or_not_for_code_signing_is_refused() {
+    let f = Fixture::new();
+    let ca = Build {
+        leaf_is_ca: true,
+        ..Build::new("pkg", "1.0.0", TARBALL)
+    };
+    refused_with(
+        verify(&f, &f.document(&ca), "pkg", "1.0.0", TARBALL),
+        "is a CA certificate",
+    );
+    let server = Build {
+        leaf_without_code_signing: true,
+        ..Build::new("pkg", "1.0.0", TARBALL)
+    };
+    refused_with(
+        verify(&f, &f.document(&server), "pkg", "1.0.0", TARBALL),
+        "is not for code signing",
+    );
+}
+
+#[test]
 fn a_certificate_expired_or_not_yet_valid_at_the_integrated_time_is_refused() {
     let f = Fixture::new();
     for t in [testing::LOGGED_AT + 3 * 86_400, testing::LOGGED_AT - 86_400] {
@@ -495,4 +516,27 @@ fn the_real_npm_attestation_fails_its_negative_controls() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("unknown key"), "{e}");
+}
+
+#[test]
+fn attestations_are_named_by_dist_and_fetched_from_the_registry_origin_only() {
+    assert_eq!(attestations_url(&json!({})).unwrap(), None);
+    let named = |dist: Value| attestations_url(&dist).unwrap();
+    assert_eq!(named(json!({"attestations": "u"})).as_deref(), Some("u"));
+    let dist = json!({"attestations": {"url": "u", "provenance": {"predicateType": SLSA_V1}}});
+    assert_eq!(named(dist).as_deref(), Some("u"));
+    let e = attestations_url(&json!({"attestations": {"provenance": {}}})).unwrap_err();
+    assert!(e.to_string().contains("names no url"), "{e}");
+    // Another origin is refused before anything is sent (nothing listens on these ports).
+    let fetcher = Fetcher::new(crate::fetch::FetchConfig::default()).unwrap();
+    for url in [
+        "http://127.0.0.2:9/-/npm/v1/attestations/pkg@1.0.0",
+        "https://127.0.0.1:9/-/npm/v1/attestations/pkg@1.0.0",
+        "http://127.0.0.1:10/-/npm/v1/attestations/pkg@1.0.0",
+    ] {
+        let e = fetch(&fetcher, "http://127.0.0.1:9/", url).unwrap_err();
+        assert!(e.to_string().contains("outside the registry"), "{url}: {e}");
+    }
+    let e = fetch(&fetcher, "http://127.0.0.1:9/", "http://127.0.0.1:9/x").unwrap_err();
+    assert!(!e.to_string().contains("outside the registry"), "{e}");
 }
