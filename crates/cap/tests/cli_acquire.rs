@@ -1851,6 +1851,48 @@ fn provenance_attestations_are_verified_and_satisfy_the_strict_trust_policy() {
         "not in the trusted root",
     );
 
+    // The root named by CAP_SIGSTORE_TRUSTED_ROOT replaces the home's and the embedded one;
+    // a root it names that cannot be read is an error, not a fall-back.
+    let roots = tempfile::tempdir().unwrap();
+    let root_file = roots.path().join("root.json");
+    std::fs::write(
+        &root_file,
+        serde_json::to_vec(&fixture.root_document()).unwrap(),
+    )
+    .unwrap();
+    let install_with_root = |home: &Path, root: &Path| {
+        let lock = home.join("capability.lock.json").display().to_string();
+        Command::new(env!("CARGO_BIN_EXE_cap"))
+            .env("CAP_HOME", home)
+            .env("CAP_SIGSTORE_TRUSTED_ROOT", root)
+            .args([
+                "install",
+                "fixture/add",
+                "--index",
+                &url,
+                "--registry",
+                &front.url,
+                "--lock",
+                &lock,
+            ])
+            .output()
+            .unwrap()
+    };
+    let home = new_home(false);
+    let out = install_with_root(home.path(), &root_file);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        installed_record(home.path())["provenanceVerified"],
+        json!(true)
+    );
+    let home = new_home(true);
+    let missing = roots.path().join("missing.json");
+    refused(
+        home.path(),
+        &install_with_root(home.path(), &missing),
+        "missing.json",
+    );
+
     // A tampered attestation: the provenance statement rewritten (another builder) with
     // its signature kept. Refused by install and by exec, nothing kept.
     let mut tampered = fixture.document(&build);
