@@ -2088,3 +2088,336 @@ fn an_install_from_verdaccio_shows_its_download_on_a_terminal_only() {
         "cleared at the end: {shown:?}"
     );
 }
+
+/// A front for a [`KeysProxy`]: `/-/npm/v1/attestations/...` answers from `docs` (by path,
+/// 404 when absent), everything else is forwarded with its Host header, so verdaccio writes
+/// URLs that point at the front.
+struct AttestationsFront {
+    url: String,
+    docs: Arc<Mutex<HashMap<String, Value>>>,
+}
+
+impl AttestationsFront {
+    fn start(upstream: &str) -> AttestationsFront {
+        let docs: Arc<Mutex<HashMap<String, Value>>> = Arc::default();
+        let shared = Arc::clone(&docs);
+        let upstream = upstream.trim_end_matches('/').to_string();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+                tx.send(listener.local_addr().unwrap()).unwrap();
+                let client = hyper_util::client::legacy::Client::builder(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .build_http::<axum::body::Body>();
+                let app = axum::Router::new().fallback(
+                    move |req: axum::http::Request<axum::body::Body>| {
+                        let docs = Arc::clone(&shared);
+                        let client = client.clone();
+                        let upstream = upstream.clone();
+                        async move {
+                            use axum::response::IntoResponse as _;
+                            let path = req.uri().path().to_string();
+                            if path.starts_with("/-/npm/v1/attestations/") {
+                                let doc = docs.lock().unwrap().get(&path).cloned();
+                                return match doc {
+                                    Some(d) => (
+                                        [(axum::http::header::CONTENT_TYPE, "application/json")],
+                                        serde_json::to_vec(&d).unwrap(),
+                                    )
+                                        .into_response(),
+                                    None => axum::http::StatusCode::NOT_FOUND.into_response(),
+                                };
+                            }
+                            let (mut parts, body) = req.into_parts();
+                            let path = parts
+                                .uri
+                                .path_and_query()
+                                .map(|p| p.as_str().to_string())
+                                .unwrap_or_default();
+                            parts.uri = format!("{upstream}{path}").parse().unwrap();
+                            let forwarded = axum::http::Request::from_parts(parts, body);
+                            match client.request(forwarded).await {
+                                Ok(r) => r.map(axum::body::Body::new).into_response(),
+                                Err(_) => axum::http::StatusCode::BAD_GATEWAY.into_response(),
+                            }
+                        }
+                    },
+                );
+                axum::serve(listener, app).await.unwrap();
+            });
+        });
+        let addr = rx.recv().unwrap();
+        AttestationsFront {
+            url: format!("http://{addr}/"),
+            docs,
+        }
+    }
+}
+
+/// Writes (or removes) `dist.attestations` of `@fixture/capabilities@1.0.0` in verdaccio's
+/// storage, as npm publishes it for a version built with provenance.
+fn inject_attestations(v: &Verdaccio, url: Option<&str>) {
+    let path = v
+        .dir
+        .path()
+        .join("storage/@fixture/capabilities/package.json");
+    let mut doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    let dist = &mut doc["versions"]["1.0.0"]["dist"];
+    match url {
+        Some(u) => {
+            dist["attestations"] = json!({"url": u,
+                "provenance": {"predicateType": "https://slsa.dev/provenance/v1"}})
+        }
+        None => {
+            dist.as_object_mut().unwrap().remove("attestations");
+        }
+    }
+    std::fs::write(&path, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+}
+
+#[test]
+fn provenance_attestations_are_verified_and_satisfy_the_strict_trust_policy() {
+    use capability_acquire::attestations::testing::{self, Build, Fixture};
+    if !verdaccio_present() {
+        return;
+    }
+    let v = start_verdaccio();
+    let integrity = publish_fixture(&v);
+    let keys = KeysProxy::start(&v.url);
+    let front = AttestationsFront::start(&keys.url);
+    let server = Server::start();
+    let url = server.json(
+        "/index.json",
+        &index(
+            vec![index_package(
+                "@fixture/capabilities",
+                "1.0.0",
+                Some(&integrity),
+            )],
+            &[],
+        ),
+    );
+    // The test's own Sigstore root, log and registry key: the registry signs the version,
+    // and the attestations are about the tarball verdaccio serves.
+    let fixture = Fixture::new();
+    *keys.keys.lock().unwrap() = Some(fixture.keys_document());
+    inject_signatures(
+        &v,
+        Some(json!([fixture.registry_signature(&format!(
+            "@fixture/capabilities@1.0.0:{integrity}"
+        ))])),
+    );
+    let sha512: String = base64::engine::general_purpose::STANDARD
+        .decode(integrity.trim_start_matches("sha512-"))
+        .unwrap()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let build = Build {
+        sha512_hex: sha512.clone(),
+        ..Build::new("@fixture/capabilities", "1.0.0", b"")
+    };
+    let path = "/-/npm/v1/attestations/@fixture/capabilities@1.0.0";
+    let attestations = format!("{}{}", front.url.trim_end_matches('/'), path);
+    inject_attestations(&v, Some(&attestations));
+    let serve = |doc: Value| {
+        front.docs.lock().unwrap().insert(path.to_string(), doc);
+    };
+    serve(fixture.document(&build));
+    let new_home = |with_root: bool| {
+        let home = tempfile::tempdir().unwrap();
+        if with_root {
+            std::fs::write(
+                home.path().join("sigstore-trusted-root.json"),
+                serde_json::to_vec(&fixture.root_document()).unwrap(),
+            )
+            .unwrap();
+        }
+        home
+    };
+    let install = |home: &Path| {
+        let lock = home.join("capability.lock.json").display().to_string();
+        cap(
+            home,
+            &[
+                "install",
+                "fixture/add",
+                "--index",
+                &url,
+                "--registry",
+                &front.url,
+                "--lock",
+                &lock,
+            ],
+        )
+    };
+    let exec = |home: &Path| {
+        cap(
+            home,
+            &[
+                "exec",
+                "fixture/add",
+                r#"{"a":2,"b":40}"#,
+                "--index",
+                &url,
+                "--registry",
+                &front.url,
+            ],
+        )
+    };
+    let refused = |home: &Path, out: &Output, expected: &str| {
+        assert_eq!(out.status.code(), Some(1), "{expected}: {}", stderr(out));
+        assert!(stderr(out).contains(expected), "{}", stderr(out));
+        assert!(
+            store_entries(home).is_empty(),
+            "{expected}: {:?}",
+            store_entries(home)
+        );
+        assert!(!home.join("capability.lock.json").exists());
+    };
+
+    // Installed: the record says provenance was verified, by whom and from what source.
+    let home = new_home(true);
+    let out = install(home.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout_json(&out)["provenanceVerified"], json!(true));
+    let record = installed_record(home.path());
+    assert_eq!(record["provenanceVerified"], json!(true), "{record}");
+    assert_eq!(record["registrySignatureVerified"], json!(true));
+    assert_eq!(record["attestation"], json!(attestations));
+    assert_eq!(record["repository"], json!(testing::REPOSITORY));
+    assert_eq!(record["commit"], json!(testing::COMMIT));
+    let summary = &record["provenanceAttestation"];
+    assert_eq!(summary["builder"], json!(testing::BUILDER));
+    assert_eq!(summary["signer"], json!(testing::WORKFLOW));
+    assert_eq!(summary["publishKeyId"], json!(testing::REGISTRY_KEY_ID));
+    // The lock keeps the reference's format.
+    let lock: Value =
+        serde_json::from_slice(&std::fs::read(home.path().join("capability.lock.json")).unwrap())
+            .unwrap();
+    let mut members: Vec<&String> = lock["package"].as_object().unwrap().keys().collect();
+    members.sort();
+    assert_eq!(members, ["integrity", "name", "version"]);
+
+    // `cap exec` of the indexed id in a fresh home, under the default strict npm trust
+    // policy (signature and provenance required): acquired, accepted and run.
+    let fresh = new_home(true);
+    let out = exec(fresh.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let doc = stdout_json(&out);
+    assert_eq!(doc["receipt"]["output"]["result"], json!(42), "{doc}");
+    assert_eq!(doc["trust"]["accepted"], json!(true), "{doc}");
+    assert!(
+        doc["trust"]["reasons"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("provenance attestation verified")),
+        "{doc}"
+    );
+    let provenance = &doc["receipt"]["provenance"];
+    assert_eq!(provenance["provenanceVerified"], json!(true), "{doc}");
+    assert_eq!(provenance["attestation"], json!(attestations));
+    assert_eq!(provenance["repository"], json!(testing::REPOSITORY));
+    assert_eq!(provenance["commit"], json!(testing::COMMIT));
+
+    // The same attestations in a home that trusts only the embedded public-good root: the
+    // test's Fulcio and Rekor are strangers there.
+    let home = new_home(false);
+    refused(
+        home.path(),
+        &install(home.path()),
+        "not in the trusted root",
+    );
+
+    // The root named by CAP_SIGSTORE_TRUSTED_ROOT replaces the home's and the embedded one;
+    // a root it names that cannot be read is an error, not a fall-back.
+    let roots = tempfile::tempdir().unwrap();
+    let root_file = roots.path().join("root.json");
+    std::fs::write(
+        &root_file,
+        serde_json::to_vec(&fixture.root_document()).unwrap(),
+    )
+    .unwrap();
+    let install_with_root = |home: &Path, root: &Path| {
+        let lock = home.join("capability.lock.json").display().to_string();
+        Command::new(env!("CARGO_BIN_EXE_cap"))
+            .env("CAP_HOME", home)
+            .env("CAP_SIGSTORE_TRUSTED_ROOT", root)
+            .args([
+                "install",
+                "fixture/add",
+                "--index",
+                &url,
+                "--registry",
+                &front.url,
+                "--lock",
+                &lock,
+            ])
+            .output()
+            .unwrap()
+    };
+    let home = new_home(false);
+    let out = install_with_root(home.path(), &root_file);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        installed_record(home.path())["provenanceVerified"],
+        json!(true)
+    );
+    let home = new_home(true);
+    let missing = roots.path().join("missing.json");
+    refused(
+        home.path(),
+        &install_with_root(home.path(), &missing),
+        "missing.json",
+    );
+
+    // A tampered attestation: the provenance statement rewritten (another builder) with
+    // its signature kept. Refused by install and by exec, nothing kept.
+    let mut tampered = fixture.document(&build);
+    let envelope = &mut tampered["attestations"][1]["bundle"]["dsseEnvelope"];
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut statement: Value =
+        serde_json::from_slice(&b64.decode(envelope["payload"].as_str().unwrap()).unwrap())
+            .unwrap();
+    statement["predicate"]["runDetails"]["builder"]["id"] = json!("https://evil.test/builder");
+    envelope["payload"] = json!(b64.encode(serde_json::to_vec(&statement).unwrap()));
+    serve(tampered);
+    let home = new_home(true);
+    refused(home.path(), &install(home.path()), "logs another payload");
+    let home = new_home(true);
+    refused(home.path(), &exec(home.path()), "logs another payload");
+
+    // Well signed, but about other bytes than the tarball the registry serves.
+    serve(fixture.document(&Build::new("@fixture/capabilities", "1.0.0", b"other")));
+    let home = new_home(true);
+    refused(
+        home.path(),
+        &install(home.path()),
+        "is not the downloaded tarball's",
+    );
+    // Declared but not served: refused, not skipped.
+    front.docs.lock().unwrap().clear();
+    let home = new_home(true);
+    refused(home.path(), &install(home.path()), "HTTP 404");
+    // No attestations at all: installed without provenance, and refused by the strict policy.
+    inject_attestations(&v, None);
+    let home = new_home(true);
+    let out = install(home.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        installed_record(home.path())["provenanceVerified"],
+        json!(false)
+    );
+    let home = new_home(true);
+    refused(
+        home.path(),
+        &exec(home.path()),
+        "verified provenance attestation required",
+    );
+}

@@ -1,5 +1,6 @@
 //! `cap install`: resolve against the federation, check the registry signature of the exact
-//! version (see [`crate::signatures`]), fetch the exact tarball, check it, unpack
+//! version (see [`crate::signatures`]), fetch the exact tarball, check it and its provenance
+//! attestations when it has any (see [`crate::attestations`]), unpack
 //! it into `<home>/packages/<sha512 hex>/`, inspect the inert manifests, write the
 //! installed-package record (`<home>/packages/<sha512 hex>.json`, which the host loads as
 //! the `Installed` source) and return the reference lockfile.
@@ -15,6 +16,7 @@ use capability_host::installed::{RECORD_VERSION, record_path, store_path};
 use serde_json::{Value, json};
 
 use crate::AcquireError;
+use crate::attestations::{self, Subject, TrustedRoot};
 use crate::federation::{Bounds, IndexCache, configured_indexes, federate};
 use crate::fetch::{FetchConfig, Fetcher};
 use crate::integrity::{check_declared, observe};
@@ -43,6 +45,10 @@ pub struct InstallOptions {
     pub offline: bool,
     /// Where the crawl and the downloads are reported (nowhere by default).
     pub progress: crate::progress::Reporter,
+    /// A trust policy requiring verified provenance: refuse a version without provenance
+    /// attestations (a version that has them is always verified, see
+    /// [`crate::attestations`]).
+    pub require_provenance: bool,
 }
 
 /// What was installed.
@@ -195,6 +201,15 @@ pub fn install(
             }
         }
     }
+    let provenance = check_provenance(
+        home,
+        &fetcher,
+        &registry,
+        doc,
+        keys.as_ref(),
+        (name, version, &observed.hex),
+        options.require_provenance,
+    )?;
 
     let store = store_path(home, &observed.hex);
     let packages = store.parent().map(Path::to_path_buf).unwrap_or_default();
@@ -229,6 +244,11 @@ pub fn install(
         "capabilities": [entry.manifest.id],
         "signatureKeyId": signature_key,
         "registrySignatureVerified": signature_key.is_some(),
+        "provenanceVerified": provenance.is_some(),
+        "attestation": provenance.as_ref().map(|p| p.url.clone()),
+        "repository": provenance.as_ref().and_then(|p| p.identity().repository),
+        "commit": provenance.as_ref().and_then(|p| p.identity().commit),
+        "provenanceAttestation": provenance.as_ref().map(attestations::Verified::to_json),
         "installedAt": capability_core::js::now_iso(),
     });
     write_record(&record_path(home, &observed.hex), &record)?;
@@ -287,6 +307,41 @@ fn check_signatures(
         )));
     }
     Ok((key, Some(keys)))
+}
+
+/// The provenance check of `name@version` (`sha512_hex` over its downloaded tarball): `None`
+/// when the version has no `dist.attestations` (refused when `required`); else its
+/// attestations, fetched and verified against the trusted root and the registry's `keys`.
+fn check_provenance(
+    home: &Home,
+    fetcher: &Fetcher,
+    registry: &str,
+    doc: &Value,
+    keys: Option<&KeySet>,
+    (name, version, sha512_hex): (&str, &str, &str),
+    required: bool,
+) -> Result<Option<attestations::Verified>, AcquireError> {
+    let url = match doc.get("dist") {
+        Some(dist) => attestations::attestations_url(dist)
+            .map_err(|e| AcquireError::Signature(format!("{name}@{version}: {e}")))?,
+        None => None,
+    };
+    let Some(url) = url else {
+        if required {
+            return Err(AcquireError::Signature(format!(
+                "{name}@{version}: verified provenance attestation required, but the version has no dist.attestations"
+            )));
+        }
+        return Ok(None);
+    };
+    let root = TrustedRoot::load(home.root())?;
+    let document = attestations::fetch(fetcher, registry, &url)?;
+    let subject = Subject {
+        name,
+        version,
+        sha512_hex,
+    };
+    attestations::verify_document(&document, &url, &root, keys, subject).map(Some)
 }
 
 /// The unpacked package must declare exactly what the index says (read inertly).

@@ -12,6 +12,11 @@
 //!   replaced by a declared one);
 //! * [`signatures`]: npm registry signatures (ECDSA P-256 over `<name>@<version>:<integrity>`)
 //!   checked against the registry's published keys, pinned per registry in the home;
+//! * [`attestations`]: npm provenance attestations (Sigstore bundles: the SLSA provenance
+//!   signed by a Fulcio certificate and logged in Rekor, the publish attestation signed by the
+//!   registry's key) verified against a Sigstore trusted root (the embedded public-good one,
+//!   or `$CAP_SIGSTORE_TRUSTED_ROOT`, or `<home>/sigstore-trusted-root.json`) and the sha512
+//!   of the downloaded tarball; its documentation says what is and is not checked;
 //! * [`unpack`]: tarballs unpacked into the content-addressed store of the home, refusing
 //!   absolute paths, `..`, links that leave the package, device files, duplicate entries and
 //!   archives that expand past a limit; no lifecycle script ever runs;
@@ -24,6 +29,7 @@
 //!
 //! `http://` and `https://` are spoken through the client of `capability-openapi` (rustls, certificates always verified).
 
+pub mod attestations;
 pub mod federation;
 pub mod fetch;
 pub mod install;

@@ -141,6 +141,11 @@ impl CapabilitySource for Installed {
                         "registrySignatureVerified",
                         r.get("registrySignatureVerified"),
                     ),
+                    ("attestation", r.get("attestation")),
+                    ("provenanceVerified", r.get("provenanceVerified")),
+                    ("repository", r.get("repository")),
+                    ("commit", r.get("commit")),
+                    ("provenanceAttestation", r.get("provenanceAttestation")),
                     ("installedAt", r.get("installedAt")),
                 ] {
                     if let Some(v) = value.filter(|v| !v.is_null()) {

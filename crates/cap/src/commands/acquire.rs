@@ -148,6 +148,10 @@ pub fn install(args: InstallArgs) -> Result<i32, String> {
                 Some(p) => requires_signatures(p)?,
                 None => false,
             },
+        require_provenance: match &args.trust_policy {
+            Some(p) => read_trust_policy(p)?.require_provenance,
+            None => false,
+        },
         limits: capability_acquire::unpack::Limits {
             max_unpacked_bytes: args.max_unpacked_bytes,
             ..Default::default()
@@ -178,6 +182,8 @@ pub fn install(args: InstallArgs) -> Result<i32, String> {
         "integrity": r.pointer("/package/integrity"),
         "registry": r.get("registry"),
         "signatureKeyId": r.get("signatureKeyId"),
+        "provenanceVerified": r.get("provenanceVerified"),
+        "attestation": r.get("attestation"),
         "store": done.store.display().to_string(),
         "lock": lock_path,
         "locked": args.locked,
@@ -236,6 +242,7 @@ pub fn acquire_for_exec(
         offline: index.offline,
         require_signatures: trust.require_registry_signature,
         progress,
+        require_provenance: trust.require_provenance,
         ..InstallOptions::default()
     };
     let done = capability_acquire::install(&home, query, &options).map_err(|e| e.to_string())?;
