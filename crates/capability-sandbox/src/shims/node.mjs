@@ -7,6 +7,9 @@ import { readSync, writeSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 
 const modulePath = process.argv[1];
+// Warms the module loader before the request is read: in a pre-started sandbox this is done
+// ahead of the run.
+await import('data:text/javascript,');
 // Read before the module loads: the handshake reports it as the run's runtime version.
 const runtime = process.version;
 const pending = [];

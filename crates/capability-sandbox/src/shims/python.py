@@ -4,6 +4,8 @@
 # stdin. In a session (line 1 has "session": true) stdin stays open: each further line is one
 # more envelope, answered by one response line, until the host closes stdin.
 import sys, os, json
+# Loaded before the request is read: in a pre-started sandbox this is done ahead of the run.
+import importlib.util, inspect
 
 _out = sys.stdout.buffer
 sys.stdout = sys.stderr
@@ -37,7 +39,6 @@ def _error(e):
 
 
 def _finish(value):
-    import inspect
     if inspect.isawaitable(value):
         import asyncio
 
@@ -59,7 +60,6 @@ def _main():
         _send({"error": {"message": "shim: bad request envelope: %s" % e, "code": "PROTOCOL"}})
         return
     try:
-        import importlib.util
         sys.path.insert(0, os.path.dirname(path))
         spec = importlib.util.spec_from_file_location("capability_module", path)
         mod = importlib.util.module_from_spec(spec)
