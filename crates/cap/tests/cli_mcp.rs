@@ -946,8 +946,33 @@ fn the_gateway_governs_every_upstream_tool() {
     assert!(r[1]["content"][0]["text"].as_str().unwrap().contains("240"));
     assert_eq!(r[2]["isError"], true, "{}", r[2]);
 
-    // The audit log has one story per call, with arguments digested and nothing redacted.
+    // The audit log has one event per call, with arguments digested and nothing redacted:
+    // get-sum four times (ok, approval required, a token for other arguments refused, the
+    // approved call) plus the replayed token, get-env and the weather once each.
     let events = stdout_json(&cap(&home, &["audit", "tail", "--limit", "200"]));
+    let per_capability = |name: &str| {
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["capability_name"] == name)
+            .count()
+    };
+    assert_eq!(per_capability("mcp.everything.get-sum"), 5, "{events}");
+    assert_eq!(per_capability("mcp.everything.get-env"), 1, "{events}");
+    assert_eq!(
+        per_capability("mcp.everything.get-structured-content"),
+        1,
+        "{events}"
+    );
+    assert!(
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["outcome"] != "allowed"),
+        "{events}"
+    );
     let text = events.to_string();
     let weather_events: Vec<&Value> = events
         .as_array()
@@ -1006,10 +1031,13 @@ fn gateway_shadow_mode_records_without_enforcing() {
         .iter()
         .filter(|e| e["capability_name"] == "mcp.everything.get-env")
         .collect();
-    assert!(
-        env_events.iter().any(|e| !e["shadow"].is_null()),
-        "{env_events:?}"
+    assert_eq!(
+        env_events.len(),
+        1,
+        "one event for the one call: {env_events:?}"
     );
+    assert_eq!(env_events[0]["outcome"], "executed");
+    assert_eq!(env_events[0]["shadow"], "deny", "{env_events:?}");
 }
 
 /// Tool-definition pinning: trust on first use, a changed description is quarantined
@@ -1073,6 +1101,27 @@ fn gateway_pins_definitions_and_flags_hidden_characters() {
     assert_eq!(r[1]["isError"], false, "{}", r[1]);
 
     let events = stdout_json(&cap(&home, &["audit", "tail", "--limit", "100"]));
+    // One event per call of the rug: executed, refused while quarantined, executed.
+    let fetches: Vec<&Value> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["capability_name"] == "mcp.rug.fetch")
+        .collect();
+    let outcomes: Vec<&str> = fetches
+        .iter()
+        .map(|e| e["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        outcomes,
+        ["executed", "denied_before_execution", "executed"],
+        "{fetches:?}"
+    );
+    assert_eq!(fetches[1]["code"], "quarantined", "{}", fetches[1]);
+    assert_ne!(
+        fetches[1]["metadata"]["definitionHash"], fetches[0]["metadata"]["definitionHash"],
+        "the refused event names the changed definition"
+    );
     assert!(events.as_array().unwrap().iter().any(|e| {
         e["capability_name"] == "mcp.hidden.add"
             && e["metadata"]["hiddenCharacters"]
@@ -1157,6 +1206,23 @@ fn gateway_survives_hostile_upstreams() {
         .filter(|e| e["outcome"] == "execution_failed")
         .count();
     assert!(failed >= 3, "{events}");
+    // Every call left exactly one event, whatever the upstream did.
+    for (tool, calls) in [
+        ("ok", 2),
+        ("hang", 1),
+        ("crash", 1),
+        ("big", 1),
+        ("flood", 1),
+        ("garbage", 1),
+    ] {
+        let n = events
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["capability_name"] == format!("mcp.bad.{tool}"))
+            .count();
+        assert_eq!(n, calls, "{tool}: {events}");
+    }
     assert_eq!(cap(&home, &["audit", "verify"]).status.code(), Some(0));
 }
 
@@ -1827,11 +1893,12 @@ forbid(principal, action, resource == Capability::"mcp.everything.echo");"#;
     let events = stdout_json(&cap(&home, &["audit", "tail", "--limit", "100"]));
     let events = events.as_array().unwrap();
     let outcome = |capability: &str| {
-        events
+        let of: Vec<&Value> = events
             .iter()
-            .rfind(|e| e["capability_name"] == capability && e["outcome"] != "allowed")
-            .unwrap_or_else(|| panic!("no outcome event for {capability}: {events:?}"))
-            .clone()
+            .filter(|e| e["capability_name"] == capability)
+            .collect();
+        assert_eq!(of.len(), 1, "one event per call of {capability}: {of:?}");
+        of[0].clone()
     };
     let echo = outcome("mcp.everything.echo");
     assert_eq!(echo["outcome"], "executed", "{echo}");
@@ -1846,6 +1913,18 @@ forbid(principal, action, resource == Capability::"mcp.everything.echo");"#;
     assert_eq!(echo["metadata"]["mcpTool"], "echo");
     assert_eq!(echo["input"]["message"], "hello-visible", "{echo}");
     assert_eq!(echo["input"]["password"], "[REDACTED]", "{echo}");
+    assert!(
+        echo["policy_ids"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("mask-password")),
+        "{echo}"
+    );
+    // Cedar's redaction applies to the result: the after stage decided it.
+    assert_eq!(
+        echo["metadata"]["decisions"]["after"]["decision"], "redact",
+        "{echo}"
+    );
     let ok = outcome("mcp.plain.ok");
     assert!(ok["input"].is_null(), "{ok}");
     assert!(ok["metadata"].get("traceparent").is_none(), "{ok}");
@@ -1930,6 +2009,161 @@ forbid(principal, action, resource == Capability::"mcp.everything.echo");"#;
     assert_eq!(metadata["mcpServer"]["stringValue"], "everything");
 }
 
+/// Exactly one audit event per gateway call, whatever happens to it: allowed, denied by
+/// policy, redacted (the argument masked in the record, the value in the result), an
+/// upstream that crashes mid-call, and a would-be denial in shadow mode. Each call carries
+/// a trace id of its own, so each event is matched to its call.
+#[test]
+fn gateway_writes_one_audit_event_per_call() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let policy = r#"permit(principal, action, resource);
+@id("no-env-for-bots") @reason("bots may not read the environment")
+forbid(principal == Agent::"bot", action == Action::"mcp_tool_call",
+       resource == Capability::"mcp.everything.get-env");
+@id("mask-password") @decision("redact") @redact("/password")
+forbid(principal, action, resource == Capability::"mcp.everything.echo");
+@id("hide-temperature") @decision("redact") @redact("/temperature")
+forbid(principal, action, resource == Capability::"mcp.everything.get-structured-content");"#;
+    let servers = format!(
+        "record_arguments = true\ntimeout_ms = 5000\n[[server]]\nname = \"everything\"\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n[[server]]\nname = \"bad\"\n{}",
+        everything(),
+        fixture_server("hostile", "")
+    );
+    let enforcing = gateway_config(dir.path(), policy, &servers);
+    let shadow = dir.path().join("shadow.toml");
+    std::fs::write(
+        &shadow,
+        format!("policy = [\"gateway.cedar\"]\nshadow = true\n{servers}"),
+    )
+    .unwrap();
+    let trace = |i: u32| format!("{i:032x}");
+    let call = |i: u32, name: &str, arguments: Value| {
+        json!({"op": "call", "name": name, "arguments": arguments,
+               "meta": {"traceparent": format!("00-{}-00f067aa0ba902b7-01", trace(i))}})
+    };
+    let out = py_client(
+        &gateway_stdio(&enforcing, &home, Some("bot")),
+        &json!([
+            call(1, "everything__get-sum", json!({"a": 1, "b": 2})),
+            call(2, "everything__get-env", json!({})),
+            call(
+                3,
+                "everything__echo",
+                json!({"message": "hi", "password": "pw-secret-1"})
+            ),
+            call(
+                4,
+                "everything__get-structured-content",
+                json!({"location": "New York"})
+            ),
+            call(5, "bad__crash", json!({})),
+        ]),
+    );
+    let r = out["results"].as_array().unwrap();
+    assert_eq!(r[0]["isError"], false, "{}", r[0]);
+    assert_eq!(r[1]["isError"], true, "{}", r[1]);
+    assert_eq!(r[2]["isError"], false, "{}", r[2]);
+    assert_eq!(
+        r[3]["structuredContent"]["temperature"], "[REDACTED]",
+        "{}",
+        r[3]
+    );
+    assert_eq!(r[4]["isError"], true, "{}", r[4]);
+    let out = py_client(
+        &gateway_stdio(&shadow, &home, Some("bot")),
+        &json!([call(6, "everything__get-env", json!({}))]),
+    );
+    assert_eq!(out["results"][0]["isError"], false, "{}", out["results"][0]);
+
+    let events = stdout_json(&cap(&home, &["audit", "tail", "--limit", "100"]));
+    let events = events.as_array().unwrap();
+    assert_eq!(events.len(), 6, "six calls, six events: {events:?}");
+    let of = |i: u32| {
+        let matching: Vec<&Value> = events
+            .iter()
+            .filter(|e| e["trace_id"] == trace(i))
+            .collect();
+        assert_eq!(matching.len(), 1, "call {i}: {matching:?}");
+        matching[0].clone()
+    };
+    let has_policy = |e: &Value, id: &str| {
+        e["policy_ids"]
+            .as_array()
+            .is_some_and(|ids| ids.contains(&json!(id)))
+    };
+    for i in 1..=6 {
+        let e = of(i);
+        assert_eq!(e["agent_id"], "bot", "{e}");
+        assert!(e["metadata"]["mcpServer"].is_string(), "{e}");
+        assert!(
+            e["metadata"]["definitionHash"]
+                .as_str()
+                .is_some_and(|h| h.len() == 64),
+            "{e}"
+        );
+        assert!(
+            e["metadata"]["argumentsSha256"]
+                .as_str()
+                .is_some_and(|h| h.len() == 64),
+            "{e}"
+        );
+        assert!(e["metadata"]["traceparent"].is_string(), "{e}");
+    }
+    let allowed = of(1);
+    assert_eq!(allowed["outcome"], "executed", "{allowed}");
+    assert_eq!(
+        allowed["metadata"]["decisions"]["before"]["decision"],
+        "allow"
+    );
+    assert_eq!(allowed["metadata"]["toolOutcome"], "ok");
+    assert!(allowed["metadata"]["latencyUs"].is_u64(), "{allowed}");
+    assert_eq!(allowed["input"], json!({"a": 1, "b": 2}));
+    let denied = of(2);
+    assert_eq!(denied["outcome"], "denied_before_execution", "{denied}");
+    assert_eq!(denied["reason"], "bots may not read the environment");
+    assert!(has_policy(&denied, "no-env-for-bots"), "{denied}");
+    assert!(
+        denied["metadata"].get("latencyUs").is_none(),
+        "never called: {denied}"
+    );
+    let masked = of(3);
+    assert_eq!(masked["outcome"], "executed", "{masked}");
+    assert_eq!(masked["input"]["password"], "[REDACTED]", "{masked}");
+    assert_eq!(masked["input"]["message"], "hi", "{masked}");
+    assert!(has_policy(&masked, "mask-password"), "{masked}");
+    let weather = of(4);
+    assert_eq!(weather["redacted"], json!(["/temperature"]), "{weather}");
+    assert!(has_policy(&weather, "hide-temperature"), "{weather}");
+    let crashed = of(5);
+    assert_eq!(crashed["outcome"], "execution_failed", "{crashed}");
+    assert_eq!(
+        crashed["metadata"]["toolOutcome"], "upstream_error",
+        "{crashed}"
+    );
+    assert!(crashed["metadata"]["latencyUs"].is_u64(), "{crashed}");
+    let shadowed = of(6);
+    assert_eq!(shadowed["outcome"], "executed", "{shadowed}");
+    assert_eq!(shadowed["shadow"], "deny", "{shadowed}");
+    assert_eq!(
+        shadowed["metadata"]["decisions"]["before"]["shadow"], "deny",
+        "{shadowed}"
+    );
+    assert!(!json!(events).to_string().contains("pw-secret-1"));
+
+    // The chain verifies and the OTLP export has one log record per event.
+    assert_eq!(cap(&home, &["audit", "verify"]).status.code(), Some(0));
+    let otel = stdout_json(&cap(&home, &["audit", "export", "--format", "otel"]));
+    let records = otel["resourceLogs"][0]["scopeLogs"][0]["logRecords"]
+        .as_array()
+        .unwrap();
+    assert_eq!(records.len(), 6, "{otel}");
+    assert!(records.iter().any(|l| l["traceId"] == trace(5)));
+}
+
 /// Each tenant's gateway events form a chain of their own: `cap audit verify --tenant`
 /// and `cap audit export --tenant` need no other tenant's events, and an edit shows in the
 /// edited tenant's chain and in the log, not in the other tenant's chain.
@@ -1978,7 +2212,8 @@ fn gateway_tenants_have_audit_chains_of_their_own() {
     };
     let (code, acme) = verify(&["--tenant", "acme"]);
     assert_eq!(code, Some(0), "{acme}");
-    assert_eq!(acme["records"], 4, "{acme}");
+    // One event per call: two calls of acme.
+    assert_eq!(acme["records"], 2, "{acme}");
     assert_eq!(verify(&["--tenant", "beta"]).0, Some(0));
     assert_eq!(verify(&[]).0, Some(0));
 
@@ -1990,14 +2225,14 @@ fn gateway_tenants_have_audit_chains_of_their_own() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    assert_eq!(lines.len(), 4);
+    assert_eq!(lines.len(), 2);
     assert!(lines.iter().all(|e| e["tenant_id"] == "acme"));
     assert_eq!(
         lines
             .iter()
             .map(|e| e["tenant_seq"].clone())
             .collect::<Vec<_>>(),
-        [json!(1), json!(2), json!(3), json!(4)]
+        [json!(1), json!(2)]
     );
     assert_eq!(lines[0]["tenant_prev_hash"], "0".repeat(64));
     assert_eq!(lines[1]["tenant_prev_hash"], lines[0]["tenant_hash"]);
@@ -2007,7 +2242,7 @@ fn gateway_tenants_have_audit_chains_of_their_own() {
     let edited = conn
         .execute(
             "UPDATE audit_events SET event = replace(event, '\"agent_id\":\"', '\"agent_id\":\"x')
-             WHERE tenant = 'acme' AND tenant_seq = 3",
+             WHERE tenant = 'acme' AND tenant_seq = 2",
             [],
         )
         .unwrap();
@@ -2015,7 +2250,7 @@ fn gateway_tenants_have_audit_chains_of_their_own() {
     drop(conn);
     let (code, acme) = verify(&["--tenant", "acme"]);
     assert_eq!(code, Some(1), "{acme}");
-    assert_eq!(acme["firstBad"]["seq"], 3, "{acme}");
+    assert_eq!(acme["firstBad"]["seq"], 2, "{acme}");
     assert_eq!(verify(&["--tenant", "beta"]).0, Some(0));
     assert_eq!(verify(&[]).0, Some(1));
 }
@@ -2101,6 +2336,17 @@ fn gateway_limits_calls_in_flight_per_principal() {
     // Bob is not Alice.
     let r = call(&bob, "bad__ok", json!({"text": "bob"}));
     assert_eq!(r["content"][0]["text"], "bob", "{r}");
+    // The refused call is audited: one event with the limit's code.
+    let events = stdout_json(&cap(&home, &["audit", "tail", "--limit", "200"]));
+    assert!(
+        events.as_array().unwrap().iter().any(|e| {
+            e["capability_name"] == "mcp.bad.ok"
+                && e["agent_id"] == "alice"
+                && e["outcome"] == "denied_before_execution"
+                && e["code"] == "rate_limited"
+        }),
+        "{events}"
+    );
     let hung = hanging.join().unwrap();
     assert_eq!(hung["results"][0]["isError"], true, "{hung}");
     // Her slot is free again once the hanging call ended (the upstream restarts).

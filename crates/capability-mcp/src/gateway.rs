@@ -21,12 +21,20 @@
 //!   into the result's `structuredContent`; the text content is re-rendered from it). An
 //!   approval is bound to the caller, server, tool, the canonical hash of the arguments and
 //!   the pinned definition hash (the plan fingerprint), single use.
-//! * Audit: the event of a call's outcome has `metadata.latencyUs` (the upstream round
-//!   trip in whole microseconds) and `metadata.toolOutcome` (`ok`, `tool_error` for a
-//!   result with `isError`, `upstream_error` when the upstream failed); a valid W3C
-//!   `traceparent` in the request's `_meta` gives the trace id and is kept as
-//!   `metadata.traceparent`. Arguments are recorded (`input`) only with `record_arguments`,
-//!   after the call's `redact` pointers masked what they point at.
+//! * Audit: one event per call (a single-event request of the governor), whatever its
+//!   fate: `executed`, `execution_failed` (the upstream crashed, timed out, sent garbage),
+//!   `denied_after_execution`, `denied_before_execution` (a policy, a quarantined tool with
+//!   code `quarantined`, a call over the principal's limit with code `rate_limited`) or
+//!   `approval_required`. It names the principal, tenant, agent and capability, has the
+//!   decision, `policy_ids` of both stages and `metadata.decisions.before` / `.after`,
+//!   `metadata.mcpServer`, `mcpTool`, `definitionHash` and `argumentsSha256`; once the
+//!   upstream was called, `metadata.latencyUs` (the upstream round trip in whole
+//!   microseconds) and `metadata.toolOutcome` (`ok`, `tool_error` for a result with
+//!   `isError`, `upstream_error` when the upstream failed). A valid W3C `traceparent` in
+//!   the request's `_meta` gives the trace id and is kept as `metadata.traceparent`.
+//!   Arguments are recorded (`input`) only with `record_arguments`, after the call's
+//!   `redact` pointers masked what they point at. An unknown tool name is answered without
+//!   an event (there is no capability to record).
 //! * Pins ([`crate::pins`]): a changed definition is hidden and refused until accepted;
 //!   upstream `list_changed` triggers a re-check.
 //! * An upstream that crashes, hangs, answers too much or sends garbage gives the caller a
@@ -74,7 +82,7 @@ pub struct GatewayConfig {
     /// How long one upstream call may take.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
-    /// Record each call's arguments in its audit events (after the call's redactions); by
+    /// Record each call's arguments in its audit event (after the call's redactions); by
     /// default only their digest (`metadata.argumentsSha256`) is recorded.
     #[serde(default)]
     pub record_arguments: bool,
@@ -802,50 +810,41 @@ impl Gateway {
     pub fn call(&self, name: &str, arguments: Value, meta: Option<&Value>, actor: &Actor) -> Value {
         match self.calls.acquire(actor) {
             Ok(_slot) => self.call_inner(name, arguments, meta, actor),
-            Err(refused) => refused,
+            Err(refused) => {
+                // The refused call of a known tool is audited as well.
+                if let Some(t) = self.find(name) {
+                    let req = self.call_request(&t, arguments, meta, actor);
+                    let _ = self.host.governor().refuse(
+                        &req,
+                        "too many calls in flight for this principal",
+                        "rate_limited",
+                    );
+                }
+                refused
+            }
         }
     }
 
-    pub(crate) fn idle(&self) -> bool {
-        self.calls.idle()
+    /// The known tool named `name` downstream.
+    fn find(&self, name: &str) -> Option<GatewayTool> {
+        self.tools
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|t| t.downstream == name)
+            .cloned()
     }
 
-    fn call_inner(
+    /// The governed request of a call of `t`: the approval token taken out of the
+    /// arguments or `_meta`, the digest of the rest, the plan fingerprint an approval binds
+    /// to, the caller's trace context; audited with one event.
+    fn call_request(
         &self,
-        name: &str,
+        t: &GatewayTool,
         arguments: Value,
         meta: Option<&Value>,
         actor: &Actor,
-    ) -> Value {
-        // Upstream changes are picked up by `watch` (and by `list`); a call only re-reads
-        // the pins when its tool is quarantined, so that an accepted pin counts at once.
-        let find = || {
-            self.tools
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .iter()
-                .find(|t| t.downstream == name)
-                .cloned()
-        };
-        let mut found = find();
-        if found.as_ref().is_none_or(|t| t.quarantined) {
-            self.refresh(false);
-            self.recheck_pins();
-            found = find();
-        }
-        let Some(t) = found.filter(|t| self.visible_by_config(t)) else {
-            return error_result(format!("Unknown tool: {name}"), None, None);
-        };
-        if t.quarantined {
-            return error_result(
-                format!(
-                    "The definition of {}/{} changed since it was pinned; it is quarantined until a human accepts it with `cap mcp-pins accept {} {}`",
-                    t.server, t.tool, t.server, t.tool
-                ),
-                Some(json!({"error": "quarantined", "server": t.server, "tool": t.tool})),
-                None,
-            );
-        }
+    ) -> InterceptRequest {
         let mut arguments = match arguments {
             Value::Object(m) => m,
             _ => Map::new(),
@@ -857,7 +856,7 @@ impl Gateway {
         let token = take_approval_token(&mut arguments, meta, declares);
         let arguments = Value::Object(arguments);
         let digest = canonical_hash(&arguments);
-        let mut req = self.request(&t, arguments, actor);
+        let mut req = self.request(t, arguments, actor);
         req.plan_fingerprint = Some(canonical_hash(&json!({
             "server": t.server, "tool": t.tool,
             "arguments": digest, "definition": t.hash,
@@ -873,16 +872,65 @@ impl Gateway {
             req.trace_id = Some(trace.to_string());
             req.metadata.insert("traceparent".into(), json!(tp));
         }
-        if let Some(token) = token {
-            req.approval_token = Some(token);
-        }
-        let server = self.config.servers.iter().find(|s| s.name == t.server);
-        let timeout = server
-            .map(|s| timeout_of(&self.config, s))
-            .unwrap_or(Duration::from_secs(30));
-        req.record_input = server
+        req.approval_token = token;
+        req.record_input = self
+            .config
+            .servers
+            .iter()
+            .find(|s| s.name == t.server)
             .and_then(|s| s.record_arguments)
             .unwrap_or(self.config.record_arguments);
+        req.single_event = true;
+        req
+    }
+
+    pub(crate) fn idle(&self) -> bool {
+        self.calls.idle()
+    }
+
+    fn call_inner(
+        &self,
+        name: &str,
+        arguments: Value,
+        meta: Option<&Value>,
+        actor: &Actor,
+    ) -> Value {
+        // Upstream changes are picked up by `watch` (and by `list`); a call only re-reads
+        // the pins when its tool is quarantined, so that an accepted pin counts at once.
+        let mut found = self.find(name);
+        if found.as_ref().is_none_or(|t| t.quarantined) {
+            self.refresh(false);
+            self.recheck_pins();
+            found = self.find(name);
+        }
+        let Some(t) = found.filter(|t| self.visible_by_config(t)) else {
+            return error_result(format!("Unknown tool: {name}"), None, None);
+        };
+        let req = self.call_request(&t, arguments, meta, actor);
+        if t.quarantined {
+            let message = format!(
+                "The definition of {}/{} changed since it was pinned; it is quarantined until a human accepts it with `cap mcp-pins accept {} {}`",
+                t.server, t.tool, t.server, t.tool
+            );
+            if let Err(e) = self.host.governor().refuse(&req, &message, "quarantined") {
+                return error_result(format!("{message} (not audited: {e})"), None, None);
+            }
+            return error_result(
+                message,
+                Some(json!({"error": "quarantined", "server": t.server, "tool": t.tool})),
+                Some(
+                    json!({"capabilityId": t.capability, "definitionHash": t.hash,
+                            "errorCode": "QUARANTINED"}),
+                ),
+            );
+        }
+        let timeout = self
+            .config
+            .servers
+            .iter()
+            .find(|s| s.name == t.server)
+            .map(|s| timeout_of(&self.config, s))
+            .unwrap_or(Duration::from_secs(30));
         let intercepted = self.host.governor().intercept_with(req, |exec| {
             // A `route` may have moved the call to another upstream tool.
             let target = if exec.capability.name == t.capability {

@@ -233,7 +233,10 @@ pub(crate) async fn serve_stdio<S: Surface>(surface: &S) -> std::io::Result<()> 
         transport: Transport::Stdio,
     };
     let running = handler
-        .serve(rmcp::transport::stdio())
+        // When stdin and stdout are pipes (as MCP clients start servers), read and write
+        // them on the IO reactor: the blocking `stdio()` handles cost a hand-off to
+        // Tokio's blocking pool, and a thread wake-up, for every message each way.
+        .serve(rmcp::transport::stdio_pipes())
         .await
         .map_err(std::io::Error::other)?;
     running.waiting().await.map_err(std::io::Error::other)?;

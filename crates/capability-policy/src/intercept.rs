@@ -27,6 +27,16 @@
 //!
 //! [`InterceptMode::AfterOnly`] skips step 3 (Brane's `after_capability` request stage).
 //!
+//! A request with [`InterceptRequest::single_event`] is audited with exactly one event: the
+//! `allowed` events of step 3 are not written, and the event of the outcome (executed,
+//! failed, denied after execution) carries what they said: `metadata.decisions.before`
+//! (the before-stage decision type, reason, policy name and policy ids), and
+//! `metadata.decisions.after` when after-stage policies decided something; `policy_ids`
+//! lists both stages', `shadow` keeps the before stage's would-be decision, and
+//! `metadata.routedFrom` the capabilities a `route` moved the call from. A refusal (denied,
+//! approval required, a bad token) is one event in either case. [`Governor::refuse`]
+//! audits a call a surface refuses before the lifecycle (a quarantined tool, a limit).
+//!
 //! An approval is bound to the request as the agent made it (before transforms and routes),
 //! and covers the capabilities that request is routed to.
 
@@ -39,7 +49,7 @@ use serde_json::{Map, Value, json};
 use crate::action::{ActionType, Actor, AgentAction};
 use crate::approvals::{ApprovalError, ApprovalManager, ApprovalRecord, ApprovalRequest};
 use crate::audit::{AuditError, AuditEvent, AuditOutcome, AuditSink, NoopSink};
-use crate::decision::{Decision, SandboxRequirement};
+use crate::decision::{Decision, DecisionType, SandboxRequirement};
 use crate::engine::{EngineError, Obligations, PolicyEngine, Verdict};
 use crate::model::{Environment, GovernedCapability, Labels};
 use crate::pointer::{self, PointerError};
@@ -86,6 +96,9 @@ pub struct InterceptRequest {
     /// after execution), with the values the call's `redact` pointers point at masked (the
     /// governor's [`Governor::record_payloads`] does so for every request and event).
     pub record_input: bool,
+    /// Audit this request with one event (see the module docs) instead of one per decision
+    /// and outcome.
+    pub single_event: bool,
 }
 
 impl InterceptRequest {
@@ -108,6 +121,7 @@ impl InterceptRequest {
             receipt_id: None,
             approval_token: None,
             record_input: false,
+            single_event: false,
         }
     }
 
@@ -178,6 +192,11 @@ impl InterceptRequest {
     }
     pub fn input_summary(mut self, s: impl Into<String>) -> Self {
         self.input_summary = Some(s.into());
+        self
+    }
+    /// Audit the request with one event ([`InterceptRequest::single_event`]).
+    pub fn single_event(mut self, on: bool) -> Self {
+        self.single_event = on;
         self
     }
 }
@@ -485,6 +504,30 @@ impl Governor {
         Ok(self.evaluate_action(&action, stage, None)?)
     }
 
+    /// Audits a request that a surface refuses before any policy runs (a quarantined tool,
+    /// a limit): one `denied_before_execution` event with `reason` and `code`. As for a
+    /// denial by policy, the input is not recorded (no policy said what to redact in it).
+    /// Returns the event's id.
+    pub fn refuse(
+        &self,
+        req: &InterceptRequest,
+        reason: &str,
+        code: &str,
+    ) -> Result<String, InterceptError<std::convert::Infallible>> {
+        let action = self.create_action(req)?;
+        let mut d = Decision::deny(reason).with_code(code);
+        d.action_id = Some(action.action_id.clone());
+        let ev = AuditEvent::new(
+            &action,
+            &d,
+            Stage::BeforeCapability,
+            AuditOutcome::DeniedBeforeExecution,
+        );
+        let mut events = Vec::new();
+        self.emit(ev, req.receipt_id.as_ref(), &mut events)?;
+        Ok(events.pop().unwrap_or_default())
+    }
+
     /// The input an event records: none unless `wanted`; the values the call's redactions
     /// (known so far) point at are masked in it too.
     fn recorded_input(wanted: bool, input: &Value, redact: &[String]) -> Option<Value> {
@@ -509,6 +552,18 @@ impl Governor {
         }
         events.push(event.event_id.clone());
         self.audit.emit_owned(event)
+    }
+
+    fn emit_some(
+        &self,
+        event: Option<AuditEvent>,
+        receipt: Option<&String>,
+        events: &mut Vec<String>,
+    ) -> Result<(), AuditError> {
+        match event {
+            Some(e) => self.emit(e, receipt, events),
+            None => Ok(()),
+        }
     }
 
     /// Runs the whole governed lifecycle around `execute` (see the module docs).
@@ -607,7 +662,14 @@ impl Governor {
                 ctx.approval.clone_from(&approval);
                 let verdict = self.engine.evaluate(&ctx);
                 action = ctx.action;
-                let verdict = verdict?;
+                let verdict = match verdict {
+                    Ok(v) => v,
+                    Err(e) => {
+                        let ev = policy_failure(&req, &action, &e, digest.get(&action), None);
+                        self.emit_some(ev, receipt, &mut events)?;
+                        return Err(e.into());
+                    }
+                };
                 if verdict.is_denied() {
                     let ev = AuditEvent::from_verdict_with_digest(
                         &action,
@@ -683,20 +745,22 @@ impl Governor {
                         None => req_sandbox.clone(),
                     });
                 }
-                let mut ev = AuditEvent::from_verdict_with_digest(
-                    &action,
-                    &verdict,
-                    AuditOutcome::Allowed,
-                    digest.get(&action),
-                );
-                // After-stage redactions are not known yet: only a governor that records every
-                // payload records the input here.
-                ev.input = Self::recorded_input(
-                    self.record_payloads,
-                    &action.input,
-                    &output_obligations.redact,
-                );
-                self.emit(ev, receipt, &mut events)?;
+                if !req.single_event {
+                    let mut ev = AuditEvent::from_verdict_with_digest(
+                        &action,
+                        &verdict,
+                        AuditOutcome::Allowed,
+                        digest.get(&action),
+                    );
+                    // After-stage redactions are not known yet: only a governor that records
+                    // every payload records the input here.
+                    ev.input = Self::recorded_input(
+                        self.record_payloads,
+                        &action.input,
+                        &output_obligations.redact,
+                    );
+                    self.emit(ev, receipt, &mut events)?;
+                }
                 match verdict.obligations.route_to.clone() {
                     Some(target) if target != action.capability.name => {
                         depth += 1;
@@ -786,7 +850,20 @@ impl Governor {
                 ctx.error = Some(message.clone());
                 let on_error = self.engine.evaluate(&ctx);
                 action = ctx.action;
-                let on_error = on_error?;
+                let on_error = match on_error {
+                    Ok(v) => v,
+                    Err(e) => {
+                        let mut ev = policy_failure(&req, &action, &e, digest.get(&action), None);
+                        if let Some(ev) = &mut ev {
+                            ev.outcome = AuditOutcome::ExecutionFailed;
+                            ev.stage = Stage::OnError;
+                            ev.metadata.insert("error_message".into(), json!(message));
+                            ev.metadata.extend(notes);
+                        }
+                        self.emit_some(ev, receipt, &mut events)?;
+                        return Err(e.into());
+                    }
+                };
                 let reported = if on_error.decisions.is_empty() {
                     before.as_ref().unwrap_or(&on_error)
                 } else {
@@ -803,6 +880,10 @@ impl Governor {
                     .insert("error_type".into(), json!(short_type_name::<E>()));
                 ev.metadata.insert("error_message".into(), json!(message));
                 ev.metadata.extend(notes);
+                if req.single_event {
+                    let after = (!on_error.decisions.is_empty()).then_some(&on_error);
+                    single_event_summary(&mut ev, before.as_ref(), after, &routed_from);
+                }
                 self.emit(ev, receipt, &mut events)?;
                 return Err(InterceptError::Execution {
                     error,
@@ -823,7 +904,18 @@ impl Governor {
             output: raw,
             ..
         } = ctx;
-        let after = after?;
+        let after = match after {
+            Ok(v) => v,
+            Err(e) => {
+                let mut ev = policy_failure(&req, &done, &e, digest.get(&done), Some(notes));
+                if let Some(ev) = &mut ev {
+                    ev.outcome = AuditOutcome::DeniedAfterExecution;
+                    ev.stage = Stage::AfterCapability;
+                }
+                self.emit_some(ev, receipt, &mut events)?;
+                return Err(e.into());
+            }
+        };
         output_obligations.extend_output(&after.obligations);
         let mut output = raw.unwrap_or_default();
         let transformed = pointer::apply_all(&mut output, &output_obligations.output_mutations);
@@ -852,6 +944,9 @@ impl Governor {
                 ev.output = Some(output);
             }
             ev.metadata.extend(notes);
+            if req.single_event {
+                single_event_summary(&mut ev, before.as_ref(), Some(&after), &routed_from);
+            }
             self.emit(ev, receipt, &mut events)?;
             return Err(InterceptError::Denied(Box::new(Denial {
                 stage: Stage::AfterCapability,
@@ -872,6 +967,10 @@ impl Governor {
                 digest.get(&done),
             );
             ev.metadata.extend(notes);
+            if req.single_event {
+                let after = (!after.decisions.is_empty()).then_some(&after);
+                single_event_summary(&mut ev, before.as_ref(), after, &routed_from);
+            }
             self.emit(ev, receipt, &mut events)?;
             return Err(InterceptError::Transform(e));
         }
@@ -910,6 +1009,10 @@ impl Governor {
             ev.output = Some(output.clone());
         }
         ev.metadata.extend(notes);
+        if req.single_event {
+            let after = (!after.decisions.is_empty()).then_some(&after);
+            single_event_summary(&mut ev, before.as_ref(), after, &routed_from);
+        }
         self.emit(ev, receipt, &mut events)?;
         Ok(InterceptResult {
             action: done,
@@ -961,6 +1064,88 @@ impl DigestCache {
     /// The action's input or capability changed.
     fn reset(&mut self) {
         self.0 = None;
+    }
+}
+
+/// The one event of a single-event request whose policies could not be evaluated (the
+/// call is refused, or its output withheld); `None` for other requests, which are refused
+/// without an event as before.
+fn policy_failure(
+    req: &InterceptRequest,
+    action: &AgentAction,
+    error: &EngineError,
+    digest: String,
+    notes: Option<Map<String, Value>>,
+) -> Option<AuditEvent> {
+    if !req.single_event {
+        return None;
+    }
+    let mut d =
+        Decision::deny(format!("policy evaluation failed: {error}")).with_code("policy_error");
+    d.action_id = Some(action.action_id.clone());
+    let mut ev = AuditEvent::with_digest(
+        action,
+        &d,
+        Stage::BeforeCapability,
+        AuditOutcome::DeniedBeforeExecution,
+        digest,
+    );
+    ev.metadata.extend(notes.unwrap_or_default());
+    Some(ev)
+}
+
+/// `{decision, reason, policyName, policyIds}` of one stage's verdict.
+fn stage_summary(v: &Verdict) -> Value {
+    let mut s = json!({
+        "decision": v.decision.kind.as_str(),
+        "reason": v.decision.reason,
+        "policyName": v.decision.policy_name,
+        "policyIds": v.policy_ids(),
+    });
+    if let Some(shadow) = &v.shadow {
+        s["shadow"] = json!(shadow.kind.as_str());
+    }
+    s
+}
+
+/// What the events a single-event request does not write said, added to its one event:
+/// both stages' decisions and policy ids, the before stage's shadow result, the route.
+fn single_event_summary(
+    ev: &mut AuditEvent,
+    before: Option<&Verdict>,
+    after: Option<&Verdict>,
+    routed_from: &[String],
+) {
+    let mut stages = Map::new();
+    for (name, verdict) in [("before", before), ("after", after)] {
+        let Some(v) = verdict else { continue };
+        stages.insert(name.into(), stage_summary(v));
+        for id in v.policy_ids() {
+            if !ev.policy_ids.contains(&id) {
+                ev.policy_ids.push(id);
+            }
+        }
+    }
+    // A would-be refusal before execution is what shadow mode is read for: it wins over an
+    // after-stage shadow result.
+    if let Some(s) = before.and_then(|b| b.shadow.as_ref())
+        && (ev.shadow.is_none()
+            || matches!(s.kind, DecisionType::Deny | DecisionType::ApprovalRequired))
+    {
+        ev.shadow = Some(s.kind);
+        ev.metadata.insert(
+            "shadow".into(),
+            json!({
+                "decision": s.kind.as_str(),
+                "reason": s.decision.reason,
+                "policyName": s.decision.policy_name,
+            }),
+        );
+    }
+    ev.metadata
+        .insert("decisions".into(), Value::Object(stages));
+    if !routed_from.is_empty() {
+        ev.metadata.insert("routedFrom".into(), json!(routed_from));
     }
 }
 
