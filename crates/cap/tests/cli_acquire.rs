@@ -915,18 +915,20 @@ fn published_capability_is_found_installed_run_and_reinstalled_from_the_lock() {
     assert_eq!(report["integrity"], json!(integrity));
 }
 
-/// A registry in front of verdaccio: `/-/npm/v1/keys` answers from `keys` (404 when `None`),
-/// everything else is forwarded to verdaccio with its Host header, so the tarball URLs
-/// verdaccio writes point at the proxy.
-struct KeysProxy {
+/// A registry in front of verdaccio: paths under `/-/npm/v1/` (the keys, attestations)
+/// answer from `docs` (404 when absent), everything else is forwarded to verdaccio with its
+/// Host header, so the tarball URLs verdaccio writes point at the front.
+struct RegistryFront {
     url: String,
-    keys: Arc<Mutex<Option<Value>>>,
+    docs: Arc<Mutex<HashMap<String, Value>>>,
 }
 
-impl KeysProxy {
-    fn start(upstream: &str) -> KeysProxy {
-        let keys: Arc<Mutex<Option<Value>>> = Arc::default();
-        let shared = Arc::clone(&keys);
+const KEYS_PATH: &str = "/-/npm/v1/keys";
+
+impl RegistryFront {
+    fn start(upstream: &str) -> RegistryFront {
+        let docs: Arc<Mutex<HashMap<String, Value>>> = Arc::default();
+        let shared = Arc::clone(&docs);
         let upstream = upstream.trim_end_matches('/').to_string();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
@@ -943,13 +945,14 @@ impl KeysProxy {
                 .build_http::<axum::body::Body>();
                 let app = axum::Router::new().fallback(
                     move |req: axum::http::Request<axum::body::Body>| {
-                        let keys = Arc::clone(&shared);
+                        let docs = Arc::clone(&shared);
                         let client = client.clone();
                         let upstream = upstream.clone();
                         async move {
                             use axum::response::IntoResponse as _;
-                            if req.uri().path() == "/-/npm/v1/keys" {
-                                let doc = keys.lock().unwrap().clone();
+                            let path = req.uri().path().to_string();
+                            if path.starts_with("/-/npm/v1/") {
+                                let doc = docs.lock().unwrap().get(&path).cloned();
                                 return match doc {
                                     Some(d) => (
                                         [(axum::http::header::CONTENT_TYPE, "application/json")],
@@ -978,15 +981,24 @@ impl KeysProxy {
             });
         });
         let addr = rx.recv().unwrap();
-        KeysProxy {
+        RegistryFront {
             url: format!("http://{addr}/"),
-            keys,
+            docs,
         }
+    }
+
+    /// Serves `doc` at `path`, or stops serving it (`None`).
+    fn serve(&self, path: &str, doc: Option<Value>) {
+        let mut docs = self.docs.lock().unwrap();
+        match doc {
+            Some(d) => docs.insert(path.to_string(), d),
+            None => docs.remove(path),
+        };
     }
 
     fn publish_keys(&self, keys: &[&TestKey]) {
         let listed: Vec<Value> = keys.iter().map(|k| k.published()).collect();
-        *self.keys.lock().unwrap() = Some(json!({ "keys": listed }));
+        self.serve(KEYS_PATH, Some(json!({ "keys": listed })));
     }
 }
 
@@ -1060,7 +1072,7 @@ fn registry_signatures_are_verified_required_and_their_keys_pinned() {
     }
     let v = start_verdaccio();
     let integrity = publish_fixture(&v);
-    let proxy = KeysProxy::start(&v.url);
+    let proxy = RegistryFront::start(&v.url);
     let server = Server::start();
     let url = server.json(
         "/index.json",
@@ -1190,7 +1202,7 @@ fn registry_signatures_are_verified_required_and_their_keys_pinned() {
     );
     assert!(store_entries(home.path()).is_empty());
     // A registry that stops publishing the pinned keys is refused too.
-    *proxy.keys.lock().unwrap() = None;
+    proxy.serve(KEYS_PATH, None);
     let out = install(home.path(), &[]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
@@ -1329,7 +1341,7 @@ fn exec_acquires_an_indexed_capability_under_a_strict_trust_policy() {
     }
     let v = start_verdaccio();
     let integrity = publish_fixture(&v);
-    let proxy = KeysProxy::start(&v.url);
+    let proxy = RegistryFront::start(&v.url);
     let server = Server::start();
     let url = server.json(
         "/index.json",
@@ -2089,77 +2101,6 @@ fn an_install_from_verdaccio_shows_its_download_on_a_terminal_only() {
     );
 }
 
-/// A front for a [`KeysProxy`]: `/-/npm/v1/attestations/...` answers from `docs` (by path,
-/// 404 when absent), everything else is forwarded with its Host header, so verdaccio writes
-/// URLs that point at the front.
-struct AttestationsFront {
-    url: String,
-    docs: Arc<Mutex<HashMap<String, Value>>>,
-}
-
-impl AttestationsFront {
-    fn start(upstream: &str) -> AttestationsFront {
-        let docs: Arc<Mutex<HashMap<String, Value>>> = Arc::default();
-        let shared = Arc::clone(&docs);
-        let upstream = upstream.trim_end_matches('/').to_string();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                tx.send(listener.local_addr().unwrap()).unwrap();
-                let client = hyper_util::client::legacy::Client::builder(
-                    hyper_util::rt::TokioExecutor::new(),
-                )
-                .build_http::<axum::body::Body>();
-                let app = axum::Router::new().fallback(
-                    move |req: axum::http::Request<axum::body::Body>| {
-                        let docs = Arc::clone(&shared);
-                        let client = client.clone();
-                        let upstream = upstream.clone();
-                        async move {
-                            use axum::response::IntoResponse as _;
-                            let path = req.uri().path().to_string();
-                            if path.starts_with("/-/npm/v1/attestations/") {
-                                let doc = docs.lock().unwrap().get(&path).cloned();
-                                return match doc {
-                                    Some(d) => (
-                                        [(axum::http::header::CONTENT_TYPE, "application/json")],
-                                        serde_json::to_vec(&d).unwrap(),
-                                    )
-                                        .into_response(),
-                                    None => axum::http::StatusCode::NOT_FOUND.into_response(),
-                                };
-                            }
-                            let (mut parts, body) = req.into_parts();
-                            let path = parts
-                                .uri
-                                .path_and_query()
-                                .map(|p| p.as_str().to_string())
-                                .unwrap_or_default();
-                            parts.uri = format!("{upstream}{path}").parse().unwrap();
-                            let forwarded = axum::http::Request::from_parts(parts, body);
-                            match client.request(forwarded).await {
-                                Ok(r) => r.map(axum::body::Body::new).into_response(),
-                                Err(_) => axum::http::StatusCode::BAD_GATEWAY.into_response(),
-                            }
-                        }
-                    },
-                );
-                axum::serve(listener, app).await.unwrap();
-            });
-        });
-        let addr = rx.recv().unwrap();
-        AttestationsFront {
-            url: format!("http://{addr}/"),
-            docs,
-        }
-    }
-}
-
 /// Writes (or removes) `dist.attestations` of `@fixture/capabilities@1.0.0` in verdaccio's
 /// storage, as npm publishes it for a version built with provenance.
 fn inject_attestations(v: &Verdaccio, url: Option<&str>) {
@@ -2189,8 +2130,7 @@ fn provenance_attestations_are_verified_and_satisfy_the_strict_trust_policy() {
     }
     let v = start_verdaccio();
     let integrity = publish_fixture(&v);
-    let keys = KeysProxy::start(&v.url);
-    let front = AttestationsFront::start(&keys.url);
+    let front = RegistryFront::start(&v.url);
     let server = Server::start();
     let url = server.json(
         "/index.json",
@@ -2206,7 +2146,7 @@ fn provenance_attestations_are_verified_and_satisfy_the_strict_trust_policy() {
     // The test's own Sigstore root, log and registry key: the registry signs the version,
     // and the attestations are about the tarball verdaccio serves.
     let fixture = Fixture::new();
-    *keys.keys.lock().unwrap() = Some(fixture.keys_document());
+    front.serve(KEYS_PATH, Some(fixture.keys_document()));
     inject_signatures(
         &v,
         Some(json!([fixture.registry_signature(&format!(
@@ -2227,7 +2167,7 @@ fn provenance_attestations_are_verified_and_satisfy_the_strict_trust_policy() {
     let attestations = format!("{}{}", front.url.trim_end_matches('/'), path);
     inject_attestations(&v, Some(&attestations));
     let serve = |doc: Value| {
-        front.docs.lock().unwrap().insert(path.to_string(), doc);
+        front.serve(path, Some(doc));
     };
     serve(fixture.document(&build));
     let new_home = |with_root: bool| {
@@ -2402,7 +2342,7 @@ fn provenance_attestations_are_verified_and_satisfy_the_strict_trust_policy() {
         "is not the downloaded tarball's",
     );
     // Declared but not served: refused, not skipped.
-    front.docs.lock().unwrap().clear();
+    front.serve(path, None);
     let home = new_home(true);
     refused(home.path(), &install(home.path()), "HTTP 404");
     // No attestations at all: installed without provenance, and refused by the strict policy.
