@@ -202,6 +202,11 @@ enum Extra {
 
 /// An npm-style tarball (`package/...`) of the fixture, with one extra entry.
 fn tarball(name: &str, version: &str, extra: Extra) -> Vec<u8> {
+    tarball_of(&package_json(name, version), extra)
+}
+
+/// An npm-style tarball of the fixture's module with this package.json and one extra entry.
+fn tarball_of(package: &Value, extra: Extra) -> Vec<u8> {
     let gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     let mut b = tar::Builder::new(gz);
     let mut add = |path: &str, data: &[u8]| {
@@ -213,7 +218,7 @@ fn tarball(name: &str, version: &str, extra: Extra) -> Vec<u8> {
         h.set_cksum();
         b.append(&h, data).unwrap();
     };
-    let pj = serde_json::to_vec_pretty(&package_json(name, version)).unwrap();
+    let pj = serde_json::to_vec_pretty(package).unwrap();
     add("package/package.json", &pj);
     add(
         "package/add.mjs",
@@ -1047,32 +1052,29 @@ impl TestKey {
     }
 }
 
-/// Writes `signatures` into the `dist` of `@fixture/capabilities@1.0.0` in verdaccio's
+/// Writes (or removes, `None`) `dist.<key>` of `@fixture/capabilities@1.0.0` in verdaccio's
 /// storage (verdaccio serves the stored packument as it is).
-fn inject_signatures(v: &Verdaccio, signatures: Option<Value>) {
+fn inject_dist(v: &Verdaccio, key: &str, value: Option<Value>) {
     let path = v
         .dir
         .path()
         .join("storage/@fixture/capabilities/package.json");
     let mut doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let dist = &mut doc["versions"]["1.0.0"]["dist"];
-    match signatures {
-        Some(s) => dist["signatures"] = s,
-        None => {
-            dist.as_object_mut().unwrap().remove("signatures");
-        }
-    }
+    let dist = doc["versions"]["1.0.0"]["dist"].as_object_mut().unwrap();
+    match value {
+        Some(v) => dist.insert(key.to_string(), v),
+        None => dist.remove(key),
+    };
     std::fs::write(&path, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
 }
 
-#[test]
-fn registry_signatures_are_verified_required_and_their_keys_pinned() {
-    if !verdaccio_present() {
-        return;
-    }
+/// verdaccio with the fixture published, a [`RegistryFront`] before it, and an index (on
+/// its own server) naming the fixture: `(verdaccio, integrity, front, index server, index
+/// URL)`.
+fn fronted_registry() -> (Verdaccio, String, RegistryFront, Server, String) {
     let v = start_verdaccio();
     let integrity = publish_fixture(&v);
-    let proxy = RegistryFront::start(&v.url);
+    let front = RegistryFront::start(&v.url);
     let server = Server::start();
     let url = server.json(
         "/index.json",
@@ -1085,6 +1087,19 @@ fn registry_signatures_are_verified_required_and_their_keys_pinned() {
             &[],
         ),
     );
+    (v, integrity, front, server, url)
+}
+
+fn inject_signatures(v: &Verdaccio, signatures: Option<Value>) {
+    inject_dist(v, "signatures", signatures);
+}
+
+#[test]
+fn registry_signatures_are_verified_required_and_their_keys_pinned() {
+    if !verdaccio_present() {
+        return;
+    }
+    let (v, integrity, proxy, server, url) = fronted_registry();
     let message = format!("@fixture/capabilities@1.0.0:{integrity}");
     let trust = tempfile::tempdir().unwrap();
     let policy = trust.path().join("trust.json");
@@ -1339,21 +1354,7 @@ fn exec_acquires_an_indexed_capability_under_a_strict_trust_policy() {
     if !verdaccio_present() {
         return;
     }
-    let v = start_verdaccio();
-    let integrity = publish_fixture(&v);
-    let proxy = RegistryFront::start(&v.url);
-    let server = Server::start();
-    let url = server.json(
-        "/index.json",
-        &index(
-            vec![index_package(
-                "@fixture/capabilities",
-                "1.0.0",
-                Some(&integrity),
-            )],
-            &[],
-        ),
-    );
+    let (v, integrity, proxy, server, url) = fronted_registry();
     let home = tempfile::tempdir().unwrap();
     let exec = |extra: &[&str]| {
         let mut args = vec![
@@ -2101,25 +2102,12 @@ fn an_install_from_verdaccio_shows_its_download_on_a_terminal_only() {
     );
 }
 
-/// Writes (or removes) `dist.attestations` of `@fixture/capabilities@1.0.0` in verdaccio's
-/// storage, as npm publishes it for a version built with provenance.
+/// `dist.attestations` as npm publishes it for a version built with provenance (or none).
 fn inject_attestations(v: &Verdaccio, url: Option<&str>) {
-    let path = v
-        .dir
-        .path()
-        .join("storage/@fixture/capabilities/package.json");
-    let mut doc: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
-    let dist = &mut doc["versions"]["1.0.0"]["dist"];
-    match url {
-        Some(u) => {
-            dist["attestations"] = json!({"url": u,
-                "provenance": {"predicateType": "https://slsa.dev/provenance/v1"}})
-        }
-        None => {
-            dist.as_object_mut().unwrap().remove("attestations");
-        }
-    }
-    std::fs::write(&path, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    let attestations = url.map(
+        |u| json!({"url": u, "provenance": {"predicateType": "https://slsa.dev/provenance/v1"}}),
+    );
+    inject_dist(v, "attestations", attestations);
 }
 
 #[test]
@@ -2128,21 +2116,7 @@ fn provenance_attestations_are_verified_and_satisfy_the_strict_trust_policy() {
     if !verdaccio_present() {
         return;
     }
-    let v = start_verdaccio();
-    let integrity = publish_fixture(&v);
-    let front = RegistryFront::start(&v.url);
-    let server = Server::start();
-    let url = server.json(
-        "/index.json",
-        &index(
-            vec![index_package(
-                "@fixture/capabilities",
-                "1.0.0",
-                Some(&integrity),
-            )],
-            &[],
-        ),
-    );
+    let (v, integrity, front, server, url) = fronted_registry();
     // The test's own Sigstore root, log and registry key: the registry signs the version,
     // and the attestations are about the tarball verdaccio serves.
     let fixture = Fixture::new();
@@ -2360,4 +2334,100 @@ fn provenance_attestations_are_verified_and_satisfy_the_strict_trust_policy() {
         &exec(home.path()),
         "verified provenance attestation required",
     );
+}
+
+/// A package exporting three capabilities: installing a second one keeps the first in the
+/// package's record (both run), and a third one refused by `cap exec`'s trust policy leaves
+/// the record as it was.
+#[test]
+fn installing_another_capability_of_a_package_keeps_the_ones_installed() {
+    let server = Server::start();
+    let home = tempfile::tempdir().unwrap();
+    let registry = format!("{}/registry/", server.base);
+    let (name, version) = ("fixture-three", "1.0.0");
+    let mut pj = package_json(name, version);
+    let exports = pj["capability"]["exports"].as_object_mut().unwrap();
+    let add = exports["fixture/add"].clone();
+    let mut index_record = index_package(name, version, None);
+    for id in ["fixture/add-again", "fixture/add-third"] {
+        let mut export = add.clone();
+        export["manifest"]["id"] = json!(id);
+        exports.insert(id.to_string(), export.clone());
+        index_record["capabilities"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"manifest": export["manifest"], "module": "./add.mjs"}));
+    }
+    let bytes = tarball_of(&pj, Extra::None);
+    let tarball_url = server.put(
+        &format!("/tarballs/three-{version}.tgz"),
+        200,
+        bytes.clone(),
+    );
+    let mut doc = pj.clone();
+    doc["dist"] = json!({"integrity": sri(&bytes), "tarball": tarball_url});
+    server.json(
+        &format!("/registry/{name}"),
+        &json!({"name": name, "dist-tags": {"latest": version}, "versions": {version: doc}}),
+    );
+    let url = server.json("/index.json", &index(vec![index_record], &[]));
+    let lock = home.path().join("l.json").display().to_string();
+    let install = |id: &str| {
+        let out = cap(
+            home.path(),
+            &[
+                "install",
+                id,
+                "--index",
+                &url,
+                "--registry",
+                &registry,
+                "--lock",
+                &lock,
+            ],
+        );
+        assert_eq!(out.status.code(), Some(0), "{id}: {}", stderr(&out));
+    };
+    install("fixture/add");
+    install("fixture/add-again");
+    let record = installed_record(home.path());
+    assert_eq!(
+        record["capabilities"],
+        json!(["fixture/add", "fixture/add-again"])
+    );
+    // The first one still runs (its export's module declares fixture/add).
+    let out = cap(home.path(), &["exec", "fixture/add", r#"{"a":2,"b":40}"#]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        stdout_json(&out)["receipt"]["output"],
+        json!({"result": 42})
+    );
+
+    // The third, not installed, acquired by `cap exec` and refused by its trust policy after
+    // the install rewrote the record: the record is put back as it was.
+    let policy = home.path().join("trust.json");
+    std::fs::write(&policy, r#"{"minScore": 100}"#).unwrap();
+    let policy = policy.display().to_string();
+    let exec_third = [
+        "exec",
+        "fixture/add-third",
+        r#"{"a":1,"b":1}"#,
+        "--index",
+        &url,
+        "--registry",
+        &registry,
+        "--trust-policy",
+        &policy,
+    ];
+    let out = cap(home.path(), &exec_third);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("Capability trust check failed"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(installed_record(home.path()), record);
+    // The first still runs.
+    let out = cap(home.path(), &["exec", "fixture/add", r#"{"a":1,"b":1}"#]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }

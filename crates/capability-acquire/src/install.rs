@@ -234,6 +234,21 @@ pub fn install(
     } else {
         check_package(&store, &entry)?;
     }
+    // A package installed before for another of its capabilities keeps those.
+    let record_file = record_path(home, &observed.hex);
+    let mut capabilities: Vec<String> = std::fs::read(&record_file)
+        .ok()
+        .and_then(|bytes| capability_core::json::parse(&bytes).ok())
+        .filter(|old| old.get("store").and_then(Value::as_str) == Some(observed.hex.as_str()))
+        .and_then(|old| old.get("capabilities").cloned())
+        .and_then(|c| c.as_array().cloned())
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.as_str().map(String::from))
+        .collect();
+    if !capabilities.contains(&entry.manifest.id) {
+        capabilities.push(entry.manifest.id.clone());
+    }
     let record = json!({
         "recordVersion": RECORD_VERSION,
         "package": {"name": name, "version": version, "integrity": observed.sri},
@@ -241,7 +256,7 @@ pub fn install(
         "registry": registry,
         "tarball": tarball,
         "index": index_url,
-        "capabilities": [entry.manifest.id],
+        "capabilities": capabilities,
         "signatureKeyId": signature_key,
         "registrySignatureVerified": signature_key.is_some(),
         "provenanceVerified": provenance.is_some(),
@@ -251,7 +266,7 @@ pub fn install(
         "provenanceAttestation": provenance.as_ref().map(attestations::Verified::to_json),
         "installedAt": capability_core::js::now_iso(),
     });
-    write_record(&record_path(home, &observed.hex), &record)?;
+    write_record(&record_file, &record)?;
     if let Some(keys) = &keys {
         crate::signatures::pin(home.root(), &registry, keys)?;
     }

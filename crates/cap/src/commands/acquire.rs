@@ -205,8 +205,9 @@ pub struct Acquired {
 /// The reference's `exec` of a capability that is not installed: resolve `query` against the
 /// configured indexes, install it with every check of `cap install` (signatures required
 /// when `trust` requires them), and assess it under `trust`. A package the trust policy
-/// refuses is removed again: nothing new is left in the store. `Ok(None)` when no index is
-/// configured (there is nothing to acquire from).
+/// refuses is removed again: nothing new is left in the store, and a record the install
+/// rewrote (a package installed before for another capability) is put back. `Ok(None)` when
+/// no index is configured (there is nothing to acquire from).
 pub fn acquire_for_exec(
     home: &HomeArg,
     query: &str,
@@ -232,6 +233,12 @@ pub fn acquire_for_exec(
             .collect()
     };
     let before = listing();
+    // The records as they were, to put back if the package is refused.
+    let records: Vec<(PathBuf, Vec<u8>)> = before
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .filter_map(|p| std::fs::read(p).ok().map(|b| (p.clone(), b)))
+        .collect();
     let (progress, shown) = crate::progress::terminal();
     let options = InstallOptions {
         indexes: roots,
@@ -270,6 +277,11 @@ pub fn acquire_for_exec(
             } else {
                 std::fs::remove_file(&path)
             };
+        }
+        for (path, bytes) in &records {
+            if std::fs::read(path).ok().as_ref() != Some(bytes) {
+                let _ = std::fs::write(path, bytes);
+            }
         }
         return Err(format!(
             "Capability trust check failed: {} (nothing was kept; see --trust-policy)",
