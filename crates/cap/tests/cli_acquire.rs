@@ -1099,7 +1099,7 @@ fn registry_signatures_are_verified_required_and_their_keys_pinned() {
     if !verdaccio_present() {
         return;
     }
-    let (v, integrity, proxy, server, url) = fronted_registry();
+    let (v, integrity, proxy, _server, url) = fronted_registry();
     let message = format!("@fixture/capabilities@1.0.0:{integrity}");
     let trust = tempfile::tempdir().unwrap();
     let policy = trust.path().join("trust.json");
@@ -2116,7 +2116,7 @@ fn provenance_attestations_are_verified_and_satisfy_the_strict_trust_policy() {
     if !verdaccio_present() {
         return;
     }
-    let (v, integrity, front, server, url) = fronted_registry();
+    let (v, integrity, front, _server, url) = fronted_registry();
     // The test's own Sigstore root, log and registry key: the registry signs the version,
     // and the attestations are about the tarball verdaccio serves.
     let fixture = Fixture::new();
