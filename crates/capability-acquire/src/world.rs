@@ -182,7 +182,9 @@ pub fn plan_queries(query: &str, max: usize) -> Vec<String> {
     let mut planned = Vec::new();
     for variant in variants {
         let normalized = collapse_whitespace(&variant);
-        if normalized.chars().count() < 2 || !seen.insert(normalized.to_lowercase()) {
+        if capability_core::js::utf16_len(&normalized) < 2
+            || !seen.insert(normalized.to_lowercase())
+        {
             continue;
         }
         planned.push(normalized);
