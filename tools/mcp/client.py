@@ -8,6 +8,7 @@ Reads a JSON array of operations on stdin:
     {"op": "call", "name": n, "arguments": {...}, "meta": {...}?}  -> the CallToolResult
     {"op": "wait_list_changed", "touch": path?, "timeout": s}  -> {"changed": bool, "tools": [...]}
     {"op": "sleep", "seconds": s}                   -> (no result)
+    {"op": "timed_call", "name": n, "arguments": {...}}  -> {"seconds": s, "result": CallToolResult}
 and prints one JSON document: {"protocolVersion", "serverInfo", "listChanged", "results": [...]}.
 """
 
@@ -90,6 +91,10 @@ async def main() -> int:
                         ok = False
                 tools = await client.list_tools()
                 results.append({"changed": ok, "tools": dump(tools)["tools"]})
+            elif kind == "timed_call":
+                started = time.monotonic()
+                result = await client.call_tool(op["name"], op.get("arguments"))
+                results.append({"seconds": time.monotonic() - started, "result": dump(result)})
             elif kind == "sleep":
                 await asyncio.sleep(op["seconds"])
             else:

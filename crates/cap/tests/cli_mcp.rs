@@ -2473,3 +2473,45 @@ fn mcp_serve_answers_module_runs_from_pre_started_sandboxes() {
         }
     }
 }
+
+/// An upstream that takes long to start (it never answers `initialize`, so each start waits
+/// out the handshake timeout) holds up no call to another upstream: starts happen outside
+/// the gateway's upstreams lock.
+#[test]
+fn a_slow_upstream_start_holds_up_no_call_to_another() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let config = gateway_config(
+        dir.path(),
+        "permit(principal, action, resource);",
+        &format!(
+            "[[server]]\nname = \"fast\"\n{}[[server]]\nname = \"mute\"\ncommand = \"sleep\"\nargs = [\"3600\"]\n",
+            fixture_server("hostile", "")
+        ),
+    );
+    // The mute upstream is restarted (1 s, then 2 s of backoff) and each start waits 10 s
+    // for its handshake; the calls to the other one keep coming meanwhile.
+    let mut ops = Vec::new();
+    for i in 0..12 {
+        ops.push(json!({"op": "timed_call", "name": "fast__ok", "arguments": {"text": format!("call {i}")}}));
+        ops.push(json!({"op": "sleep", "seconds": 0.5}));
+    }
+    let out = py_client(&gateway_stdio(&config, &home, None), &json!(ops));
+    let results = out["results"].as_array().unwrap();
+    assert_eq!(results.len(), 12, "{out}");
+    for (i, r) in results.iter().enumerate() {
+        assert_eq!(
+            r["result"]["content"][0]["text"],
+            format!("call {i}"),
+            "{r}"
+        );
+        let seconds = r["seconds"].as_f64().unwrap();
+        assert!(
+            seconds < 5.0,
+            "call {i} waited {seconds} s for another upstream's start"
+        );
+    }
+}

@@ -343,6 +343,8 @@ struct Upstream {
     last_error: Option<String>,
     /// When the current session was started.
     started_at: Option<Instant>,
+    /// A start is under way (outside the upstreams lock): nobody starts another.
+    starting: bool,
 }
 
 impl Upstream {
@@ -354,6 +356,7 @@ impl Upstream {
             retry_at: None,
             last_error: None,
             started_at: None,
+            starting: false,
         }
     }
 
@@ -547,9 +550,11 @@ impl Gateway {
 
     /// Makes sure every upstream runs (restarting dead ones whose backoff passed) and
     /// re-lists those that are new or said their tools changed. Returns whether the tool
-    /// set changed.
+    /// set changed. Upstreams are started outside the upstreams lock, so a slow start
+    /// delays no call to another upstream.
     fn refresh(&self, force: bool) -> bool {
         let mut relist: Vec<(ServerConfig, Arc<dyn McpSession>)> = Vec::new();
+        let mut to_start: Vec<ServerConfig> = Vec::new();
         {
             let mut upstreams = self
                 .upstreams
@@ -562,19 +567,10 @@ impl Gateway {
                     u.session = None;
                     u.fail(e.to_string(), None);
                 }
-                if u.session.is_none() && u.retry_at.is_none_or(|t| Instant::now() >= t) {
-                    let handshake =
-                        timeout_of(&self.config, &u.config).max(HANDSHAKE_TIMEOUT_FLOOR);
-                    match start(&u.config, handshake) {
-                        Ok(s) => {
-                            u.session = Some(Arc::clone(&s));
-                            u.started_at = Some(Instant::now());
-                            u.last_error = None;
-                            relist.push((u.config.clone(), s));
-                        }
-                        Err(e) => {
-                            u.fail(e.to_string(), None);
-                        }
+                if u.session.is_none() {
+                    if !u.starting && u.retry_at.is_none_or(|t| Instant::now() >= t) {
+                        u.starting = true;
+                        to_start.push(u.config.clone());
                     }
                     continue;
                 }
@@ -583,6 +579,27 @@ impl Gateway {
                 {
                     relist.push((u.config.clone(), Arc::clone(s)));
                 }
+            }
+        }
+        for server in to_start {
+            let handshake = timeout_of(&self.config, &server).max(HANDSHAKE_TIMEOUT_FLOOR);
+            let started = start(&server, handshake);
+            let mut upstreams = self
+                .upstreams
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            let Some(u) = upstreams.iter_mut().find(|u| u.config.name == server.name) else {
+                continue;
+            };
+            u.starting = false;
+            match started {
+                Ok(s) => {
+                    u.session = Some(Arc::clone(&s));
+                    u.started_at = Some(Instant::now());
+                    u.last_error = None;
+                    relist.push((server, s));
+                }
+                Err(e) => u.fail(e.to_string(), None),
             }
         }
         let mut changed = false;
