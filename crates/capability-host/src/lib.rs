@@ -304,6 +304,8 @@ pub struct Host {
     trust: Option<TrustPolicy>,
     timeout: Option<Duration>,
     tokens: std::sync::OnceLock<Tokens>,
+    /// The module executor, to warm its sandbox pool.
+    modules: Option<Arc<ModuleExecutor>>,
 }
 
 impl std::fmt::Debug for Host {
@@ -507,10 +509,14 @@ impl Host {
             .policy(config.preset.policy())
             .store(Arc::clone(&stores.receipts))
             .governor(Arc::clone(&governor));
+        let mut modules = None;
         if has_modules
             && let Some(executor) = module_executor(&config).map_err(HostError::Source)?
         {
-            builder = builder.executor(Arc::new(executor));
+            let executor = Arc::new(executor);
+            builder = builder
+                .executor(Arc::clone(&executor) as Arc<dyn capability_runtime::executor::Executor>);
+            modules = Some(executor);
         }
         let runtime = builder.build();
         for (name, capabilities) in loaded {
@@ -535,7 +541,28 @@ impl Host {
             trust: config.trust,
             timeout: config.timeout,
             tokens: std::sync::OnceLock::new(),
+            modules,
         })
+    }
+
+    /// With a sandbox pool ([`HostConfig::sandbox_pool`]): starts a spare for each node and
+    /// python module capability, up to the pool's capacity, so that even their first runs
+    /// find one; how many were started.
+    pub fn prewarm_pool(&self) -> usize {
+        let Some(modules) = &self.modules else {
+            return 0;
+        };
+        let capacity = modules.pool().map_or(0, |p| p.capacity());
+        let mut started = 0;
+        for capability in self.runtime.registry().list() {
+            if started >= capacity {
+                break;
+            }
+            if modules.prewarm(capability.as_ref()) {
+                started += 1;
+            }
+        }
+        started
     }
 
     /// The capability home.

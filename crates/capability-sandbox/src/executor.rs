@@ -210,6 +210,27 @@ impl ModuleExecutor {
         self.pool.as_ref()
     }
 
+    /// Starts a spare for a node or python module capability ahead of its first run, when a
+    /// pool is kept and the capability runs in the process sandbox; whether one was started.
+    pub fn prewarm(&self, capability: &dyn CapabilityView) -> bool {
+        let Some(pool) = &self.pool else {
+            return false;
+        };
+        let Ok(spec) = ModuleExecutor::spec(capability) else {
+            return false;
+        };
+        if !speaks_sessions(&spec) || !matches!(self.route(capability, &spec), Ok(Route::Process)) {
+            return false;
+        }
+        pool.prestart(
+            self.process,
+            &spec,
+            &grants_for(&self.host, &[]),
+            &self.limits,
+        );
+        true
+    }
+
     /// A session for a run: a pre-started spare when the run is grant-less and the pool has
     /// one for this module and limits, else a sandbox started now.
     fn start_session(

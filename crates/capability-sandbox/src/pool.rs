@@ -156,6 +156,28 @@ impl SandboxPool {
     }
 }
 
+impl SandboxPool {
+    /// Starts a spare for `spec` with these grants and limits now, ahead of its first run
+    /// (a long-running surface warming the modules it serves).
+    pub(crate) fn prestart(
+        &self,
+        sandbox: &'static ProcessSandbox,
+        spec: &ModuleSpec,
+        grants: &Grants,
+        limits: &Limits,
+    ) {
+        Refill {
+            spares: Arc::clone(&self.spares),
+            capacity: self.capacity,
+            sandbox,
+            spec: spec.clone(),
+            key: Key::of(spec, grants, limits),
+            stamp: stamp(spec),
+        }
+        .start();
+    }
+}
+
 /// Starting the next spare of a module.
 struct Refill {
     spares: Arc<Mutex<Vec<Spare>>>,

@@ -237,13 +237,16 @@ impl RunOptions {
     }
 
     /// Opens the host of a long-running surface: as [`RunOptions::open`], with the sandbox
-    /// pool (`--sandbox-pool`, default [`DEFAULT_SANDBOX_POOL`]).
+    /// pool (`--sandbox-pool`, default [`DEFAULT_SANDBOX_POOL`]) warmed for the module
+    /// capabilities it serves.
     pub fn open_serving(&self, sources: Vec<Arc<dyn CapabilitySource>>) -> Result<Host, String> {
         let config = HostConfig {
             sandbox_pool: self.sandbox_pool.unwrap_or(DEFAULT_SANDBOX_POOL),
             ..self.config(sources)?
         };
-        Host::open(config).map_err(|e| e.to_string())
+        let host = Host::open(config).map_err(|e| e.to_string())?;
+        host.prewarm_pool();
+        Ok(host)
     }
 }
 
