@@ -389,6 +389,8 @@ pub struct Gateway {
     config: GatewayConfig,
     serve: ServeOptions,
     upstreams: Mutex<Vec<Upstream>>,
+    /// Signalled when a start (outside the lock) ends.
+    started: std::sync::Condvar,
     tools: Mutex<Vec<GatewayTool>>,
     pins: Mutex<Pins>,
     pub(crate) peers: Peers,
@@ -510,6 +512,7 @@ impl Gateway {
             host,
             config,
             upstreams: Mutex::new(upstreams),
+            started: std::sync::Condvar::new(),
             tools: Mutex::new(Vec::new()),
             pins: Mutex::new(pins),
             peers: Peers::default(),
@@ -601,6 +604,8 @@ impl Gateway {
                 }
                 Err(e) => u.fail(e.to_string(), None),
             }
+            drop(upstreams);
+            self.started.notify_all();
         }
         let mut changed = false;
         for (server, session) in relist {
@@ -806,10 +811,33 @@ impl Gateway {
             // Restart a dead upstream now if its backoff has passed.
             self.refresh(false);
         }
-        let upstreams = self
+        let mut upstreams = self
             .upstreams
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
+        // A start of this upstream under way elsewhere: wait for it (only this upstream's
+        // callers wait; the lock is free meanwhile).
+        let wait = upstreams
+            .iter()
+            .find(|u| u.config.name == server)
+            .map_or(HANDSHAKE_TIMEOUT_FLOOR, |u| {
+                timeout_of(&self.config, &u.config).max(HANDSHAKE_TIMEOUT_FLOOR)
+            });
+        let deadline = Instant::now() + wait;
+        while upstreams
+            .iter()
+            .any(|u| u.config.name == server && u.starting)
+        {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            upstreams = self
+                .started
+                .wait_timeout(upstreams, left)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
         let u = upstreams
             .iter()
             .find(|u| u.config.name == server)
