@@ -765,21 +765,7 @@ fn published_capability_is_found_installed_run_and_reinstalled_from_the_lock() {
     if !verdaccio_present() {
         return;
     }
-    let v = start_verdaccio();
-    let integrity = publish_fixture(&v);
-
-    let server = Server::start();
-    let url = server.json(
-        "/index.json",
-        &index(
-            vec![index_package(
-                "@fixture/capabilities",
-                "1.0.0",
-                Some(&integrity),
-            )],
-            &[],
-        ),
-    );
+    let (v, integrity, server, url) = published_registry();
     let home = tempfile::tempdir().unwrap();
     let out = cap(home.path(), &["find", "arithmetic", "--index", &url]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
@@ -1068,13 +1054,11 @@ fn inject_dist(v: &Verdaccio, key: &str, value: Option<Value>) {
     std::fs::write(&path, serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
 }
 
-/// verdaccio with the fixture published, a [`RegistryFront`] before it, and an index (on
-/// its own server) naming the fixture: `(verdaccio, integrity, front, index server, index
-/// URL)`.
-fn fronted_registry() -> (Verdaccio, String, RegistryFront, Server, String) {
+/// verdaccio with the fixture published, and an index (on its own server) naming it:
+/// `(verdaccio, integrity, index server, index URL)`.
+fn published_registry() -> (Verdaccio, String, Server, String) {
     let v = start_verdaccio();
     let integrity = publish_fixture(&v);
-    let front = RegistryFront::start(&v.url);
     let server = Server::start();
     let url = server.json(
         "/index.json",
@@ -1087,6 +1071,14 @@ fn fronted_registry() -> (Verdaccio, String, RegistryFront, Server, String) {
             &[],
         ),
     );
+    (v, integrity, server, url)
+}
+
+/// [`published_registry`] with a [`RegistryFront`] before verdaccio: `(verdaccio,
+/// integrity, front, index server, index URL)`.
+fn fronted_registry() -> (Verdaccio, String, RegistryFront, Server, String) {
+    let (v, integrity, server, url) = published_registry();
+    let front = RegistryFront::start(&v.url);
     (v, integrity, front, server, url)
 }
 
@@ -2008,20 +2000,7 @@ fn an_install_from_verdaccio_shows_its_download_on_a_terminal_only() {
     if !verdaccio_present() {
         return;
     }
-    let v = start_verdaccio();
-    let integrity = publish_fixture(&v);
-    let server = Server::start();
-    let url = server.json(
-        "/index.json",
-        &index(
-            vec![index_package(
-                "@fixture/capabilities",
-                "1.0.0",
-                Some(&integrity),
-            )],
-            &[],
-        ),
-    );
+    let (v, integrity, _server, url) = published_registry();
     let install = |home: &Path, terminal: bool| {
         let lock = home.join("capability.lock.json").display().to_string();
         let args = [
