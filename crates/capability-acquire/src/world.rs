@@ -377,6 +377,13 @@ fn strings(value: Option<&Value>) -> Vec<String> {
         .collect()
 }
 
+/// Whether npm keywords or GitHub topics (lowercased) advertise an MCP surface.
+fn mentions_mcp(words: &[String]) -> bool {
+    words
+        .iter()
+        .any(|w| w == "mcp" || w.contains("model-context-protocol"))
+}
+
 fn text(value: Option<&Value>) -> Option<String> {
     value.and_then(Value::as_str).map(String::from)
 }
@@ -425,10 +432,7 @@ pub fn search_npm(
             confidence: "high",
             reason: MANUAL_ADAPTER_NPM,
         }];
-        if keywords
-            .iter()
-            .any(|k| k == "mcp" || k.contains("model-context-protocol"))
-        {
+        if mentions_mcp(&keywords) {
             adoption.insert(0, Adoption {
                 method: "mcp",
                 confidence: "medium",
@@ -529,10 +533,7 @@ pub fn search_github(
                 reason: "Repository code can remain upstream; Capability only needs a sidecar around a stable operation or executable surface.",
             },
         ];
-        if topics
-            .iter()
-            .any(|t| t == "mcp" || t.contains("model-context-protocol"))
-        {
+        if mentions_mcp(&topics) {
             adoption.insert(0, Adoption {
                 method: "mcp",
                 confidence: "medium",
