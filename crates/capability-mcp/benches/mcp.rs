@@ -11,6 +11,7 @@
 //! ```
 //!
 //! The `cap` binary is taken from the bench's own target directory (or `$CAP_BIN`).
+//! `CAP_BENCH_ONLY=serve` or `=gateway` runs one half.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -94,7 +95,9 @@ fn stdio(name: &str, command: &mut Command, call: Call) -> f64 {
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     let mut send = |msg: &Value, wait: bool| -> Option<Value> {
-        writeln!(stdin, "{msg}").unwrap();
+        // One write per message, as MCP clients send them (a `writeln!` of a `Value` on the
+        // unbuffered pipe is many small writes, each waking the server).
+        stdin.write_all(format!("{msg}\n").as_bytes()).unwrap();
         stdin.flush().unwrap();
         if !wait {
             return None;
@@ -348,27 +351,44 @@ fn main() {
             .arg(home);
         c
     };
+    let only = std::env::var("CAP_BENCH_ONLY").ok();
+    let wants = |half: &str| only.as_deref().is_none_or(|o| o == half);
     let home = dir.path().join("serve");
+    if wants("serve") {
+        serve_bench(&runtime, &home, serve);
+    }
+    if wants("gateway") {
+        gateway_bench(&runtime, dir.path());
+    }
+}
+
+fn serve_bench(
+    runtime: &tokio::runtime::Runtime,
+    home: &std::path::Path,
+    serve: impl Fn(&std::path::Path) -> Command,
+) {
     stdio(
         "cap mcp-serve: tools/call text/slugify over stdio",
-        &mut serve(&home),
+        &mut serve(home),
         SLUGIFY,
     );
     runtime.block_on(http(
         "cap mcp-serve: tools/call text/slugify",
-        &home,
-        &mut serve(&home),
+        home,
+        &mut serve(home),
         SLUGIFY,
     ));
+}
 
-    // The gateway in front of server-everything: the same call direct and through it.
+/// The gateway in front of server-everything: the same call direct and through it.
+fn gateway_bench(runtime: &tokio::runtime::Runtime, dir: &std::path::Path) {
     let everything =
         tools_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     if !everything.exists() {
         println!("gateway: skipped (install tools/mcp: see .ci/run)");
         return;
     }
-    let config = dir.path().join("gateway.toml");
+    let config = dir.join("gateway.toml");
     std::fs::write(
         &config,
         format!(
@@ -382,7 +402,7 @@ fn main() {
         Command::new("node").arg(&everything).arg("stdio"),
         echo("echo"),
     );
-    let home = dir.path().join("gateway");
+    let home = dir.join("gateway");
     let gateway = |home: &std::path::Path| {
         let mut c = Command::new(cap_bin());
         c.args(["mcp-gateway", "--config"])

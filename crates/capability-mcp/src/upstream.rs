@@ -6,17 +6,22 @@
 //! A server that crashes fails the calls in flight with its exit status and the tail of its
 //! stderr; one that never answers is cut by the call's timeout; a line longer than
 //! [`MAX_LINE`] (a 50 MB answer) fails the call and the session; invalid JSON-RPC and floods
-//! of notifications are dropped and counted, never buffered. Blocking API: a reader thread
-//! per session hands responses to the waiting callers (each caller waits on a [`Waiter`] of
-//! its own: an atomic flag it polls briefly, then sleeps on, woken by the reader). A stdio
-//! server runs as a plain child ([`StdioSession::start`]) or inside the process sandbox
-//! ([`StdioSession::start_sandboxed`]).
+//! of notifications are dropped and counted, never buffered. Blocking API: a caller waiting
+//! for its answer reads the server's output itself (the [`Inbox`], non-blocking), handing
+//! every other response to the caller it belongs to, so that an answer reaches its caller
+//! without a hand-off between threads; callers that find the inbox taken wait on a
+//! [`Waiter`] of their own (an atomic flag polled briefly, then slept on). While no call is
+//! in flight a thread per session drains notifications and notices the end of the output.
+//! A stdio server runs as a plain child ([`StdioSession::start`]) or inside the process
+//! sandbox ([`StdioSession::start_sandboxed`]).
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::fs::File;
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 use capability_sandbox::{ChildSpec, ProcessSandbox, SandboxedChild};
@@ -27,6 +32,13 @@ pub const MAX_LINE: usize = 8 << 20;
 
 /// How long a caller polls for its answer before it sleeps.
 const SPIN: Duration = Duration::from_micros(300);
+
+/// The longest a waiting caller sleeps before it looks again (it is woken earlier by its
+/// answer, or when the inbox is free to take).
+const NAP: Duration = Duration::from_millis(10);
+
+/// How often the idle drainer looks at the output (it is woken earlier by output).
+const IDLE_POLL: Duration = Duration::from_millis(100);
 
 /// How much of a crashed server's stderr is kept for the error.
 const STDERR_TAIL: usize = 16 << 10;
@@ -75,29 +87,11 @@ impl Waiter {
         self.caller.unpark();
     }
 
-    /// Waits until `deadline` for the answer: polls for [`SPIN`] (most answers come
-    /// within a few hundred microseconds, and a sleeping thread is slow to wake), then
-    /// sleeps until woken.
-    fn wait(&self, deadline: Instant) -> Option<Reply> {
-        let spin_until = Instant::now() + SPIN;
-        let mut spins = 0u32;
-        while !self.ready.load(Ordering::Acquire) {
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
-            if now < spin_until {
-                // Mostly busy-wait; yield now and then so a server on this core can run.
-                spins += 1;
-                if spins.is_multiple_of(16) {
-                    std::thread::yield_now();
-                } else {
-                    std::hint::spin_loop();
-                }
-            } else {
-                std::thread::park_timeout(deadline - now);
-            }
-        }
+    fn ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    fn take(&self) -> Option<Reply> {
         self.reply
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -105,7 +99,39 @@ impl Waiter {
     }
 }
 
+/// The server's output (non-blocking), read by whichever thread holds it.
+struct Inbox {
+    stdout: File,
+    /// Where reads land (kept, so that a read costs no allocation or zeroing).
+    chunk: Box<[u8]>,
+    /// The bytes of a line not yet ended.
+    partial: Vec<u8>,
+    /// The output ended, or failed the session.
+    closed: bool,
+}
+
+/// Waits until `fd` is readable (or has hung up), at most `timeout`.
+fn poll_readable(fd: &impl AsFd, timeout: Duration) {
+    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+    let timeout = Timespec::try_from(timeout).ok();
+    let _ = poll(&mut [PollFd::new(fd, PollFlags::IN)], timeout.as_ref());
+}
+
+/// `m`, whether or not a holder panicked; `None` when another thread holds it.
+fn try_take<T>(m: &Mutex<T>) -> Option<MutexGuard<'_, T>> {
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
 struct Shared {
+    inbox: Mutex<Inbox>,
+    /// Calls waiting for their answer (the idle drainer leaves the inbox to them).
+    active: AtomicUsize,
+    /// The output has ended.
+    closed: AtomicBool,
     pending: Mutex<HashMap<u64, Arc<Waiter>>>,
     /// Set once the session is unusable, with the reason every later call gets.
     dead: Mutex<Option<UpstreamError>>,
@@ -116,6 +142,28 @@ struct Shared {
 }
 
 impl Shared {
+    /// The state of a session reading `stdout` (made non-blocking).
+    fn new(stdout: File) -> std::io::Result<Arc<Shared>> {
+        use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
+        fcntl_setfl(&stdout, fcntl_getfl(&stdout)? | OFlags::NONBLOCK)?;
+        Ok(Arc::new(Shared {
+            inbox: Mutex::new(Inbox {
+                stdout,
+                chunk: vec![0; 64 << 10].into_boxed_slice(),
+                partial: Vec::new(),
+                closed: false,
+            }),
+            active: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
+            pending: Mutex::new(HashMap::new()),
+            dead: Mutex::new(None),
+            stderr: Mutex::new(Vec::new()),
+            notifications: AtomicU64::new(0),
+            list_changed: AtomicBool::new(false),
+            invalid: AtomicU64::new(0),
+        }))
+    }
+
     fn fail_all(&self, error: UpstreamError) {
         let mut dead = self.dead.lock().unwrap_or_else(PoisonError::into_inner);
         if dead.is_none() {
@@ -132,6 +180,187 @@ impl Shared {
             .collect();
         for w in pending {
             w.deliver(Err(reason.clone()));
+        }
+    }
+
+    /// What ended output fails the calls in flight with: the exit, with the stderr tail.
+    fn exited(&self) -> UpstreamError {
+        UpstreamError::Exited {
+            status: String::new(),
+            stderr: String::from_utf8_lossy(
+                &self.stderr.lock().unwrap_or_else(PoisonError::into_inner),
+            )
+            .to_string(),
+        }
+    }
+
+    /// Reads what the server has written so far, without blocking, and hands each message
+    /// on; at the end of the output (or a line longer than [`MAX_LINE`]) every pending call
+    /// fails and the inbox is closed.
+    fn pump(&self, inbox: &mut Inbox) {
+        if let Err(e) = self.read_available(inbox) {
+            self.close(inbox, e);
+        }
+    }
+
+    fn read_available(&self, inbox: &mut Inbox) -> Result<(), UpstreamError> {
+        let Inbox {
+            stdout,
+            chunk,
+            partial,
+            closed,
+        } = inbox;
+        if *closed {
+            return Ok(());
+        }
+        loop {
+            let n = match stdout.read(chunk) {
+                Ok(0) => return Err(self.exited()),
+                Ok(n) => n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(_) => return Err(self.exited()),
+            };
+            let mut rest = &chunk[..n];
+            while let Some(end) = rest.iter().position(|&b| b == b'\n') {
+                let line = &rest[..end];
+                rest = &rest[end + 1..];
+                if partial.len() + line.len() > MAX_LINE {
+                    return Err(UpstreamError::TooLarge);
+                }
+                if partial.is_empty() {
+                    self.dispatch(line);
+                } else {
+                    partial.extend_from_slice(line);
+                    self.dispatch(partial);
+                    partial.clear();
+                }
+            }
+            partial.extend_from_slice(rest);
+            if partial.len() > MAX_LINE {
+                return Err(UpstreamError::TooLarge);
+            }
+        }
+    }
+
+    fn close(&self, inbox: &mut Inbox, error: UpstreamError) {
+        inbox.closed = true;
+        inbox.partial = Vec::new();
+        self.closed.store(true, Ordering::Release);
+        self.fail_all(error);
+    }
+
+    /// One line of output: a response goes to its caller, a notification is counted.
+    fn dispatch(&self, line: &[u8]) {
+        let Ok(mut msg) = serde_json::from_slice::<Value>(line) else {
+            if !line.iter().all(u8::is_ascii_whitespace) {
+                self.invalid.fetch_add(1, Ordering::Relaxed);
+            }
+            return;
+        };
+        let id = msg.get("id").and_then(Value::as_u64);
+        match (id, msg.get("method")) {
+            (Some(id), None) => {
+                let waiter = self
+                    .pending
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .remove(&id);
+                if let Some(w) = waiter {
+                    let reply = match msg.get("error") {
+                        Some(e) => Err(UpstreamError::Rpc {
+                            code: e.get("code").and_then(Value::as_i64).unwrap_or(0),
+                            message: e
+                                .get("message")
+                                .and_then(Value::as_str)
+                                .unwrap_or("error")
+                                .to_string(),
+                        }),
+                        None => Ok(msg
+                            .as_object_mut()
+                            .and_then(|m| m.remove("result"))
+                            .unwrap_or(Value::Null)),
+                    };
+                    w.deliver(reply);
+                }
+            }
+            (None, Some(method)) => {
+                self.notifications.fetch_add(1, Ordering::Relaxed);
+                if method == "notifications/tools/list_changed" {
+                    self.list_changed.store(true, Ordering::Relaxed);
+                }
+            }
+            // A server-to-client request (sampling, roots, ping): not offered; dropped.
+            _ => {
+                self.invalid.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Waits until `deadline` for the answer of `waiter`: reads the output itself while no
+    /// other caller does (polling for [`SPIN`], then sleeping in `poll`), else waits to be
+    /// handed its answer by the caller who reads.
+    fn wait(&self, waiter: &Waiter, deadline: Instant) -> Option<Reply> {
+        let spin_until = Instant::now() + SPIN;
+        let mut spins = 0u32;
+        let answer = loop {
+            if waiter.ready() {
+                break waiter.take();
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                break None;
+            }
+            let spinning = now < spin_until;
+            if let Some(mut inbox) = try_take(&self.inbox) {
+                self.pump(&mut inbox);
+                if waiter.ready() || inbox.closed {
+                    continue;
+                }
+                if !spinning {
+                    poll_readable(&inbox.stdout, (deadline - now).min(IDLE_POLL));
+                    continue;
+                }
+            } else if !spinning {
+                std::thread::park_timeout((deadline - now).min(NAP));
+                continue;
+            }
+            // Mostly busy-wait; yield now and then so a server on this core can run.
+            spins += 1;
+            if spins.is_multiple_of(16) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        };
+        // Another caller may be asleep waiting for the inbox this one read: wake one.
+        if let Some(w) = self
+            .pending
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .next()
+        {
+            w.caller.unpark();
+        }
+        answer
+    }
+
+    /// While no call is in flight, reads the output as it comes (notifications, the end of
+    /// the output); returns when it has ended or the session is gone.
+    fn drain_while_idle(self: Arc<Self>, output: File) {
+        while !self.closed.load(Ordering::Acquire) && Arc::strong_count(&self) > 1 {
+            if self.active.load(Ordering::Acquire) > 0 {
+                std::thread::sleep(NAP);
+                continue;
+            }
+            poll_readable(&output, IDLE_POLL);
+            if self.active.load(Ordering::Acquire) > 0 {
+                continue;
+            }
+            if let Some(mut inbox) = try_take(&self.inbox) {
+                self.pump(&mut inbox);
+            }
         }
     }
 }
@@ -183,76 +412,6 @@ impl std::fmt::Debug for StdioSession {
     }
 }
 
-/// Reads one line of at most `MAX_LINE` bytes; `Ok(None)` at end of stream.
-fn read_line(reader: &mut impl BufRead, buf: &mut Vec<u8>) -> Result<Option<()>, UpstreamError> {
-    buf.clear();
-    let mut limited = reader.take(MAX_LINE as u64 + 1);
-    match limited.read_until(b'\n', buf) {
-        Ok(0) => Ok(None),
-        Ok(_) if buf.len() > MAX_LINE => Err(UpstreamError::TooLarge),
-        Ok(_) => Ok(Some(())),
-        Err(_) => Ok(None),
-    }
-}
-
-fn reader_loop(stdout: impl Read, shared: Arc<Shared>) {
-    let mut reader = BufReader::with_capacity(64 << 10, stdout);
-    let mut buf = Vec::new();
-    loop {
-        match read_line(&mut reader, &mut buf) {
-            Ok(Some(())) => {}
-            Ok(None) => return,
-            Err(e) => {
-                shared.fail_all(e);
-                return;
-            }
-        }
-        let Ok(mut msg) = serde_json::from_slice::<Value>(&buf) else {
-            if !buf.iter().all(u8::is_ascii_whitespace) {
-                shared.invalid.fetch_add(1, Ordering::Relaxed);
-            }
-            continue;
-        };
-        let id = msg.get("id").and_then(Value::as_u64);
-        match (id, msg.get("method")) {
-            (Some(id), None) => {
-                let sender = shared
-                    .pending
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .remove(&id);
-                if let Some(w) = sender {
-                    let reply = match msg.get("error") {
-                        Some(e) => Err(UpstreamError::Rpc {
-                            code: e.get("code").and_then(Value::as_i64).unwrap_or(0),
-                            message: e
-                                .get("message")
-                                .and_then(Value::as_str)
-                                .unwrap_or("error")
-                                .to_string(),
-                        }),
-                        None => Ok(msg
-                            .as_object_mut()
-                            .and_then(|m| m.remove("result"))
-                            .unwrap_or(Value::Null)),
-                    };
-                    w.deliver(reply);
-                }
-            }
-            (None, Some(method)) => {
-                shared.notifications.fetch_add(1, Ordering::Relaxed);
-                if method == "notifications/tools/list_changed" {
-                    shared.list_changed.store(true, Ordering::Relaxed);
-                }
-            }
-            // A server-to-client request (sampling, roots, ping): not offered; dropped.
-            _ => {
-                shared.invalid.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-    }
-}
-
 impl StdioSession {
     /// Starts `command args` with `env` (only these variables) and performs the handshake.
     pub fn start(
@@ -280,7 +439,7 @@ impl StdioSession {
         StdioSession::begin(
             Process::Plain(child),
             Box::new(stdin),
-            stdout,
+            stdout.into(),
             stderr,
             timeout,
         )
@@ -303,7 +462,7 @@ impl StdioSession {
         StdioSession::begin(
             Process::Sandboxed(Box::new(child)),
             Box::new(stdin),
-            stdout,
+            stdout.into(),
             stderr,
             timeout,
         )
@@ -313,33 +472,19 @@ impl StdioSession {
     fn begin(
         child: Process,
         stdin: Box<dyn Write + Send>,
-        stdout: impl Read + Send + 'static,
+        stdout: OwnedFd,
         mut stderr: impl Read + Send + 'static,
         timeout: Duration,
     ) -> Result<StdioSession, UpstreamError> {
-        let shared = Arc::new(Shared {
-            pending: Mutex::new(HashMap::new()),
-            dead: Mutex::new(None),
-            stderr: Mutex::new(Vec::new()),
-            notifications: AtomicU64::new(0),
-            list_changed: AtomicBool::new(false),
-            invalid: AtomicU64::new(0),
-        });
+        let stdout = File::from(stdout);
+        let spawn_error = |e: std::io::Error| UpstreamError::Spawn(format!("server output: {e}"));
+        let watched = stdout.try_clone().map_err(spawn_error)?;
+        let shared = Shared::new(stdout).map_err(spawn_error)?;
         {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
-                .name("mcp-upstream-reader".into())
-                .spawn(move || {
-                    reader_loop(stdout, Arc::clone(&shared));
-                    let stderr = String::from_utf8_lossy(
-                        &shared.stderr.lock().unwrap_or_else(PoisonError::into_inner),
-                    )
-                    .to_string();
-                    shared.fail_all(UpstreamError::Exited {
-                        status: String::new(),
-                        stderr,
-                    });
-                })
+                .name("mcp-upstream-idle".into())
+                .spawn(move || shared.drain_while_idle(watched))
                 .map_err(|e| UpstreamError::Spawn(e.to_string()))?;
         }
         {
@@ -450,13 +595,20 @@ impl StdioSession {
             forget();
             return Err(e);
         }
-        let sent =
-            self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
-        if let Err(e) = sent {
-            forget();
-            return Err(e);
-        }
-        match waiter.wait(deadline) {
+        // Counted before sending, so that its answer is read by a caller, not the drainer.
+        self.shared.active.fetch_add(1, Ordering::AcqRel);
+        let answer = self
+            .send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
+            .map(|()| self.shared.wait(&waiter, deadline));
+        self.shared.active.fetch_sub(1, Ordering::AcqRel);
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(e) => {
+                forget();
+                return Err(e);
+            }
+        };
+        match answer {
             Some(reply) => reply,
             None => {
                 forget();
@@ -827,15 +979,78 @@ mod tests {
         assert_eq!(map_tool_result(&two).unwrap(), json!(["a", "b"]));
     }
 
+    fn shared(output: std::io::PipeReader) -> Arc<Shared> {
+        Shared::new(File::from(OwnedFd::from(output))).unwrap()
+    }
+
+    fn pending(shared: &Shared, id: u64) -> Arc<Waiter> {
+        let w = Waiter::new();
+        shared.pending.lock().unwrap().insert(id, Arc::clone(&w));
+        w
+    }
+
     #[test]
     fn a_long_line_is_refused_without_buffering_it_all() {
-        let big = vec![b'x'; MAX_LINE + 10];
-        let mut reader = std::io::Cursor::new(big);
-        let mut buf = Vec::new();
+        let (output, mut input) = std::io::pipe().unwrap();
+        let shared = shared(output);
+        let w = pending(&shared, 1);
+        let writer = std::thread::spawn(move || {
+            let _ = input.write_all(&vec![b'x'; MAX_LINE + (1 << 20)]);
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
         assert_eq!(
-            read_line(&mut reader, &mut buf).unwrap_err(),
-            UpstreamError::TooLarge
+            shared.wait(&w, deadline),
+            Some(Err(UpstreamError::TooLarge))
         );
-        assert!(buf.len() <= MAX_LINE + 1);
+        let inbox = shared.inbox.lock().unwrap();
+        assert!(inbox.closed && inbox.partial.capacity() == 0);
+        drop(inbox);
+        // The writer is cut off when the session's output is dropped.
+        drop(shared);
+        writer.join().unwrap();
+    }
+
+    #[test]
+    fn answers_reach_their_callers_across_split_lines_and_notifications() {
+        let (output, mut input) = std::io::pipe().unwrap();
+        let shared = shared(output);
+        let (one, two) = (pending(&shared, 1), pending(&shared, 2));
+        let other = {
+            let shared = Arc::clone(&shared);
+            let two = Arc::clone(&two);
+            std::thread::spawn(move || shared.wait(&two, Instant::now() + Duration::from_secs(20)))
+        };
+        let writer = std::thread::spawn(move || {
+            let lines = concat!(
+                "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n",
+                "not json\n",
+                "{\"jsonrpc\":\"2.0\",\"id\":2,\"result\":{\"n\":2}}\n",
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-1,\"message\":\"no\"}}\n",
+            );
+            // A byte at a time: every line arrives in pieces.
+            for b in lines.bytes() {
+                input.write_all(&[b]).unwrap();
+                std::thread::sleep(Duration::from_micros(20));
+            }
+            input
+        });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let rpc = UpstreamError::Rpc {
+            code: -1,
+            message: "no".into(),
+        };
+        assert_eq!(shared.wait(&one, deadline), Some(Err(rpc)));
+        assert_eq!(other.join().unwrap(), Some(Ok(json!({"n": 2}))));
+        assert!(shared.list_changed.load(Ordering::Relaxed));
+        assert_eq!(shared.invalid.load(Ordering::Relaxed), 1);
+        // The end of the output fails a call still waiting, with the server's stderr.
+        let three = pending(&shared, 3);
+        shared.stderr.lock().unwrap().extend_from_slice(b"bye");
+        drop(writer.join().unwrap());
+        let ended = shared.wait(&three, Instant::now() + Duration::from_secs(20));
+        assert!(
+            matches!(&ended, Some(Err(UpstreamError::Exited { stderr, .. })) if stderr == "bye"),
+            "{ended:?}"
+        );
     }
 }
