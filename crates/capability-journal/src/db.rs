@@ -10,8 +10,9 @@
 //! queue again: jobs submitted meanwhile wait for the next batch without waking it. An idle
 //! writer is woken by the first job, a busy one costs submitters no wake-up at all (waking
 //! it for every job made it commit one tiny batch per call and, on a small machine, preempt
-//! the very callers that submitted; a 1 ms window still cost a gateway on two cores about
-//! 30 µs per call in commits competing for the CPU). Durability does not change: a store
+//! the very callers that submitted). A longer window is not better on two cores: at 5 ms a
+//! gateway call was faster but a `cap mcp-serve` call slower at p50 and p99 (the batches
+//! commit in bursts that compete with the calls). Durability does not change: a store
 //! journals its records before it submits them.
 //! [`Database::call`] runs a closure on the writer's connection, outside any batch, and
 //! waits for its result (approvals, kept plans, schema creation, journal replay); it wakes
@@ -116,7 +117,7 @@ impl Database {
 
     /// How long the writer lets jobs gather after a commit before it takes the next batch
     /// (a [`Database::call`] cuts it short).
-    pub const GROUP_WINDOW: Duration = Duration::from_millis(5);
+    pub const GROUP_WINDOW: Duration = Duration::from_millis(1);
 
     /// Opens (creating if needed) the database file and starts its writer.
     pub fn open(path: &Path) -> rusqlite::Result<Database> {
