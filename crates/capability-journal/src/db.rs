@@ -369,6 +369,22 @@ mod tests {
         failed: Arc<AtomicUsize>,
     }
 
+    impl Insert {
+        fn boxed(value: i64, done: &Arc<AtomicUsize>, failed: &Arc<AtomicUsize>) -> Box<Insert> {
+            Box::new(Insert {
+                value,
+                done: Arc::clone(done),
+                failed: Arc::clone(failed),
+            })
+        }
+    }
+
+    fn count(db: &Database) -> i64 {
+        db.call(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)))
+            .unwrap()
+            .unwrap()
+    }
+
     impl Job for Insert {
         fn write(&mut self, tx: &Transaction<'_>) -> rusqlite::Result<()> {
             tx.execute("INSERT INTO t (v) VALUES (?1)", [self.value])?;
@@ -394,12 +410,7 @@ mod tests {
         let done = Arc::new(AtomicUsize::new(0));
         let failed = Arc::new(AtomicUsize::new(0));
         for value in 0..500 {
-            db.submit(Box::new(Insert {
-                value,
-                done: Arc::clone(&done),
-                failed: Arc::clone(&failed),
-            }))
-            .unwrap();
+            db.submit(Insert::boxed(value, &done, &failed)).unwrap();
         }
         let reader = db.connect().unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
@@ -425,18 +436,9 @@ mod tests {
         let done = Arc::new(AtomicUsize::new(0));
         let failed = Arc::new(AtomicUsize::new(0));
         for value in [1, 2, 2, 3] {
-            db.submit(Box::new(Insert {
-                value,
-                done: Arc::clone(&done),
-                failed: Arc::clone(&failed),
-            }))
-            .unwrap();
+            db.submit(Insert::boxed(value, &done, &failed)).unwrap();
         }
-        let count: i64 = db
-            .call(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)))
-            .unwrap()
-            .unwrap();
-        assert_eq!(count, 3);
+        assert_eq!(count(&db), 3);
         assert_eq!(done.load(Ordering::SeqCst), 3);
         assert_eq!(failed.load(Ordering::SeqCst), 1);
     }
@@ -454,12 +456,7 @@ mod tests {
             .unwrap();
         let done = Arc::new(AtomicUsize::new(0));
         let failed = Arc::new(AtomicUsize::new(0));
-        db.submit(Box::new(Insert {
-            value: 1,
-            done: Arc::clone(&done),
-            failed: Arc::clone(&failed),
-        }))
-        .unwrap();
+        db.submit(Insert::boxed(1, &done, &failed)).unwrap();
         // The idle writer commits the job at once, then sleeps for its window.
         while done.load(Ordering::SeqCst) == 0 {
             assert!(
@@ -468,17 +465,8 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(1));
         }
-        db.submit(Box::new(Insert {
-            value: 2,
-            done: Arc::clone(&done),
-            failed: Arc::clone(&failed),
-        }))
-        .unwrap();
-        let count: i64 = db
-            .call(|c| c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)))
-            .unwrap()
-            .unwrap();
-        assert_eq!(count, 2, "the call saw the job queued before it");
+        db.submit(Insert::boxed(2, &done, &failed)).unwrap();
+        assert_eq!(count(&db), 2, "the call saw the job queued before it");
         assert!(
             started.elapsed() < window / 2,
             "the call waited for the window"
