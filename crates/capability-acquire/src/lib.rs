@@ -20,7 +20,7 @@
 //! * [`unpack`]: tarballs unpacked into the content-addressed store of the home, refusing
 //!   absolute paths, `..`, links that leave the package, device files, duplicate entries and
 //!   archives that expand past a limit; no lifecycle script ever runs;
-//! * [`install`]: the whole flow, the installed-package record the host loads as a source,
+//! * [`install`](mod@install): the whole flow, the installed-package record the host loads as a source,
 //!   and the reference lockfile (`capability.lock.json`);
 //! * [`probe`]: site discovery (`/.well-known/capabilities`);
 //! * [`world`]: external software discovery over npm search and GitHub repository search,

@@ -5,7 +5,7 @@
 //! The library only reports [`Event`]s to a [`Progress`] (`cap` draws them as a bar on a
 //! terminal); the default [`Reporter`] reports to nothing. A [`Fetcher`](crate::Fetcher)
 //! carries its reporter ([`Fetcher::with_progress`](crate::Fetcher::with_progress)), and
-//! [`federate`](crate::federate) and [`install`](crate::install) report through it
+//! [`federate`](crate::federate) and [`install`](crate::install()) report through it
 //! ([`InstallOptions::progress`](crate::InstallOptions::progress)).
 //!
 //! Events may come from several threads at once (a level of the crawl is fetched in

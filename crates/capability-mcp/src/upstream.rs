@@ -7,10 +7,10 @@
 //! stderr; one that never answers is cut by the call's timeout; a line longer than
 //! [`MAX_LINE`] (a 50 MB answer) fails the call and the session; invalid JSON-RPC and floods
 //! of notifications are dropped and counted, never buffered. Blocking API: a caller waiting
-//! for its answer reads the server's output itself (the [`Inbox`], non-blocking), handing
+//! for its answer reads the server's output itself (the `Inbox`, non-blocking), handing
 //! every other response to the caller it belongs to, so that an answer reaches its caller
 //! without a hand-off between threads; callers that find the inbox taken wait on a
-//! [`Waiter`] of their own (an atomic flag polled briefly, then slept on). While no call is
+//! `Waiter` of their own (an atomic flag polled briefly, then slept on). While no call is
 //! in flight a thread per session drains notifications and notices the end of the output.
 //! A stdio server runs as a plain child ([`StdioSession::start`]) or inside the process
 //! sandbox ([`StdioSession::start_sandboxed`]).

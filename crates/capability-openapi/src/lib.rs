@@ -2,11 +2,11 @@
 //!
 //! OpenAPI documents as capability contracts, and their operations as governed HTTP calls.
 //!
-//! * [`import`] is the reference import (`capabilitiesFromOpenApi`, byte for byte against
+//! * [`import`](mod@import) is the reference import (`capabilitiesFromOpenApi`, byte for byte against
 //!   `vectors/openapi-import.json`), for OpenAPI 3.1 and, beyond the reference, 3.0
 //!   documents (dispatched on the `openapi` field; Swagger 2.0 and other versions are
 //!   refused). [`parse_document`] reads JSON or YAML.
-//! * [`executable`] turns an imported operation into an executable capability manifest:
+//! * [`executor`] also turns each imported operation into an executable capability manifest:
 //!   schemas bundled so that local `$ref`s (recursive ones included) compile, `secrets.read`
 //!   declared when the operation carries credentials, the server recorded.
 //! * [`request`] builds the exact HTTP request from a capability input: path, query, header

@@ -139,7 +139,7 @@ pub fn guest_hook_error(message: &str, code: Option<&str>) -> HookError {
 
 /// Maps a sandbox failure to what the capability "threw": guest errors become
 /// `EXECUTION_FAILED` with the guest's code and message in the details (see
-/// [`guest_hook_error`]); boundary failures name the limit or refusal that stopped the run.
+/// `guest_hook_error`); boundary failures name the limit or refusal that stopped the run.
 pub fn hook_error(capability: &str, e: SandboxError) -> HookError {
     match e {
         SandboxError::Guest(g) => guest_hook_error(&g.message, g.code.as_deref()),

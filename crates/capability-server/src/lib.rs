@@ -4,7 +4,7 @@
 //! over the [`Host`]. It parses HTTP, calls the host and renders JSON or HTML; it builds no
 //! store, governor or executor of its own.
 //!
-//! * **API** under `/api/v1` ([`routes::api_routes`] is the one table the router and the
+//! * **API** under `/api/v1` (`routes::api_routes` is the one table the router and the
 //!   OpenAPI document at `/openapi.json` are both built from, so they cannot drift). Errors
 //!   are `{"error": {"code", "message"}}` with a matching status.
 //! * **Identities**: bearer tokens of `cap tokens` and console logins (a password set with

@@ -1,5 +1,5 @@
 //! The route table of the API. The router and the OpenAPI document at `/openapi.json` are
-//! both built from [`api_routes`], so a route cannot exist without its documentation or the
+//! both built from `api_routes`, so a route cannot exist without its documentation or the
 //! other way round; each route's [`Access`] is enforced by the gate the router puts in
 //! front of it and is what the document's security and error responses say.
 
