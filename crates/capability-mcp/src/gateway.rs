@@ -480,6 +480,8 @@ fn start(server: &ServerConfig, timeout: Duration) -> Result<Arc<dyn McpSession>
 /// What a governed upstream call gave back besides its output.
 struct Called {
     raw: Value,
+    /// `raw` mapped as the reference maps a tool result (what the governor was given).
+    mapped: Value,
     latency_ms: u128,
 }
 
@@ -720,14 +722,15 @@ impl Gateway {
         }
     }
 
+    /// The configuration of the upstream named `name`.
+    fn server(&self, name: &str) -> Option<&ServerConfig> {
+        self.config.servers.iter().find(|s| s.name == name)
+    }
+
     fn visible_by_config(&self, t: &GatewayTool) -> bool {
-        self.config
-            .servers
-            .iter()
-            .find(|s| s.name == t.server)
-            .is_some_and(|s| {
-                (s.include.is_empty() || glob(&s.include, &t.tool)) && !glob(&s.exclude, &t.tool)
-            })
+        self.server(&t.server).is_some_and(|s| {
+            (s.include.is_empty() || glob(&s.include, &t.tool)) && !glob(&s.exclude, &t.tool)
+        })
     }
 
     fn request(&self, t: &GatewayTool, arguments: Value, actor: &Actor) -> InterceptRequest {
@@ -919,10 +922,7 @@ impl Gateway {
         }
         req.approval_token = token;
         req.record_input = self
-            .config
-            .servers
-            .iter()
-            .find(|s| s.name == t.server)
+            .server(&t.server)
             .and_then(|s| s.record_arguments)
             .unwrap_or(self.config.record_arguments);
         req.single_event = true;
@@ -970,10 +970,7 @@ impl Gateway {
             );
         }
         let timeout = self
-            .config
-            .servers
-            .iter()
-            .find(|s| s.name == t.server)
+            .server(&t.server)
             .map(|s| timeout_of(&self.config, s))
             .unwrap_or(Duration::from_secs(30));
         let intercepted = self.host.governor().intercept_with(req, |exec| {
@@ -1007,10 +1004,8 @@ impl Gateway {
                 // A child that hung or overflowed is restarted; an HTTP upstream is
                 // dropped only when it cannot be reached (one slow call is its own).
                 let child = self
-                    .config
-                    .servers
-                    .iter()
-                    .any(|s| s.name == target.server && s.command.is_some());
+                    .server(&target.server)
+                    .is_some_and(|s| s.command.is_some());
                 let broken = match e {
                     UpstreamError::Exited { .. } => true,
                     UpstreamError::TooLarge | UpstreamError::Timeout(_) => child,
@@ -1022,8 +1017,13 @@ impl Gateway {
                 message
             })?;
             let latency_ms = latency.as_millis();
-            let output = map_tool_result(&raw)?;
-            Ok((output, Called { raw, latency_ms }))
+            let mapped = map_tool_result(&raw)?;
+            let called = Called {
+                raw,
+                mapped: mapped.clone(),
+                latency_ms,
+            };
+            Ok((mapped, called))
         });
         let mut meta = json!({"capabilityId": t.capability, "definitionHash": t.hash});
         match intercepted.result {
@@ -1033,9 +1033,7 @@ impl Gateway {
                     meta["latencyMs"] = json!(c.latency_ms as u64);
                 }
                 meta["actionId"] = json!(done.action.action_id);
-                let untouched = called
-                    .as_ref()
-                    .is_some_and(|c| map_tool_result(&c.raw).ok().as_ref() == Some(&done.output));
+                let untouched = called.as_ref().is_some_and(|c| c.mapped == done.output);
                 let mut result = match (untouched, called) {
                     (true, Some(c)) => c.raw,
                     _ => {
