@@ -61,7 +61,6 @@ pub mod gateway;
 mod handler;
 mod http;
 pub mod pins;
-pub mod stamp;
 mod tools;
 pub mod upstream;
 

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use capability_core::json::{canonical_hash, parse};
 use serde_json::{Map, Value, json};
 
-use crate::stamp::FileStamp;
+use capability_sandbox::stamp::FileStamp;
 
 /// Code points that hide text from a human reading a description: zero-width characters,
 /// bidirectional controls and Unicode tag characters.

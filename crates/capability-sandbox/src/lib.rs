@@ -266,6 +266,7 @@ mod protect;
 mod protocol;
 mod report;
 mod session;
+pub mod stamp;
 mod types;
 mod wasm;
 

@@ -1,10 +1,10 @@
 //! Pre-started, single-use sandboxes (see [`SandboxPool`]).
 
-use std::os::unix::fs::MetadataExt;
 use std::sync::{Arc, Mutex};
 
 use crate::process::ProcessSandbox;
 use crate::session::Session;
+use crate::stamp::FileStamp;
 use crate::types::{Grants, Limits, ModuleSpec};
 
 /// What a spare was started for.
@@ -36,24 +36,13 @@ impl Key {
 }
 
 /// The module file as it was on disk.
-type Stamp = Option<(u64, u64, u64, i64, i64, i64, i64)>;
-
-fn stamp(spec: &ModuleSpec) -> Stamp {
-    let m = std::fs::metadata(spec.package_root.join(&spec.module)).ok()?;
-    Some((
-        m.dev(),
-        m.ino(),
-        m.len(),
-        m.mtime(),
-        m.mtime_nsec(),
-        m.ctime(),
-        m.ctime_nsec(),
-    ))
+fn stamp(spec: &ModuleSpec) -> Option<FileStamp> {
+    FileStamp::of(&spec.package_root.join(&spec.module))
 }
 
 struct Spare {
     key: Key,
-    stamp: Stamp,
+    stamp: Option<FileStamp>,
     session: Session,
 }
 
@@ -135,14 +124,7 @@ impl SandboxPool {
                 .position(|s| s.key == key)
                 .map(|i| spares.remove(i).session)
         };
-        let refill = Refill {
-            spares: Arc::clone(&self.spares),
-            capacity: self.capacity,
-            sandbox,
-            spec: spec.clone(),
-            key,
-            stamp: now,
-        };
+        let refill = self.refill(sandbox, spec, key, now);
         match claimed {
             Some(mut session) => {
                 session.set_pooled(Box::new(move || refill.start()));
@@ -154,9 +136,7 @@ impl SandboxPool {
             }
         }
     }
-}
 
-impl SandboxPool {
     /// Starts a spare for `spec` with these grants and limits now, ahead of its first run
     /// (a long-running surface warming the modules it serves).
     pub(crate) fn prestart(
@@ -166,15 +146,25 @@ impl SandboxPool {
         grants: &Grants,
         limits: &Limits,
     ) {
+        self.refill(sandbox, spec, Key::of(spec, grants, limits), stamp(spec))
+            .start();
+    }
+
+    fn refill(
+        &self,
+        sandbox: &'static ProcessSandbox,
+        spec: &ModuleSpec,
+        key: Key,
+        stamp: Option<FileStamp>,
+    ) -> Refill {
         Refill {
             spares: Arc::clone(&self.spares),
             capacity: self.capacity,
             sandbox,
             spec: spec.clone(),
-            key: Key::of(spec, grants, limits),
-            stamp: stamp(spec),
+            key,
+            stamp,
         }
-        .start();
     }
 }
 
@@ -185,7 +175,7 @@ struct Refill {
     sandbox: &'static ProcessSandbox,
     spec: ModuleSpec,
     key: Key,
-    stamp: Stamp,
+    stamp: Option<FileStamp>,
 }
 
 impl Refill {

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use capability_host::tokens::{now_ms, parse_duration};
 use capability_host::{Builtins, CapabilitySource, LocalPackage, Role, TokenSpec};
-use capability_mcp::stamp::FileStamp;
 use capability_mcp::{HttpLimits, McpServer, ServeOptions};
+use capability_sandbox::stamp::FileStamp;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
