@@ -278,11 +278,15 @@ const ADDED_COLUMNS: [(&str, &str); 3] = [
 const COLUMNS: &str =
     "id, agent_id, tenant, scopes, role, created_at, expires_at, revoked_at, tenants, login";
 
-fn migrate(conn: &Connection) -> rusqlite::Result<()> {
-    conn.execute_batch(SCHEMA)?;
+/// Creates or upgrades the table in one `BEGIN IMMEDIATE` transaction (see
+/// [`capability_journal::db::create_schema`]: concurrent openers of a new home wait instead
+/// of failing).
+fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+    tx.execute_batch(SCHEMA)?;
     let mut have = BTreeSet::new();
     {
-        let mut stmt = conn.prepare("PRAGMA table_info(tokens)")?;
+        let mut stmt = tx.prepare("PRAGMA table_info(tokens)")?;
         let names = stmt.query_map([], |r| r.get::<_, String>(1))?;
         for n in names {
             have.insert(n?);
@@ -290,10 +294,11 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     }
     for (name, kind) in ADDED_COLUMNS {
         if !have.contains(name) {
-            conn.execute_batch(&format!("ALTER TABLE tokens ADD COLUMN {name} {kind}"))?;
+            tx.execute_batch(&format!("ALTER TABLE tokens ADD COLUMN {name} {kind}"))?;
         }
     }
-    conn.execute_batch("CREATE UNIQUE INDEX IF NOT EXISTS tokens_by_login ON tokens (login)")
+    tx.execute_batch("CREATE UNIQUE INDEX IF NOT EXISTS tokens_by_login ON tokens (login)")?;
+    tx.commit()
 }
 
 fn record(row: &rusqlite::Row<'_>) -> rusqlite::Result<TokenRecord> {

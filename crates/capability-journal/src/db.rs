@@ -302,6 +302,16 @@ impl Drop for Database {
     }
 }
 
+/// Runs schema statements in one `BEGIN IMMEDIATE` transaction. Several processes opening a
+/// new database at once then wait for each other's write lock (the busy timeout) instead of
+/// one failing with "database is locked" when its statement's read snapshot went stale before
+/// it could write (WAL does not retry that).
+pub fn create_schema(conn: &mut Connection, sql: &str) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    tx.execute_batch(sql)?;
+    tx.commit()
+}
+
 fn run_batch(conn: &mut Connection, jobs: &mut [Box<dyn Job>]) -> Result<(), WriteFailure> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for job in jobs.iter_mut() {

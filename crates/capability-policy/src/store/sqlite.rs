@@ -310,7 +310,7 @@ impl SqliteStore {
                     path: replay_name.clone(),
                     message: e.to_string(),
                 };
-                conn.execute_batch(SCHEMA).map_err(db)?;
+                capability_journal::db::create_schema(conn, SCHEMA).map_err(db)?;
                 migrate(conn).map_err(db)?;
                 capability_journal::recover(&dir, JOURNAL_PREFIX, |lines| {
                     // A torn last line (the process died mid-write) does not parse and is

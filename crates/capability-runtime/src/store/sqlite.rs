@@ -196,7 +196,7 @@ impl SqliteReceiptStore {
     ) -> Result<SqliteReceiptStore, StoreError> {
         let dir = journal_dir.to_path_buf();
         db.call(move |conn| -> Result<(), StoreError> {
-            conn.execute_batch(SCHEMA).map_err(db_err)?;
+            capability_journal::db::create_schema(conn, SCHEMA).map_err(db_err)?;
             capability_journal::recover(&dir, JOURNAL_PREFIX, |lines| {
                 // A torn last line (the process died mid-write) does not parse and is
                 // skipped. Replay is idempotent: a receipt committed before the crash is
