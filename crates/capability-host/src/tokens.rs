@@ -340,7 +340,7 @@ fn store_err(e: impl std::fmt::Display) -> HostError {
 
 impl Tokens {
     pub(crate) fn open(db: Arc<Database>) -> Result<Tokens, HostError> {
-        db.call(|conn| migrate(conn))
+        db.call(migrate)
             .map_err(|_| store_err("the database writer stopped"))?
             .map_err(store_err)?;
         Ok(Tokens {
