@@ -544,10 +544,10 @@ fn chain<'a>(
     tx: &Connection,
     entries: impl ExactSizeIterator<Item = &'a Entry>,
 ) -> rusqlite::Result<Vec<Chained>> {
+    // Cached statements: a batch is often one event, and parsing the SQL cost as much.
     let head: Option<(i64, String)> = tx
-        .query_row("SELECT seq, hash FROM audit_head WHERE id = 1", [], |r| {
-            Ok((r.get(0)?, r.get(1)?))
-        })
+        .prepare_cached("SELECT seq, hash FROM audit_head WHERE id = 1")?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))
         .optional()?;
     let (mut seq, mut prev) = match head {
         Some((s, h)) => (u64::try_from(s).unwrap_or(0), h),
@@ -606,11 +606,11 @@ fn chain<'a>(
             });
         }
     }
-    tx.execute(
+    tx.prepare_cached(
         "INSERT INTO audit_head (id, seq, hash) VALUES (1, ?1, ?2)
          ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
-        params![i64::try_from(seq).unwrap_or(i64::MAX), prev],
-    )?;
+    )?
+    .execute(params![i64::try_from(seq).unwrap_or(i64::MAX), prev])?;
     let mut write_head = tx.prepare_cached(
         "INSERT INTO audit_tenant_heads (tenant, seq, hash) VALUES (?1, ?2, ?3)
          ON CONFLICT (tenant) DO UPDATE SET seq = excluded.seq, hash = excluded.hash",
