@@ -55,7 +55,7 @@ use capability_host::{Actor, Host};
 use capability_policy::audit::parse_traceparent;
 use capability_policy::{
     ActionType, CapabilityKind, DecisionType, GovernedCapability, InterceptError, InterceptRequest,
-    RiskLevel, Stage,
+    Intercepted, RiskLevel, Stage,
 };
 use capability_sandbox::{ChildSpec, Grants, ProcessSandbox};
 use serde::Deserialize;
@@ -630,7 +630,7 @@ impl Gateway {
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(u) = upstreams.iter_mut().find(|u| u.config.name == server) {
             if let Some(s) = u.session.take() {
-                s.kill();
+                crate::may_block(|| s.kill());
             }
             u.fail(e.to_string(), Some(Duration::from_secs(1)));
         }
@@ -798,7 +798,24 @@ impl Gateway {
             .collect()
     }
 
+    /// The live session of `server`; one that is not live is waited for (restarted if its
+    /// backoff has passed, or being started elsewhere) inside [`crate::may_block`].
     fn session(&self, server: &str) -> Result<Arc<dyn McpSession>, String> {
+        let live = self
+            .upstreams
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|u| u.config.name == server && !u.starting)
+            .and_then(|u| u.session.clone())
+            .filter(|s| s.dead().is_none());
+        match live {
+            Some(session) => Ok(session),
+            None => crate::may_block(|| self.revive(server)),
+        }
+    }
+
+    fn revive(&self, server: &str) -> Result<Arc<dyn McpSession>, String> {
         let alive = {
             let upstreams = self
                 .upstreams
@@ -944,9 +961,11 @@ impl Gateway {
         // the pins when its tool is quarantined, so that an accepted pin counts at once.
         let mut found = self.find(name);
         if found.as_ref().is_none_or(|t| t.quarantined) {
-            self.refresh(false);
-            self.recheck_pins();
-            found = self.find(name);
+            found = crate::may_block(|| {
+                self.refresh(false);
+                self.recheck_pins();
+                self.find(name)
+            });
         }
         let Some(t) = found.filter(|t| self.visible_by_config(t)) else {
             return error_result(format!("Unknown tool: {name}"), None, None);
@@ -973,7 +992,25 @@ impl Gateway {
             .server(&t.server)
             .map(|s| timeout_of(&self.config, s))
             .unwrap_or(Duration::from_secs(30));
-        let intercepted = self.host.governor().intercept_with(req, |exec| {
+        // Redeeming an approval waits for the store's writer; the rest of the lifecycle is
+        // CPU work and a journal append, in place.
+        let governed = |req| self.governed(req, &t, timeout);
+        let intercepted = if req.approval_token.is_some() {
+            crate::may_block(|| governed(req))
+        } else {
+            governed(req)
+        };
+        self.answer(&t, intercepted)
+    }
+
+    /// The governed lifecycle of a call of `t`: the upstream call between the policy stages.
+    fn governed(
+        &self,
+        req: InterceptRequest,
+        t: &GatewayTool,
+        timeout: Duration,
+    ) -> Intercepted<Called, String> {
+        self.host.governor().intercept_with(req, |exec| {
             // A `route` may have moved the call to another upstream tool.
             let target = if exec.capability.name == t.capability {
                 t.clone()
@@ -1007,7 +1044,7 @@ impl Gateway {
                     .server(&target.server)
                     .is_some_and(|s| s.command.is_some());
                 let broken = match e {
-                    UpstreamError::Exited { .. } => true,
+                    UpstreamError::Exited { .. } | UpstreamError::Stalled => true,
                     UpstreamError::TooLarge | UpstreamError::Timeout(_) => child,
                     _ => false,
                 };
@@ -1024,7 +1061,11 @@ impl Gateway {
                 latency_ms,
             };
             Ok((mapped, called))
-        });
+        })
+    }
+
+    /// The tool result of a governed call of `t`.
+    fn answer(&self, t: &GatewayTool, intercepted: Intercepted<Called, String>) -> Value {
         let mut meta = json!({"capabilityId": t.capability, "definitionHash": t.hash});
         match intercepted.result {
             Ok(done) => {

@@ -86,6 +86,9 @@ pub(crate) trait Surface: Clone + Send + Sync + 'static {
     fn list(&self, actor: &Actor) -> Vec<Value>;
     /// A tool call as `actor` (blocking); always a tool result.
     fn call(&self, name: &str, arguments: Value, meta: Option<&Value>, actor: &Actor) -> Value;
+    /// `call` blocks only inside [`crate::may_block`] (else only for CPU work and short
+    /// writes), so that it may run in place on a runtime worker.
+    const CALLS_IN_PLACE: bool = false;
     fn peers(&self) -> &Peers;
     /// No call is in flight.
     fn idle(&self) -> bool;
@@ -101,14 +104,20 @@ fn internal(e: impl std::fmt::Display) -> McpError {
     McpError::internal_error(e.to_string(), None)
 }
 
+/// Whether this thread is a worker of a multi-threaded runtime (where
+/// `tokio::task::block_in_place` may be called).
+pub(crate) fn multi_threaded() -> bool {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread)
+}
+
 /// Runs blocking work (a capability may run sandboxed code for seconds): in place on a
 /// multi-threaded runtime (no hand-off to another thread; the runtime moves its other tasks
 /// away), else on the blocking pool.
 async fn blocking<R: Send + 'static>(
     f: impl FnOnce() -> R + Send + 'static,
 ) -> Result<R, McpError> {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
+    if multi_threaded() {
         Ok(tokio::task::block_in_place(f))
     } else {
         tokio::task::spawn_blocking(f).await.map_err(internal)
@@ -172,8 +181,12 @@ impl<S: Surface> ServerHandler for Handler<S> {
             Some(m) if !m.0.0.is_empty() => Some(Value::Object(m.0.0)),
             _ => Some(Value::Object(context.meta.0.0.clone())),
         };
-        let result =
-            blocking(move || surface.call(&name, arguments, meta.as_ref(), &actor)).await?;
+        let call = move || surface.call(&name, arguments, meta.as_ref(), &actor);
+        let result = if S::CALLS_IN_PLACE && multi_threaded() {
+            call()
+        } else {
+            blocking(call).await?
+        };
         let mut result: CallToolResult = serde_json::from_value(result).map_err(internal)?;
         result.result_type = Some(ResultType::COMPLETE);
         Ok(CallToolResponse::Complete(result))

@@ -73,6 +73,19 @@ use capability_host::{Actor, Caller, Host, Outcome, Request, approval_document, 
 use serde_json::{Map, Value, json};
 
 pub use gateway::{Gateway, GatewayConfig};
+
+/// Runs `f`, which may block for long (waiting for an upstream, starting one, a store that
+/// waits for its writer): on a worker of a multi-threaded runtime the worker's other tasks
+/// move to another thread meanwhile (`block_in_place`); elsewhere `f` just runs. The
+/// gateway's calls run in place on the worker and go through this only where they wait, so
+/// that a quick call costs no hand-off between threads.
+pub(crate) fn may_block<R>(f: impl FnOnce() -> R) -> R {
+    if handler::multi_threaded() {
+        tokio::task::block_in_place(f)
+    } else {
+        f()
+    }
+}
 pub use http::HttpLimits;
 
 /// How the server is set up.
@@ -432,6 +445,7 @@ impl handler::Surface for GatewayServer {
     fn call(&self, name: &str, arguments: Value, meta: Option<&Value>, actor: &Actor) -> Value {
         self.0.call(name, arguments, meta, actor)
     }
+    const CALLS_IN_PLACE: bool = true;
     fn peers(&self) -> &handler::Peers {
         &self.0.peers
     }

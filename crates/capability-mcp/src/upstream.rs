@@ -12,6 +12,10 @@
 //! without a hand-off between threads; callers that find the inbox taken wait on a
 //! `Waiter` of their own (an atomic flag polled briefly, then slept on). While no call is
 //! in flight a thread per session drains notifications and notices the end of the output.
+//! The server's input is non-blocking too: a server that stops reading fails the call at its
+//! deadline (and the session, if half a message went out) instead of holding the caller.
+//! Called on a worker of a multi-threaded Tokio runtime, only the short spin of a lone call
+//! runs in place; every longer wait is inside `block_in_place`.
 //! A stdio server runs as a plain child ([`StdioSession::start`]) or inside the process
 //! sandbox ([`StdioSession::start_sandboxed`]).
 
@@ -25,6 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::{Duration, Instant};
 
 use capability_sandbox::{ChildSpec, ProcessSandbox, SandboxedChild};
+use rustix::event::PollFlags;
 use serde_json::{Value, json};
 
 /// The longest line accepted from an upstream (a larger answer fails the session).
@@ -54,6 +59,8 @@ pub enum UpstreamError {
     Timeout(u128),
     #[error("MCP server sent a message larger than {MAX_LINE} bytes")]
     TooLarge,
+    #[error("MCP server stopped reading its input in the middle of a message")]
+    Stalled,
     #[error("MCP server error {code}: {message}")]
     Rpc { code: i64, message: String },
 }
@@ -110,11 +117,17 @@ struct Inbox {
     closed: bool,
 }
 
-/// Waits until `fd` is readable (or has hung up), at most `timeout`.
-fn poll_readable(fd: &impl AsFd, timeout: Duration) {
-    use rustix::event::{PollFd, PollFlags, Timespec, poll};
+/// Waits until `fd` is ready for `flags` (or has hung up), at most `timeout`.
+fn poll_ready(fd: &impl AsFd, flags: PollFlags, timeout: Duration) {
+    use rustix::event::{PollFd, Timespec, poll};
     let timeout = Timespec::try_from(timeout).ok();
-    let _ = poll(&mut [PollFd::new(fd, PollFlags::IN)], timeout.as_ref());
+    let _ = poll(&mut [PollFd::new(fd, flags)], timeout.as_ref());
+}
+
+fn set_nonblocking(fd: &impl AsFd) -> std::io::Result<()> {
+    use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
+    fcntl_setfl(fd, fcntl_getfl(fd)? | OFlags::NONBLOCK)?;
+    Ok(())
 }
 
 /// `m`, whether or not a holder panicked; `None` when another thread holds it.
@@ -144,8 +157,7 @@ struct Shared {
 impl Shared {
     /// The state of a session reading `stdout` (made non-blocking).
     fn new(stdout: File) -> std::io::Result<Arc<Shared>> {
-        use rustix::fs::{OFlags, fcntl_getfl, fcntl_setfl};
-        fcntl_setfl(&stdout, fcntl_getfl(&stdout)? | OFlags::NONBLOCK)?;
+        set_nonblocking(&stdout)?;
         Ok(Arc::new(Shared {
             inbox: Mutex::new(Inbox {
                 stdout,
@@ -298,40 +310,17 @@ impl Shared {
     }
 
     /// Waits until `deadline` for the answer of `waiter`: reads the output itself while no
-    /// other caller does (polling for [`SPIN`], then sleeping in `poll`), else waits to be
-    /// handed its answer by the caller who reads.
+    /// other caller does, else waits to be handed its answer by the caller who reads. The
+    /// only call in flight polls for [`SPIN`] first, in place; then (or at once, when other
+    /// calls are in flight) it sleeps in `poll` or `park`, inside [`crate::may_block`].
     fn wait(&self, waiter: &Waiter, deadline: Instant) -> Option<Reply> {
-        let spin_until = Instant::now() + SPIN;
-        let mut spins = 0u32;
-        let answer = loop {
-            if waiter.ready() {
-                break waiter.take();
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                break None;
-            }
-            let spinning = now < spin_until;
-            if let Some(mut inbox) = try_take(&self.inbox) {
-                self.pump(&mut inbox);
-                if waiter.ready() || inbox.closed {
-                    continue;
-                }
-                if !spinning {
-                    poll_readable(&inbox.stdout, (deadline - now).min(IDLE_POLL));
-                    continue;
-                }
-            } else if !spinning {
-                std::thread::park_timeout((deadline - now).min(NAP));
-                continue;
-            }
-            // Mostly busy-wait; yield now and then so a server on this core can run.
-            spins += 1;
-            if spins.is_multiple_of(16) {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
-            }
+        let answer = match self.active.load(Ordering::Acquire) {
+            1 => self.spin(waiter, (Instant::now() + SPIN).min(deadline)),
+            _ => None,
+        };
+        let answer = match answer {
+            Some(answer) => answer,
+            None => crate::may_block(|| self.sleep(waiter, deadline)),
         };
         // Another caller may be asleep waiting for the inbox this one read: wake one.
         if let Some(w) = self
@@ -346,6 +335,59 @@ impl Shared {
         answer
     }
 
+    /// Busy-waits for the answer of `waiter` until `until`, reading the output while no
+    /// other caller does; `None` if it has not come.
+    fn spin(&self, waiter: &Waiter, until: Instant) -> Option<Option<Reply>> {
+        let mut spins = 0u32;
+        loop {
+            if waiter.ready() {
+                return Some(waiter.take());
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            if let Some(mut inbox) = try_take(&self.inbox) {
+                self.pump(&mut inbox);
+                if waiter.ready() || inbox.closed {
+                    continue;
+                }
+            }
+            // Yield now and then so a server on this core can run.
+            spins += 1;
+            if spins.is_multiple_of(16) {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Waits for the answer of `waiter` until `deadline`, asleep in `poll` while it holds
+    /// the inbox, else parked until the reader hands it over.
+    fn sleep(&self, waiter: &Waiter, deadline: Instant) -> Option<Reply> {
+        loop {
+            if waiter.ready() {
+                return waiter.take();
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            if let Some(mut inbox) = try_take(&self.inbox) {
+                self.pump(&mut inbox);
+                if !waiter.ready() && !inbox.closed {
+                    poll_ready(
+                        &inbox.stdout,
+                        PollFlags::IN,
+                        (deadline - now).min(IDLE_POLL),
+                    );
+                }
+            } else {
+                std::thread::park_timeout((deadline - now).min(NAP));
+            }
+        }
+    }
+
     /// While no call is in flight, reads the output as it comes (notifications, the end of
     /// the output); returns when it has ended or the session is gone.
     fn drain_while_idle(self: Arc<Self>, output: File) {
@@ -354,7 +396,7 @@ impl Shared {
                 std::thread::sleep(NAP);
                 continue;
             }
-            poll_readable(&output, IDLE_POLL);
+            poll_ready(&output, PollFlags::IN, IDLE_POLL);
             if self.active.load(Ordering::Acquire) > 0 {
                 continue;
             }
@@ -394,10 +436,17 @@ impl Process {
     }
 }
 
+/// The server's input: a pipe or a socket, made non-blocking.
+trait Input: Write + AsFd + Send {}
+impl<T: Write + AsFd + Send> Input for T {}
+
+/// How long a notification may wait for room in the server's input.
+const NOTIFY_TIMEOUT: Duration = Duration::from_millis(100);
+
 /// One running upstream server.
 pub struct StdioSession {
     child: Mutex<Process>,
-    stdin: Mutex<Box<dyn Write + Send>>,
+    stdin: Mutex<Box<dyn Input>>,
     shared: Arc<Shared>,
     next_id: AtomicU64,
     /// What `initialize` answered.
@@ -471,7 +520,7 @@ impl StdioSession {
     /// Reads the server's output and stderr on threads of their own, then does the handshake.
     fn begin(
         child: Process,
-        stdin: Box<dyn Write + Send>,
+        stdin: Box<dyn Input>,
         stdout: OwnedFd,
         mut stderr: impl Read + Send + 'static,
         timeout: Duration,
@@ -480,6 +529,7 @@ impl StdioSession {
         let spawn_error = |e: std::io::Error| UpstreamError::Spawn(format!("server output: {e}"));
         let watched = stdout.try_clone().map_err(spawn_error)?;
         let shared = Shared::new(stdout).map_err(spawn_error)?;
+        set_nonblocking(&stdin).map_err(spawn_error)?;
         {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
@@ -525,18 +575,39 @@ impl StdioSession {
         Ok(session)
     }
 
-    fn send(&self, msg: &Value) -> Result<(), UpstreamError> {
+    /// Writes one message, waiting (inside [`crate::may_block`]) until `deadline` for room
+    /// when the server does not read. A message cut short by the deadline leaves the
+    /// session unusable: it fails.
+    fn send(&self, msg: &Value, deadline: Instant) -> Result<(), UpstreamError> {
         let mut line = msg.to_string();
         line.push('\n');
+        let mut rest = line.as_bytes();
         let mut stdin = self.stdin.lock().unwrap_or_else(PoisonError::into_inner);
-        stdin
-            .write_all(line.as_bytes())
-            .and_then(|()| stdin.flush())
-            .map_err(|_| self.exit_error())
+        while !rest.is_empty() {
+            match stdin.write(rest) {
+                Ok(0) => return Err(self.exit_error()),
+                Ok(n) => rest = &rest[n..],
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        if rest.len() < line.len() {
+                            self.shared.fail_all(UpstreamError::Stalled);
+                        }
+                        return Err(UpstreamError::Timeout(0));
+                    }
+                    let stdin = &*stdin;
+                    crate::may_block(|| poll_ready(stdin, PollFlags::OUT, left));
+                }
+                Err(_) => return Err(self.exit_error()),
+            }
+        }
+        Ok(())
     }
 
     fn notify(&self, method: &str, params: Value) {
-        let _ = self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+        let msg = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        let _ = self.send(&msg, Instant::now() + NOTIFY_TIMEOUT);
     }
 
     fn exit_error(&self) -> UpstreamError {
@@ -597,9 +668,13 @@ impl StdioSession {
         }
         // Counted before sending, so that its answer is read by a caller, not the drainer.
         self.shared.active.fetch_add(1, Ordering::AcqRel);
-        let answer = self
-            .send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}))
-            .map(|()| self.shared.wait(&waiter, deadline));
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        let answer = match self.send(&msg, deadline) {
+            Ok(()) => Ok(self.shared.wait(&waiter, deadline)),
+            // No room in the server's input until the deadline.
+            Err(UpstreamError::Timeout(_)) => Ok(None),
+            Err(e) => Err(e),
+        };
         self.shared.active.fetch_sub(1, Ordering::AcqRel);
         let answer = match answer {
             Ok(answer) => answer,
@@ -612,10 +687,12 @@ impl StdioSession {
             Some(reply) => reply,
             None => {
                 forget();
-                self.notify(
-                    "notifications/cancelled",
-                    json!({"requestId": id, "reason": "timeout"}),
-                );
+                if self.dead().is_none() {
+                    self.notify(
+                        "notifications/cancelled",
+                        json!({"requestId": id, "reason": "timeout"}),
+                    );
+                }
                 Err(UpstreamError::Timeout(timeout.as_millis()))
             }
         }
@@ -792,8 +869,13 @@ impl HttpSession {
         Ok(session)
     }
 
-    /// Posts one message; the response with `id` (when one is awaited).
+    /// Posts one message; the response with `id` (when one is awaited). Blocking, inside
+    /// [`crate::may_block`].
     fn post(&self, msg: &Value, id: Option<u64>, timeout: Duration) -> Reply {
+        crate::may_block(|| self.exchange(msg, id, timeout))
+    }
+
+    fn exchange(&self, msg: &Value, id: Option<u64>, timeout: Duration) -> Reply {
         use capability_openapi::http::{HttpError, Outgoing};
         let mut headers = vec![
             (
@@ -977,6 +1059,36 @@ mod tests {
         let two =
             json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]});
         assert_eq!(map_tool_result(&two).unwrap(), json!(["a", "b"]));
+    }
+
+    #[test]
+    fn a_server_that_stops_reading_fails_the_call_at_its_timeout() {
+        // Answers the handshake, then never reads its input again.
+        let script = concat!(
+            "read line; printf '%s\\n' '{\"jsonrpc\":\"2.0\",\"id\":1,",
+            "\"result\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{}}}'; ",
+            "exec sleep 60"
+        );
+        let env = [("PATH".to_string(), "/usr/bin:/bin".to_string())];
+        let session = StdioSession::start(
+            "sh",
+            &["-c".into(), script.into()],
+            &env,
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        // Far more than a pipe holds: the write stalls part-way.
+        let big = json!({"text": "x".repeat(4 << 20)});
+        let started = Instant::now();
+        let answer = session.call_tool("echo", big, Duration::from_millis(300));
+        assert_eq!(answer, Err(UpstreamError::Timeout(300)));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        // Half a message is in its input: the session is done.
+        assert_eq!(session.dead(), Some(UpstreamError::Stalled));
+        assert_eq!(
+            session.call_tool("echo", json!({}), Duration::from_secs(1)),
+            Err(UpstreamError::Stalled)
+        );
     }
 
     fn shared(output: std::io::PipeReader) -> Arc<Shared> {
