@@ -73,6 +73,7 @@ use capability_host::{Actor, Caller, Host, Outcome, Request, approval_document, 
 use serde_json::{Map, Value, json};
 
 pub use gateway::{Gateway, GatewayConfig};
+pub use http::HttpLimits;
 
 /// Runs `f`, which may block for long (waiting for an upstream, starting one, a store that
 /// waits for its writer): on a worker of a multi-threaded runtime the worker's other tasks
@@ -86,7 +87,6 @@ pub(crate) fn may_block<R>(f: impl FnOnce() -> R) -> R {
         f()
     }
 }
-pub use http::HttpLimits;
 
 /// How the server is set up.
 #[derive(Clone, Debug, Default)]
