@@ -111,9 +111,9 @@ pub(crate) fn multi_threaded() -> bool {
     Handle::try_current().is_ok_and(|h| h.runtime_flavor() == RuntimeFlavor::MultiThread)
 }
 
-/// Runs blocking work (a capability may run sandboxed code for seconds): in place on a
-/// multi-threaded runtime (no hand-off to another thread; the runtime moves its other tasks
-/// away), else on the blocking pool.
+/// Runs blocking work (a capability may run sandboxed code for seconds): on this thread
+/// under `block_in_place` on a multi-threaded runtime (the worker's core, with its other
+/// tasks, moves to another thread meanwhile), else on the blocking pool.
 async fn blocking<R: Send + 'static>(
     f: impl FnOnce() -> R + Send + 'static,
 ) -> Result<R, McpError> {
