@@ -7,10 +7,13 @@
 //! retried in a transaction of its own so that one bad record does not fail the others.
 //!
 //! After a commit the writer sleeps for [`Database::GROUP_WINDOW`] before it looks at its
-//! queue again: jobs submitted meanwhile wait for the next batch without waking it. An idle
-//! writer is woken by the first job, a busy one costs submitters no wake-up at all (waking
-//! it for every job made it commit one tiny batch per call and, on a small machine, preempt
-//! the very callers that submitted). A longer window is not better on two cores: at 5 ms a
+//! queue again: jobs submitted meanwhile wait for the next batch without waking it. With
+//! nothing queued it looks again after 1, 2, 4, ... 32 ms, and only after about 60 ms
+//! without a job does it wait for the next one, which then wakes it: a writer that
+//! is busy, or was a moment ago, costs submitters no wake-up at all (waking it for every
+//! job made it commit one tiny batch per call and, on a small machine, preempt the very
+//! callers that submitted; a wake-up of a thread on the other core costs the submitter
+//! tens of microseconds on a VM). A longer window is not better on two cores: at 5 ms a
 //! gateway call was faster but a `cap mcp-serve` call slower at p50 and p99 (the batches
 //! commit in bursts that compete with the calls). Durability does not change: a store
 //! journals its records before it submits them.
@@ -22,7 +25,7 @@
 //! the writer writes.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
 use std::sync::{Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -339,8 +342,32 @@ fn commit(conn: &mut Connection, mut jobs: Vec<Box<dyn Job>>) {
     }
 }
 
+/// Once the writer's naps while no job comes would reach this long (after about 60 ms
+/// without a job), it waits on its queue instead.
+const IDLE_NAP_MAX: Duration = Duration::from_millis(64);
+
 fn writer_loop(mut conn: Connection, rx: Receiver<Msg>, window: Duration) {
-    while let Ok(first) = rx.recv() {
+    // A submitter wakes the writer only after it was idle for a while: it looks at its
+    // queue after each window, then at growing intervals, without waiting on the channel
+    // (a receiver that waits costs each submitter a futex wake-up, a thread switch on the
+    // other core, on the hot path of every call). After about 60 ms without a job it waits
+    // on the channel, and the next job wakes it once. A call wakes it at once.
+    let mut nap = window;
+    loop {
+        let first = match rx.try_recv() {
+            Ok(msg) => msg,
+            Err(TryRecvError::Disconnected) => return,
+            Err(TryRecvError::Empty) if nap < IDLE_NAP_MAX => {
+                std::thread::park_timeout(nap);
+                nap = (nap * 2).min(IDLE_NAP_MAX);
+                continue;
+            }
+            Err(TryRecvError::Empty) => match rx.recv() {
+                Ok(msg) => msg,
+                Err(_) => return,
+            },
+        };
+        nap = window;
         let mut next = Some(first);
         let mut jobs: Vec<Box<dyn Job>> = Vec::new();
         while let Some(msg) = next.take() {
@@ -359,8 +386,7 @@ fn writer_loop(mut conn: Connection, rx: Receiver<Msg>, window: Duration) {
         let committed = !jobs.is_empty();
         commit(&mut conn, jobs);
         if committed {
-            // Let the next batch gather: submitters do not wake a writer that is not waiting
-            // (a call does; an early wake-up only commits the next batch sooner).
+            // Let the next batch gather (a call cuts the window short).
             std::thread::park_timeout(window);
         }
     }
