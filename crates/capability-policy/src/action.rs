@@ -220,20 +220,64 @@ impl AgentAction {
     /// agent, tenant, environment, principal and input. Approvals bind to it, so that a
     /// changed input (or any other of these) cannot reuse an approval.
     pub fn digest(&self) -> String {
-        let mut m = Map::new();
-        m.insert("actionType".into(), self.action_type.as_str().into());
-        m.insert("capability".into(), self.capability.name.clone().into());
-        m.insert("agentId".into(), self.agent_id.clone().into());
-        m.insert(
-            "tenant".into(),
-            self.tenant_id.clone().map_or(Value::Null, Value::String),
-        );
-        m.insert("environment".into(), self.environment.as_str().into());
-        m.insert(
-            "principal".into(),
-            self.principal_id.clone().map_or(Value::Null, Value::String),
-        );
-        m.insert("input".into(), self.input.clone());
-        capability_core::json::canonical_hash(&Value::Object(m))
+        use capability_core::json::{sha256_hex, write_canonical, write_json_string};
+        fn opt(out: &mut String, v: Option<&str>) {
+            match v {
+                Some(s) => write_json_string(out, s),
+                None => out.push_str("null"),
+            }
+        }
+        // The keys are plain ASCII, so canonical order is byte order: written in that order
+        // (a test compares with the generic canonical writer).
+        let mut out = String::with_capacity(256);
+        out.push_str("{\"actionType\":");
+        write_json_string(&mut out, self.action_type.as_str());
+        out.push_str(",\"agentId\":");
+        write_json_string(&mut out, &self.agent_id);
+        out.push_str(",\"capability\":");
+        write_json_string(&mut out, &self.capability.name);
+        out.push_str(",\"environment\":");
+        write_json_string(&mut out, self.environment.as_str());
+        out.push_str(",\"input\":");
+        write_canonical(&mut out, &self.input);
+        out.push_str(",\"principal\":");
+        opt(&mut out, self.principal_id.as_deref());
+        out.push_str(",\"tenant\":");
+        opt(&mut out, self.tenant_id.as_deref());
+        out.push('}');
+        sha256_hex(out.as_bytes())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::model::CapabilityKind;
+    use serde_json::json;
+
+    #[test]
+    fn the_digest_is_the_hash_of_the_canonical_json_of_what_the_action_does() {
+        let cap = Arc::new(GovernedCapability::new("mcp.s.t", CapabilityKind::McpTool));
+        let generic = |a: &AgentAction| {
+            capability_core::json::canonical_hash(&json!({
+                "actionType": a.action_type.as_str(),
+                "capability": a.capability.name,
+                "agentId": a.agent_id,
+                "tenant": a.tenant_id,
+                "environment": a.environment.as_str(),
+                "principal": a.principal_id,
+                "input": a.input,
+            }))
+        };
+        let plain = AgentAction::new(ActionType::McpToolCall, Arc::clone(&cap), "bot");
+        assert_eq!(plain.digest(), generic(&plain));
+        let full = AgentAction::new(ActionType::ToolCall, cap, "agent \"q\" é")
+            .tenant("acme")
+            .principal("alice")
+            .environment(Environment::Prod)
+            .input(json!({"b": [1, 2.5, "x"], "a": {"2": null, "10": true}, "é": "\u{1}"}));
+        assert_eq!(full.digest(), generic(&full));
+        assert_ne!(full.digest(), plain.digest());
     }
 }

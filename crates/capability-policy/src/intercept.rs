@@ -609,9 +609,14 @@ impl Governor {
         let cap = self.registry.require(&req.capability)?;
         let input = std::mem::take(&mut req.input);
         let mut action = self.action_with_input(&req, cap, input);
-        // Approvals bind to the action the agent asked for (before transforms and routes);
-        // only an approval manager needs that copy.
-        let original = self.approvals.as_ref().map(|_| action.clone());
+        // Approvals bind to the action the agent asked for (before transforms and routes): a
+        // copy is kept, for an approval manager, just before a transform or route changes it.
+        let mut original: Option<AgentAction> = None;
+        let keep = |original: &mut Option<AgentAction>, action: &AgentAction| {
+            if self.approvals.is_some() && original.is_none() {
+                *original = Some(action.clone());
+            }
+        };
         // The digest of `action` as it is now (reset when its input or capability changes).
         let mut digest = DigestCache::default();
         let receipt = req.receipt_id.as_ref();
@@ -653,14 +658,18 @@ impl Governor {
 
         let mut output_obligations = Obligations::default();
         let mut sandbox: Option<SandboxRequirement> = None;
+        // The policies' runtime metadata: one copy of the request's, handed from stage to
+        // stage.
+        let mut runtime = req.metadata.clone();
         let before = if req.mode == InterceptMode::Lifecycle {
             let mut depth = 0usize;
             loop {
                 // The context owns the action while the policies look at it.
                 let mut ctx = PolicyContext::new(action, Stage::BeforeCapability);
-                ctx.runtime_metadata.clone_from(&req.metadata);
+                ctx.runtime_metadata = std::mem::take(&mut runtime);
                 ctx.approval.clone_from(&approval);
                 let verdict = self.engine.evaluate(&ctx);
+                runtime = std::mem::take(&mut ctx.runtime_metadata);
                 action = ctx.action;
                 let verdict = match verdict {
                     Ok(v) => v,
@@ -686,10 +695,10 @@ impl Governor {
                     })));
                 }
                 if verdict.requires_approval() {
-                    let record = match (&self.approvals, &original) {
-                        (Some(m), Some(original)) => Some(Box::new(
+                    let record = match &self.approvals {
+                        Some(m) => Some(Box::new(
                             m.request(ApprovalRequest {
-                                action: original,
+                                action: original.as_ref().unwrap_or(&action),
                                 reason: verdict.decision.reason.clone(),
                                 policy_ids: verdict
                                     .decisions
@@ -735,6 +744,7 @@ impl Governor {
                         self.emit(ev, receipt, &mut events)?;
                         return Err(InterceptError::Transform(e));
                     }
+                    keep(&mut original, &action);
                     action.input = input;
                     digest.reset();
                 }
@@ -787,6 +797,7 @@ impl Governor {
                             })));
                         }
                         let target_cap = self.registry.require(&target)?;
+                        keep(&mut original, &action);
                         routed_from.push(action.capability.name.clone());
                         let routed_input = std::mem::take(&mut action.input);
                         let mut routed = self.action_with_input(&req, target_cap, routed_input);
@@ -805,9 +816,8 @@ impl Governor {
             None
         };
 
-        if let (Some(m), Some(token), Some(original)) =
-            (&self.approvals, &req.approval_token, &original)
-        {
+        if let (Some(m), Some(token)) = (&self.approvals, &req.approval_token) {
+            let original = original.as_ref().unwrap_or(&action);
             // Single use: consumed now that execution goes ahead. The digest binds the
             // original action (before any transform or route).
             if let Err(e) = m.redeem_for(token, original) {
@@ -846,7 +856,7 @@ impl Governor {
             Err(error) => {
                 let message = error.to_string();
                 let mut ctx = PolicyContext::new(action, Stage::OnError);
-                ctx.runtime_metadata.clone_from(&req.metadata);
+                ctx.runtime_metadata = runtime;
                 ctx.error = Some(message.clone());
                 let on_error = self.engine.evaluate(&ctx);
                 action = ctx.action;
@@ -896,7 +906,7 @@ impl Governor {
         action.output = Some(raw);
         action.output_summary = None;
         let mut ctx = PolicyContext::new(action, Stage::AfterCapability);
-        ctx.runtime_metadata.clone_from(&req.metadata);
+        ctx.runtime_metadata = runtime;
         ctx.approval.clone_from(&approval);
         let after = self.engine.evaluate(&ctx);
         let PolicyContext {
