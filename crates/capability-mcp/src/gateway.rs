@@ -317,18 +317,20 @@ fn glob(patterns: &[String], name: &str) -> bool {
     patterns.iter().any(|p| crate::glob_match(p, name))
 }
 
-/// One upstream tool as the gateway knows it.
+/// One upstream tool as the gateway knows it (shared: a call holds its tool).
 #[derive(Clone, Debug)]
 struct GatewayTool {
     server: String,
     tool: String,
     downstream: String,
     capability: String,
-    /// Shared: a call copies its tool.
-    definition: Arc<Value>,
+    definition: Value,
     hash: String,
     quarantined: bool,
     hidden: Vec<String>,
+    /// Its input declares an `approvalToken` property (which is then the tool's argument,
+    /// not the call's approval).
+    declares_approval_token: bool,
 }
 
 /// How long an upstream must stay up, after its last start, for its backoff to begin again
@@ -391,10 +393,11 @@ pub struct Gateway {
     upstreams: Mutex<Vec<Upstream>>,
     /// Signalled when a start (outside the lock) ends.
     started: std::sync::Condvar,
-    tools: Mutex<Vec<GatewayTool>>,
+    tools: Mutex<Vec<Arc<GatewayTool>>>,
     pins: Mutex<Pins>,
     pub(crate) peers: Peers,
     calls: CallLimits,
+    connect: Box<Connect>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -444,8 +447,18 @@ fn child_env(server: &ServerConfig) -> Vec<(String, String)> {
     env
 }
 
+/// How the gateway starts the session of an upstream (given the handshake's timeout):
+/// [`Gateway::open`] starts a child over stdio (or in the sandbox) or connects over HTTP;
+/// [`Gateway::open_with`] takes another (an embedder's own transport, a benchmark's
+/// in-process upstream).
+pub type Connect =
+    dyn Fn(&ServerConfig, Duration) -> Result<Arc<dyn McpSession>, UpstreamError> + Send + Sync;
+
 /// Starts the session of an upstream (a child over stdio, or an HTTP server).
-fn start(server: &ServerConfig, timeout: Duration) -> Result<Arc<dyn McpSession>, UpstreamError> {
+pub fn start(
+    server: &ServerConfig,
+    timeout: Duration,
+) -> Result<Arc<dyn McpSession>, UpstreamError> {
     match (&server.command, &server.url) {
         (Some(command), _) if server.sandbox => Ok(Arc::new(StdioSession::start_sandboxed(
             &sandbox_spec(
@@ -493,6 +506,16 @@ impl Gateway {
         config: GatewayConfig,
         serve: ServeOptions,
     ) -> Result<Gateway, String> {
+        Gateway::open_with(host, config, serve, Box::new(start))
+    }
+
+    /// [`Gateway::open`] with upstream sessions started by `connect`.
+    pub fn open_with(
+        host: Arc<Host>,
+        config: GatewayConfig,
+        serve: ServeOptions,
+        connect: Box<Connect>,
+    ) -> Result<Gateway, String> {
         let pins_path = config
             .pins
             .clone()
@@ -520,6 +543,7 @@ impl Gateway {
             peers: Peers::default(),
             calls: CallLimits::new(serve.http.max_calls_per_principal),
             serve,
+            connect,
         };
         gateway.refresh(true);
         Ok(gateway)
@@ -588,7 +612,7 @@ impl Gateway {
         }
         for server in to_start {
             let handshake = timeout_of(&self.config, &server).max(HANDSHAKE_TIMEOUT_FLOOR);
-            let started = start(&server, handshake);
+            let started = (self.connect)(&server, handshake);
             let mut upstreams = self
                 .upstreams
                 .lock()
@@ -659,7 +683,7 @@ impl Gateway {
                 tools
                     .iter()
                     .chain(added.iter())
-                    .any(|t: &GatewayTool| t.downstream == n)
+                    .any(|t: &Arc<GatewayTool>| t.downstream == n)
             };
             let downstream = downstream_name(&server.name, &name, server.prefix, &taken);
             let hidden = hidden_characters(
@@ -688,7 +712,10 @@ impl Gateway {
                 GovernedCapability::with_governance(capability.clone(), governance);
             registered.declared_effects = effects_of(server, &def);
             self.host.governor().register_capability(registered);
-            added.push(GatewayTool {
+            let declares_approval_token = def
+                .pointer("/inputSchema/properties/approvalToken")
+                .is_some();
+            added.push(Arc::new(GatewayTool {
                 server: server.name.clone(),
                 tool: name,
                 downstream,
@@ -696,8 +723,9 @@ impl Gateway {
                 hash: definition_hash(&def),
                 quarantined: matches!(state, PinState::Changed { .. }),
                 hidden,
-                definition: Arc::new(def),
-            });
+                definition: def,
+                declares_approval_token,
+            }));
         }
         let after: Vec<(String, String, bool)> = added
             .iter()
@@ -715,9 +743,9 @@ impl Gateway {
         }
         let mut tools = self.tools.lock().unwrap_or_else(PoisonError::into_inner);
         for t in tools.iter_mut() {
-            if t.quarantined {
-                t.quarantined =
-                    !matches!(pins.check(&t.server, &t.definition), Ok(PinState::Pinned));
+            if t.quarantined && matches!(pins.check(&t.server, &t.definition), Ok(PinState::Pinned))
+            {
+                Arc::make_mut(t).quarantined = false;
             }
         }
     }
@@ -773,7 +801,7 @@ impl Gateway {
                 }
             })
             .map(|t| {
-                let mut def = (*t.definition).clone();
+                let mut def = t.definition.clone();
                 if let Value::Object(m) = &mut def {
                     m.insert("name".into(), json!(t.downstream));
                     // Policies may redact or transform results, so the gateway does not
@@ -891,13 +919,13 @@ impl Gateway {
     }
 
     /// The known tool named `name` downstream.
-    fn find(&self, name: &str) -> Option<GatewayTool> {
+    fn find(&self, name: &str) -> Option<Arc<GatewayTool>> {
         self.tools
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .iter()
             .find(|t| t.downstream == name)
-            .cloned()
+            .map(Arc::clone)
     }
 
     /// The governed request of a call of `t`: the approval token taken out of the
@@ -914,11 +942,7 @@ impl Gateway {
             Value::Object(m) => m,
             _ => Map::new(),
         };
-        let declares = t
-            .definition
-            .pointer("/inputSchema/properties/approvalToken")
-            .is_some();
-        let token = take_approval_token(&mut arguments, meta, declares);
+        let token = take_approval_token(&mut arguments, meta, t.declares_approval_token);
         let arguments = Value::Object(arguments);
         let digest = canonical_hash(&arguments);
         let mut req = self.request(t, arguments, actor);
@@ -1007,25 +1031,25 @@ impl Gateway {
     fn governed(
         &self,
         req: InterceptRequest,
-        t: &GatewayTool,
+        t: &Arc<GatewayTool>,
         timeout: Duration,
     ) -> Intercepted<Called, String> {
         self.host.governor().intercept_with(req, |exec| {
             // A `route` may have moved the call to another upstream tool.
             let target = if exec.capability.name == t.capability {
-                t.clone()
+                Arc::clone(t)
             } else {
                 self.tools
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .iter()
                     .find(|x| x.capability == exec.capability.name)
-                    .cloned()
+                    .map(Arc::clone)
                     .ok_or_else(|| format!("routed to an unknown tool {}", exec.capability.name))?
             };
             let session = self.session(&target.server)?;
             let started = Instant::now();
-            let answer = session.call_tool(&target.tool, exec.input.clone(), timeout);
+            let answer = session.call_tool(&target.tool, exec.input, timeout);
             let latency = started.elapsed();
             exec.note("latencyUs", json!(latency.as_micros() as u64));
             exec.note(

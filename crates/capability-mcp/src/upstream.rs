@@ -575,17 +575,15 @@ impl StdioSession {
         Ok(session)
     }
 
-    /// Writes one message, waiting (inside [`crate::may_block`]) until `deadline` for room
-    /// when the server does not read. A message cut short by the deadline leaves the
-    /// session unusable: it fails.
-    fn send(&self, msg: &Value, deadline: Instant) -> Result<(), UpstreamError> {
-        let mut line = msg.to_string();
-        line.push('\n');
-        let mut rest = line.as_bytes();
+    /// Writes one message (a line), waiting (inside [`crate::may_block`]) until `deadline`
+    /// for room when the server does not read. A message cut short by the deadline leaves
+    /// the session unusable: it fails.
+    fn send(&self, line: &[u8], deadline: Instant) -> Result<(), Unsent> {
+        let mut rest = line;
         let mut stdin = self.stdin.lock().unwrap_or_else(PoisonError::into_inner);
         while !rest.is_empty() {
             match stdin.write(rest) {
-                Ok(0) => return Err(self.exit_error()),
+                Ok(0) => return Err(Unsent::Failed(self.exit_error())),
                 Ok(n) => rest = &rest[n..],
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == ErrorKind::WouldBlock => {
@@ -594,20 +592,20 @@ impl StdioSession {
                         if rest.len() < line.len() {
                             self.shared.fail_all(UpstreamError::Stalled);
                         }
-                        return Err(UpstreamError::Timeout(0));
+                        return Err(Unsent::Deadline);
                     }
                     let stdin = &*stdin;
                     crate::may_block(|| poll_ready(stdin, PollFlags::OUT, left));
                 }
-                Err(_) => return Err(self.exit_error()),
+                Err(_) => return Err(Unsent::Failed(self.exit_error())),
             }
         }
         Ok(())
     }
 
     fn notify(&self, method: &str, params: Value) {
-        let msg = json!({"jsonrpc": "2.0", "method": method, "params": params});
-        let _ = self.send(&msg, Instant::now() + NOTIFY_TIMEOUT);
+        let line = message(None, method, &params);
+        let _ = self.send(&line, Instant::now() + NOTIFY_TIMEOUT);
     }
 
     fn exit_error(&self) -> UpstreamError {
@@ -642,6 +640,16 @@ impl StdioSession {
 
     /// Sends a request and waits for its result.
     pub fn request(&self, method: &str, params: Value, timeout: Duration) -> Reply {
+        self.exchange(method, &params, timeout)
+    }
+
+    /// Sends a request whose params are written from `params` and waits for its result.
+    fn exchange<P: serde::Serialize + ?Sized>(
+        &self,
+        method: &str,
+        params: &P,
+        timeout: Duration,
+    ) -> Reply {
         if let Some(e) = self.dead() {
             return Err(e);
         }
@@ -668,12 +676,12 @@ impl StdioSession {
         }
         // Counted before sending, so that its answer is read by a caller, not the drainer.
         self.shared.active.fetch_add(1, Ordering::AcqRel);
-        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
-        let answer = match self.send(&msg, deadline) {
+        let line = message(Some(id), method, params);
+        let answer = match self.send(&line, deadline) {
             Ok(()) => Ok(self.shared.wait(&waiter, deadline)),
-            // No room in the server's input until the deadline.
-            Err(UpstreamError::Timeout(_)) => Ok(None),
-            Err(e) => Err(e),
+            // The server did not take the message until the deadline: a timeout.
+            Err(Unsent::Deadline) => Ok(None),
+            Err(Unsent::Failed(e)) => Err(e),
         };
         self.shared.active.fetch_sub(1, Ordering::AcqRel);
         let answer = match answer {
@@ -768,22 +776,74 @@ pub trait McpSession: Send + Sync + std::fmt::Debug {
     }
 
     /// `tools/call`, wrapping a non-object input as `{value: input}` (the reference).
-    fn call_tool(&self, name: &str, arguments: Value, timeout: Duration) -> Reply {
-        let arguments = match arguments {
-            Value::Object(_) => arguments,
-            other => json!({ "value": other }),
-        };
+    fn call_tool(&self, name: &str, arguments: &Value, timeout: Duration) -> Reply {
         self.request(
             "tools/call",
-            json!({"name": name, "arguments": arguments}),
+            json!({"name": name, "arguments": tool_arguments(arguments)}),
             timeout,
         )
     }
 }
 
+/// The arguments of a `tools/call`: an object as it is, anything else as `{value: input}`.
+fn tool_arguments(input: &Value) -> std::borrow::Cow<'_, Value> {
+    match input {
+        Value::Object(_) => std::borrow::Cow::Borrowed(input),
+        other => std::borrow::Cow::Owned(json!({ "value": other })),
+    }
+}
+
+/// Why a message was not written (whole).
+enum Unsent {
+    /// The server's input stayed full until the deadline (had part of the message gone
+    /// out, the session has failed with [`UpstreamError::Stalled`]).
+    Deadline,
+    Failed(UpstreamError),
+}
+
+/// A JSON-RPC 2.0 request (with an id) or notification, as one line.
+fn message<P: serde::Serialize + ?Sized>(id: Option<u64>, method: &str, params: &P) -> Vec<u8> {
+    #[derive(serde::Serialize)]
+    struct Message<'a, P: ?Sized> {
+        jsonrpc: &'static str,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<u64>,
+        method: &'a str,
+        params: &'a P,
+    }
+    let mut line = Vec::with_capacity(256);
+    let msg = Message {
+        jsonrpc: "2.0",
+        id,
+        method,
+        params,
+    };
+    // Writing JSON into memory fails only for a map with non-string keys, which a `Value`
+    // and the params here cannot have.
+    let _ = serde_json::to_writer(&mut line, &msg);
+    line.push(b'\n');
+    line
+}
+
 impl McpSession for StdioSession {
     fn request(&self, method: &str, params: Value, timeout: Duration) -> Reply {
         StdioSession::request(self, method, params, timeout)
+    }
+    fn call_tool(&self, name: &str, arguments: &Value, timeout: Duration) -> Reply {
+        #[derive(serde::Serialize)]
+        struct Params<'a> {
+            name: &'a str,
+            arguments: &'a Value,
+        }
+        let arguments = tool_arguments(arguments);
+        self.exchange(
+            "tools/call",
+            &Params {
+                name,
+                arguments: &arguments,
+            },
+            timeout,
+        )
     }
     fn dead(&self) -> Option<UpstreamError> {
         StdioSession::dead(self)
@@ -1080,13 +1140,13 @@ mod tests {
         // Far more than a pipe holds: the write stalls part-way.
         let big = json!({"text": "x".repeat(4 << 20)});
         let started = Instant::now();
-        let answer = session.call_tool("echo", big, Duration::from_millis(300));
+        let answer = session.call_tool("echo", &big, Duration::from_millis(300));
         assert_eq!(answer, Err(UpstreamError::Timeout(300)));
         assert!(started.elapsed() < Duration::from_secs(5));
         // Half a message is in its input: the session is done.
         assert_eq!(session.dead(), Some(UpstreamError::Stalled));
         assert_eq!(
-            session.call_tool("echo", json!({}), Duration::from_secs(1)),
+            session.call_tool("echo", &json!({}), Duration::from_secs(1)),
             Err(UpstreamError::Stalled)
         );
     }
