@@ -9,7 +9,7 @@ use rmcp::model::{
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::{INSTRUCTIONS, SERVER_NAME};
 
@@ -138,6 +138,29 @@ impl<S: Surface> Handler<S> {
     }
 }
 
+/// A `tools/call` of `surface` as `actor`, as a tool result (`resultType: complete`): in
+/// place when the surface allows it, else where blocking is allowed. Both stdio paths
+/// (rmcp's handler and the lane of [`crate::stdio`]) and HTTP come here.
+pub(crate) async fn tool_call<S: Surface>(
+    surface: &S,
+    actor: Actor,
+    name: String,
+    arguments: Map<String, Value>,
+    meta: Map<String, Value>,
+) -> Result<CallToolResult, McpError> {
+    let arguments = Value::Object(arguments);
+    let meta = Some(Value::Object(meta));
+    let result = if S::CALLS_IN_PLACE && multi_threaded() {
+        surface.call(&name, arguments, meta.as_ref(), &actor)
+    } else {
+        let surface = surface.clone();
+        blocking(move || surface.call(&name, arguments, meta.as_ref(), &actor)).await?
+    };
+    let mut result: CallToolResult = serde_json::from_value(result).map_err(internal)?;
+    result.result_type = Some(ResultType::COMPLETE);
+    Ok(result)
+}
+
 impl<S: Surface> ServerHandler for Handler<S> {
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
@@ -173,22 +196,13 @@ impl<S: Surface> ServerHandler for Handler<S> {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         let actor = self.actor(&context)?;
-        let surface = self.surface.clone();
-        let name = request.name.to_string();
-        let arguments = Value::Object(request.arguments.unwrap_or_default());
         // rmcp hands the request's `_meta` over in the context.
         let meta = match request.meta {
-            Some(m) if !m.0.0.is_empty() => Some(Value::Object(m.0.0)),
-            _ => Some(Value::Object(context.meta.0.0.clone())),
+            Some(m) if !m.0.0.is_empty() => m.0.0,
+            _ => context.meta.0.0.clone(),
         };
-        let call = move || surface.call(&name, arguments, meta.as_ref(), &actor);
-        let result = if S::CALLS_IN_PLACE && multi_threaded() {
-            call()
-        } else {
-            blocking(call).await?
-        };
-        let mut result: CallToolResult = serde_json::from_value(result).map_err(internal)?;
-        result.result_type = Some(ResultType::COMPLETE);
+        let arguments = request.arguments.unwrap_or_default();
+        let result = tool_call(&self.surface, actor, request.name.into(), arguments, meta).await?;
         Ok(CallToolResponse::Complete(result))
     }
 

@@ -11,7 +11,6 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use capability_host::AuthError;
-use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
@@ -232,14 +231,11 @@ pub(crate) async fn serve_stdio<S: Surface>(surface: &S) -> std::io::Result<()> 
         surface: surface.clone(),
         transport: Transport::Stdio,
     };
-    let running = handler
-        // When stdin and stdout are pipes (as MCP clients start servers), read and write
-        // them on the IO reactor: the blocking `stdio()` handles cost a hand-off to
-        // Tokio's blocking pool, and a thread wake-up, for every message each way.
-        .serve(rmcp::transport::stdio_pipes())
-        .await
-        .map_err(std::io::Error::other)?;
-    running.waiting().await.map_err(std::io::Error::other)?;
+    // When stdin and stdout are pipes (as MCP clients start servers), they are read and
+    // written on the IO reactor: the blocking `stdio()` handles cost a hand-off to Tokio's
+    // blocking pool, and a thread wake-up, for every message each way.
+    let (input, output) = rmcp::transport::stdio_pipes();
+    crate::stdio::serve(handler, input, output).await?;
     drain(surface).await;
     Ok(())
 }

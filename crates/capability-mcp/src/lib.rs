@@ -61,6 +61,7 @@ pub mod gateway;
 mod handler;
 mod http;
 pub mod pins;
+mod stdio;
 mod tools;
 pub mod upstream;
 

@@ -1,0 +1,494 @@
+//! The stdio transport of both surfaces: the client's pipes, with the `tools/call` requests of
+//! a session that began with `initialize` answered in a lane of their own.
+//!
+//! rmcp serves everything else (the handshake, `tools/list`, pings, cancellations, requests
+//! of 2026-07-28 clients that carry their protocol version in `_meta`): the lane reads the
+//! client's input, takes the calls it can answer and hands every other line to rmcp
+//! unchanged, through an in-memory pipe; rmcp's output comes back through another and is
+//! written, like the lane's answers, one whole line at a time. A call in the lane runs in a
+//! task of its own (so calls still run side by side) and writes its answer from that task.
+//!
+//! Why: rmcp turns a request into a task, a message on a channel, a pass through its
+//! service loop and a task that writes the answer, which cost about 60 µs a call on the
+//! 2-core VM where the gateway was measured, more than the governance of the call. The
+//! lane parses the line once and builds the answer with rmcp's own types and the rules rmcp
+//! applies for a peer that negotiated a revision with `initialize` (no `resultType`, an
+//! object-only `structuredContent`); the surface call and the conversion of its result are
+//! the handler's own ([`crate::handler::tool_call`]), so a client cannot tell which path
+//! answered.
+
+use std::sync::Arc;
+
+use rmcp::model::{CallToolResponse, ErrorData, RequestId, ServerJsonRpcMessage, ServerResult};
+use serde_json::{Map, Value};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::Mutex;
+use tokio::task::JoinSet;
+
+use crate::handler::{Surface, tool_call};
+
+/// The longest line the lane looks at; a longer one goes to rmcp as it is (rmcp applies its
+/// own limit).
+const LANE_LINE_MAX: usize = 1 << 20;
+
+/// How much of the client's input or of rmcp's output may wait in an in-memory pipe.
+const PIPE_BYTES: usize = 1 << 16;
+
+/// The client's output, written by rmcp and the lane alike, one whole line at a time.
+type Output<W> = Arc<Mutex<W>>;
+
+/// Where a session is in its `initialize` handshake, as seen from the client's input.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+enum Handshake {
+    #[default]
+    None,
+    /// The client sent `initialize`.
+    Asked,
+    /// ... and then `notifications/initialized`: its calls may take the lane.
+    Done,
+}
+
+/// A `tools/call` the lane answers.
+#[derive(Debug, PartialEq)]
+struct Call {
+    id: RequestId,
+    name: String,
+    arguments: Map<String, Value>,
+    meta: Map<String, Value>,
+}
+
+/// What the lane makes of one line of input.
+#[derive(Debug, PartialEq)]
+enum Line {
+    /// A call to answer in the lane.
+    Call(Call),
+    /// Anything else: for rmcp, unchanged.
+    Rmcp,
+}
+
+/// Reads one line (without its `\n`); a `tools/call` of a session past its handshake whose
+/// every part the lane knows becomes a [`Call`]; `initialize` and
+/// `notifications/initialized` advance the handshake.
+fn classify(line: &[u8], handshake: &mut Handshake) -> Line {
+    // Most lines are calls: the cheap test first.
+    let call = contains(line, b"\"tools/call\"");
+    if !call && !contains(line, b"initialize") {
+        return Line::Rmcp;
+    }
+    let Ok(Value::Object(mut msg)) = serde_json::from_slice::<Value>(line) else {
+        return Line::Rmcp;
+    };
+    if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Line::Rmcp;
+    }
+    match (
+        msg.get("method").and_then(Value::as_str),
+        msg.contains_key("id"),
+    ) {
+        (Some("initialize"), true) => *handshake = Handshake::Asked,
+        (Some("notifications/initialized"), false) if *handshake == Handshake::Asked => {
+            *handshake = Handshake::Done;
+        }
+        (Some("tools/call"), true) if *handshake == Handshake::Done => {
+            return lane_call(&mut msg).map_or(Line::Rmcp, Line::Call);
+        }
+        _ => {}
+    }
+    Line::Rmcp
+}
+
+/// The call in a `tools/call` message, when the lane knows every part of it: an id, a
+/// string `name`, an object `arguments` (or none), an object `_meta` without protocol
+/// fields (a request that declares its own revision is rmcp's), and nothing else.
+fn lane_call(msg: &mut Map<String, Value>) -> Option<Call> {
+    if msg
+        .keys()
+        .any(|k| !matches!(k.as_str(), "jsonrpc" | "id" | "method" | "params"))
+    {
+        return None;
+    }
+    let id: RequestId = serde_json::from_value(msg.remove("id")?).ok()?;
+    let Value::Object(mut params) = msg.remove("params")? else {
+        return None;
+    };
+    if params
+        .keys()
+        .any(|k| !matches!(k.as_str(), "name" | "arguments" | "_meta"))
+    {
+        return None;
+    }
+    let Value::String(name) = params.remove("name")? else {
+        return None;
+    };
+    let arguments = match params.remove("arguments") {
+        None => Map::new(),
+        Some(Value::Object(a)) => a,
+        Some(_) => return None,
+    };
+    let meta = match params.remove("_meta") {
+        None => Map::new(),
+        Some(Value::Object(m)) if !m.keys().any(|k| k.starts_with("io.modelcontextprotocol/")) => m,
+        Some(_) => return None,
+    };
+    Some(Call {
+        id,
+        name,
+        arguments,
+        meta,
+    })
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The answer to a call, as rmcp writes one to a peer that negotiated with `initialize`.
+fn answer_line(id: RequestId, result: Result<rmcp::model::CallToolResult, ErrorData>) -> Vec<u8> {
+    let message = match result {
+        Ok(result) => {
+            let mut result = ServerResult::from(CallToolResponse::Complete(result));
+            result.strip_result_type_for_legacy_peer();
+            result.strip_non_object_output_for_legacy_peer();
+            ServerJsonRpcMessage::response(result, id)
+        }
+        Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
+    };
+    let mut line = serde_json::to_vec(&message).unwrap_or_else(|e| {
+        // Serializing rmcp's own types does not fail; should it, the client gets an error.
+        let error = ErrorData::internal_error(format!("cannot write the answer: {e}"), None);
+        serde_json::to_vec(&ServerJsonRpcMessage::error(error, None)).unwrap_or_default()
+    });
+    line.push(b'\n');
+    line
+}
+
+async fn write_line<W: AsyncWrite + Unpin>(output: &Output<W>, line: &[u8]) -> std::io::Result<()> {
+    let mut w = output.lock().await;
+    w.write_all(line).await?;
+    w.flush().await
+}
+
+/// Serves the handler's surface over `input` and `output` (the client's pipes) until the
+/// input ends: rmcp with the handler behind the lane. Returns once rmcp has stopped and
+/// every call the lane took has been answered.
+pub(crate) async fn serve<S, R, W>(
+    handler: crate::handler::Handler<S>,
+    input: R,
+    output: W,
+) -> std::io::Result<()>
+where
+    S: Surface,
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    use rmcp::ServiceExt;
+    let output: Output<W> = Arc::new(Mutex::new(output));
+    let (to_rmcp, rmcp_input) = tokio::io::duplex(PIPE_BYTES);
+    let (rmcp_output, from_rmcp) = tokio::io::duplex(PIPE_BYTES);
+    let forward = tokio::spawn(forward_rmcp(from_rmcp, Arc::clone(&output)));
+    let lane = tokio::spawn(read_input(handler.surface.clone(), input, to_rmcp, output));
+    let running = handler
+        .serve((rmcp_input, rmcp_output))
+        .await
+        .map_err(std::io::Error::other);
+    let result = match running {
+        Ok(running) => running
+            .waiting()
+            .await
+            .map(|_| ())
+            .map_err(std::io::Error::other),
+        Err(e) => Err(e),
+    };
+    // The lane ends with the input (after its calls are answered); rmcp's output ends when
+    // rmcp has stopped.
+    let _ = lane.await;
+    let _ = forward.await;
+    result
+}
+
+/// Writes rmcp's output to the client, a whole line at a time.
+async fn forward_rmcp<W: AsyncWrite + Unpin>(
+    from_rmcp: tokio::io::DuplexStream,
+    output: Output<W>,
+) {
+    let mut lines = BufReader::new(from_rmcp);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match lines.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {
+                if write_line(&output, &line).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Reads the client's input: calls the lane takes run in tasks of their own, every other
+/// line goes to rmcp. At the end of the input, waits for the lane's calls, then ends rmcp's
+/// input.
+async fn read_input<S, R, W>(
+    surface: S,
+    input: R,
+    mut to_rmcp: tokio::io::DuplexStream,
+    output: Output<W>,
+) where
+    S: Surface,
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let mut input = BufReader::with_capacity(64 << 10, input);
+    let mut handshake = Handshake::None;
+    let mut calls = JoinSet::new();
+    let mut line = Vec::new();
+    'input: loop {
+        line.clear();
+        // A line longer than the lane looks at goes to rmcp as it comes.
+        let mut too_long = false;
+        loop {
+            let (used, complete) = match input.fill_buf().await {
+                Ok(available) if !available.is_empty() => {
+                    let (part, complete) = match available.iter().position(|&b| b == b'\n') {
+                        Some(end) => (&available[..=end], true),
+                        None => (available, false),
+                    };
+                    line.extend_from_slice(part);
+                    (part.len(), complete)
+                }
+                // The end of the input: a last line without `\n` is rmcp's (incomplete).
+                _ => {
+                    let _ = to_rmcp.write_all(&line).await;
+                    break 'input;
+                }
+            };
+            input.consume(used);
+            if too_long || line.len() > LANE_LINE_MAX {
+                too_long = true;
+                if to_rmcp.write_all(&line).await.is_err() {
+                    break 'input;
+                }
+                line.clear();
+            }
+            if complete {
+                break;
+            }
+        }
+        if too_long {
+            continue;
+        }
+        let text = line.strip_suffix(b"\n").unwrap_or(&line);
+        let text = text.strip_suffix(b"\r").unwrap_or(text);
+        match classify(text, &mut handshake) {
+            Line::Call(call) => {
+                #[cfg(test)]
+                tests::LANE_CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let (surface, output) = (surface.clone(), Arc::clone(&output));
+                calls.spawn(async move {
+                    let actor = surface.options().stdio_actor.clone();
+                    let result =
+                        tool_call(&surface, actor, call.name, call.arguments, call.meta).await;
+                    let _ = write_line(&output, &answer_line(call.id, result)).await;
+                });
+                // Forget the calls that have ended.
+                while calls.try_join_next().is_some() {}
+            }
+            Line::Rmcp => {
+                if to_rmcp.write_all(&line).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+    while calls.join_next().await.is_some() {}
+    let _ = to_rmcp.shutdown().await;
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Calls the lane has taken (in this test process).
+    pub(super) static LANE_CALLS: std::sync::atomic::AtomicUsize =
+        std::sync::atomic::AtomicUsize::new(0);
+
+    fn line(v: Value) -> Vec<u8> {
+        serde_json::to_vec(&v).unwrap()
+    }
+
+    fn initialized() -> Handshake {
+        let mut h = Handshake::None;
+        let init = line(json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {}}));
+        assert_eq!(classify(&init, &mut h), Line::Rmcp);
+        let done = line(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        assert_eq!(classify(&done, &mut h), Line::Rmcp);
+        assert_eq!(h, Handshake::Done);
+        h
+    }
+
+    #[test]
+    fn calls_take_the_lane_only_after_the_handshake() {
+        let call = line(json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"m": 1}, "_meta": {"traceparent": "x"}}}));
+        let mut h = Handshake::None;
+        assert_eq!(classify(&call, &mut h), Line::Rmcp);
+        let mut h = initialized();
+        let Line::Call(c) = classify(&call, &mut h) else {
+            panic!("not a lane call");
+        };
+        assert_eq!(c.id, RequestId::Number(7));
+        assert_eq!(c.name, "echo");
+        assert_eq!(Value::Object(c.arguments), json!({"m": 1}));
+        assert_eq!(Value::Object(c.meta), json!({"traceparent": "x"}));
+        // A string id, no arguments.
+        let call = line(json!({"jsonrpc": "2.0", "id": "a", "method": "tools/call",
+            "params": {"name": "echo"}}));
+        assert!(matches!(
+            classify(&call, &mut h),
+            Line::Call(Call {
+                id: RequestId::String(_),
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn what_the_lane_does_not_know_is_rmcps() {
+        let mut h = initialized();
+        for odd in [
+            // Not JSON, not JSON-RPC 2.0, no id, a null id.
+            json!("tools/call"),
+            json!({"jsonrpc": "1.0", "id": 1, "method": "tools/call", "params": {"name": "e"}}),
+            json!({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "e"}}),
+            json!({"jsonrpc": "2.0", "id": null, "method": "tools/call", "params": {"name": "e"}}),
+            // Arguments that are not an object, a name that is not a string, no params.
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "e", "arguments": [1]}}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": 5}}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call"}),
+            // A part the lane does not know (a task-augmented call), a revision in `_meta`.
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "e", "task": {}}}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "e",
+                "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}),
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        ] {
+            assert_eq!(classify(&line(odd.clone()), &mut h), Line::Rmcp, "{odd}");
+        }
+        assert_eq!(classify(b"{\"tools/call\"", &mut h), Line::Rmcp);
+    }
+
+    /// The same call through the lane and through rmcp (a `_meta` that names the session's
+    /// revision sends it to rmcp) answers the same; a line longer than the lane reads goes to
+    /// rmcp and is answered too; the end of the input ends the service.
+    #[test]
+    fn the_lane_answers_as_rmcp_does() {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let home = tempfile::tempdir().unwrap();
+        let host = capability_host::Host::open(capability_host::HostConfig {
+            home: Some(home.path().to_path_buf()),
+            storage: capability_host::Storage::Memory,
+            ..Default::default()
+        })
+        .unwrap();
+        let options = crate::ServeOptions {
+            expose: vec!["text/slugify".into()],
+            ..Default::default()
+        };
+        let server = crate::McpServer::new(Arc::new(host), options);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let (mut client, server_io) = tokio::io::duplex(1 << 20);
+            let (input, output) = tokio::io::split(server_io);
+            let handler = crate::handler::Handler {
+                surface: server,
+                transport: crate::handler::Transport::Stdio,
+            };
+            let serving = tokio::spawn(serve(handler, input, output));
+            let (read, mut write) = tokio::io::split(&mut client);
+            let mut lines = tokio::io::BufReader::new(read).lines();
+            let mut ask = async |msg: Value| -> Option<Value> {
+                let mut line = serde_json::to_vec(&msg).unwrap();
+                line.push(b'\n');
+                write.write_all(&line).await.unwrap();
+                msg.get("id")?;
+                let answer = lines.next_line().await.unwrap().unwrap();
+                Some(serde_json::from_str(&answer).unwrap())
+            };
+            ask(
+                json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}}),
+            )
+            .await
+            .unwrap();
+            ask(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).await;
+            let call = |id: u64, meta: Value, text: &str| {
+                json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+                    "name": "text__slugify", "arguments": {"text": text}, "_meta": meta}})
+            };
+            let receipt_less = |mut v: Value| {
+                v["id"] = json!(0);
+                v["result"]["_meta"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("receiptId")
+                    .unwrap();
+                v
+            };
+            let taken = || LANE_CALLS.load(std::sync::atomic::Ordering::Relaxed);
+            let lane = ask(call(2, json!({}), "Hello Lane")).await.unwrap();
+            assert_eq!(taken(), 1);
+            let revision = json!({"io.modelcontextprotocol/protocolVersion": "2025-11-25"});
+            let rmcp = ask(call(3, revision, "Hello Lane")).await.unwrap();
+            assert_eq!(taken(), 1);
+            assert_eq!(
+                lane["result"]["structuredContent"]["slug"], "hello-lane",
+                "{lane}"
+            );
+            assert_eq!(receipt_less(lane), receipt_less(rmcp));
+            // A text longer than the lane reads: rmcp's.
+            let long = "a".repeat(LANE_LINE_MAX + 10);
+            let answer = ask(call(4, json!({}), &long)).await.unwrap();
+            assert_eq!(answer["id"], 4);
+            assert_eq!(
+                answer["result"]["structuredContent"]["slug"]
+                    .as_str()
+                    .map(str::len),
+                Some(long.len())
+            );
+            assert_eq!(taken(), 1);
+            drop(write);
+            drop(lines);
+            drop(client);
+            serving.await.unwrap().unwrap();
+        });
+    }
+
+    #[test]
+    fn answers_are_written_as_rmcp_writes_them_to_a_legacy_peer() {
+        let result: rmcp::model::CallToolResult = serde_json::from_value(json!({
+            "content": [{"type": "text", "text": "[1]"}],
+            "structuredContent": [1],
+        }))
+        .unwrap();
+        let written: Value =
+            serde_json::from_slice(&answer_line(RequestId::Number(3), Ok(result))).unwrap();
+        // No `resultType`; a structured value that is not an object is dropped (the text
+        // block already carries it).
+        assert_eq!(
+            written,
+            json!({"jsonrpc": "2.0", "id": 3, "result": {"content": [{"type": "text", "text": "[1]"}]}})
+        );
+        let error = ErrorData::internal_error("boom", None);
+        let written: Value =
+            serde_json::from_slice(&answer_line(RequestId::Number(4), Err(error))).unwrap();
+        assert_eq!(written["error"]["message"], "boom");
+        assert_eq!(written["id"], 4);
+    }
+}
