@@ -168,7 +168,11 @@ where
     H: FnOnce(tokio::net::TcpListener) -> FH,
     FH: std::future::Future<Output = std::io::Result<()>>,
 {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if listen.is_none() {
+        builder.worker_threads(1);
+    }
+    let runtime = builder
         .enable_all()
         .build()
         .map_err(|e| format!("{name}: {e}"))?;
