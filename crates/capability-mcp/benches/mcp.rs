@@ -11,7 +11,14 @@
 //! ```
 //!
 //! The `cap` binary is taken from the bench's own target directory (or `$CAP_BIN`).
-//! `CAP_BENCH_ONLY=serve` or `=gateway` runs one half.
+//! `CAP_BENCH_ONLY=gateway-inproc` times the gateway's own work per call: `Gateway::call` in
+//! this process, with the durable home, against an upstream that answers at once (no
+//! process, no pipe): the governance of the call without its transport.
+//!
+//! `CAP_BENCH_ONLY=serve` or `=gateway` runs one half, `=gateway-stdio` only the gateway's
+//! stdio rounds (direct and through it), `=gateway-inproc` only the in-process one. `CAP_BENCH_THROUGH_TOOL` names the tool when
+//! `CAP_BIN` is another proxy put in the gateway's place (one that forwards lines unchanged
+//! serves `echo`), to compare the gateway with it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -83,20 +90,51 @@ fn check(call: Call, response: &Value) {
     assert!((call.ok)(response), "{response}");
 }
 
-/// p50 of `call` over stdio against `command` (µs).
-fn stdio(name: &str, command: &mut Command, call: Call) -> f64 {
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    let mut send = |msg: &Value, wait: bool| -> Option<Value> {
-        // One write per message, as MCP clients send them (a `writeln!` of a `Value` on the
-        // unbuffered pipe is many small writes, each waking the server).
+/// A client of a stdio MCP server (one message per write, as MCP clients send them).
+struct StdioClient {
+    child: Child,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: BufReader<std::process::ChildStdout>,
+    line: String,
+    next_id: u64,
+}
+
+impl StdioClient {
+    /// Starts `command` and performs the `initialize` handshake.
+    fn start(command: &mut Command) -> StdioClient {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut c = StdioClient {
+            child,
+            stdin,
+            stdout,
+            line: String::new(),
+            next_id: 1,
+        };
+        c.send(
+            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {},
+                "clientInfo": {"name": "bench", "version": "1"}}}),
+            true,
+        );
+        c.send(
+            &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            false,
+        );
+        c
+    }
+
+    /// Writes a message (a line, one write); with `wait`, the response to it.
+    fn send(&mut self, msg: &Value, wait: bool) -> Option<Value> {
+        // A `writeln!` of a `Value` on the unbuffered pipe is many small writes, each
+        // waking the server.
+        let stdin = self.stdin.as_mut().unwrap();
         stdin.write_all(format!("{msg}\n").as_bytes()).unwrap();
         stdin.flush().unwrap();
         if !wait {
@@ -104,39 +142,92 @@ fn stdio(name: &str, command: &mut Command, call: Call) -> f64 {
         }
         // Skip the server's notifications (server-everything sends some).
         loop {
-            line.clear();
-            stdout.read_line(&mut line).unwrap();
-            let v: Value = serde_json::from_str(&line).unwrap();
+            self.line.clear();
+            self.stdout.read_line(&mut self.line).unwrap();
+            let v: Value = serde_json::from_str(&self.line).unwrap();
             if v.get("id").is_some() {
                 return Some(v);
             }
         }
-    };
-    send(
-        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "bench", "version": "1"}}}),
-        true,
-    );
-    send(
-        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-        false,
-    );
-    for i in 0..500 {
-        check(call, &send(&call_request(call, i + 1), true).unwrap());
     }
-    let mut samples = Vec::with_capacity(5_000);
-    for i in 0..5_000 {
+
+    /// One checked `tools/call`; its round trip in ns.
+    fn call(&mut self, call: Call) -> u128 {
+        self.next_id += 1;
+        let request = call_request(call, self.next_id);
         let t = Instant::now();
-        let r = send(&call_request(call, 1_000 + i), true).unwrap();
-        samples.push(t.elapsed().as_nanos());
+        let r = self.send(&request, true).unwrap();
+        let elapsed = t.elapsed().as_nanos();
         check(call, &r);
+        elapsed
     }
-    let p50 = report(name, &mut samples);
-    drop(stdin);
-    let _ = child.kill();
-    let _ = child.wait();
-    p50
+}
+
+impl Drop for StdioClient {
+    /// Closes the server's input and gives it a second to finish (the gateway flushes its
+    /// audit log) before killing it.
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// p50 of `call` over stdio against `command` (µs).
+fn stdio(name: &str, command: &mut Command, call: Call) -> f64 {
+    let mut client = StdioClient::start(command);
+    for _ in 0..500 {
+        client.call(call);
+    }
+    let mut samples: Vec<u128> = (0..5_000).map(|_| client.call(call)).collect();
+    report(name, &mut samples)
+}
+
+/// The latency `through` adds to `direct`: both servers run at once and their calls
+/// alternate, so that both see the same machine (a VM's speed drifts from second to
+/// second). Prints both, the difference of their medians and the median of the paired
+/// differences.
+fn stdio_added(
+    name: &str,
+    direct: (&mut Command, Call),
+    through: (&mut Command, Call),
+    rounds: usize,
+) {
+    let mut a = StdioClient::start(direct.0);
+    let mut b = StdioClient::start(through.0);
+    for _ in 0..500 {
+        a.call(direct.1);
+        b.call(through.1);
+    }
+    let (mut da, mut db, mut diff) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..rounds {
+        // Alternate which goes first, so that neither always follows the other's wake-up.
+        let (x, y) = if i % 2 == 0 {
+            let x = a.call(direct.1);
+            (x, b.call(through.1))
+        } else {
+            let y = b.call(through.1);
+            (a.call(direct.1), y)
+        };
+        da.push(x);
+        db.push(y);
+        diff.push(y as i128 - x as i128);
+    }
+    let pa = report(&format!("{name}: direct"), &mut da);
+    let pb = report(&format!("{name}: through"), &mut db);
+    diff.sort_unstable();
+    println!(
+        "{name}: added p50 {:.1} µs (difference of the medians), {:.1} µs (median of the paired differences)",
+        pb - pa,
+        diff[diff.len() / 2] as f64 / 1000.0
+    );
 }
 
 struct Server {
@@ -352,13 +443,16 @@ fn main() {
         c
     };
     let only = std::env::var("CAP_BENCH_ONLY").ok();
-    let wants = |half: &str| only.as_deref().is_none_or(|o| o == half);
+    let only = only.as_deref();
     let home = dir.path().join("serve");
-    if wants("serve") {
+    if matches!(only, None | Some("serve")) {
         serve_bench(&runtime, &home, serve);
     }
-    if wants("gateway") {
-        gateway_bench(&runtime, dir.path());
+    if matches!(only, None | Some("gateway" | "gateway-inproc")) {
+        gateway_inproc(dir.path());
+    }
+    if matches!(only, None | Some("gateway" | "gateway-stdio")) {
+        gateway_bench(&runtime, dir.path(), only != Some("gateway-stdio"));
     }
 }
 
@@ -381,7 +475,7 @@ fn serve_bench(
 }
 
 /// The gateway in front of server-everything: the same call direct and through it.
-fn gateway_bench(runtime: &tokio::runtime::Runtime, dir: &std::path::Path) {
+fn gateway_bench(runtime: &tokio::runtime::Runtime, dir: &std::path::Path, http_too: bool) {
     let everything =
         tools_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     if !everything.exists() {
@@ -397,11 +491,6 @@ fn gateway_bench(runtime: &tokio::runtime::Runtime, dir: &std::path::Path) {
         ),
     )
     .unwrap();
-    let direct = stdio(
-        "server-everything direct: tools/call echo over stdio",
-        Command::new("node").arg(&everything).arg("stdio"),
-        echo("echo"),
-    );
     let home = dir.join("gateway");
     let gateway = |home: &std::path::Path| {
         let mut c = Command::new(cap_bin());
@@ -411,19 +500,103 @@ fn gateway_bench(runtime: &tokio::runtime::Runtime, dir: &std::path::Path) {
             .arg(home);
         c
     };
-    let through = stdio(
-        "cap mcp-gateway: tools/call everything__echo over stdio",
-        &mut gateway(&home),
-        echo("everything__echo"),
+    // To measure another proxy in the gateway's place (`CAP_BIN`), name the tool it serves.
+    let through_tool: &'static str = std::env::var("CAP_BENCH_THROUGH_TOOL")
+        .map(|t| &*t.leak())
+        .unwrap_or("everything__echo");
+    stdio_added(
+        "server-everything echo over stdio, direct vs through cap mcp-gateway",
+        (
+            Command::new("node").arg(&everything).arg("stdio"),
+            echo("echo"),
+        ),
+        (&mut gateway(&home), echo(through_tool)),
+        5_000,
     );
-    println!(
-        "gateway added latency over stdio, p50: {:.1} µs",
-        through - direct
-    );
+    if !http_too {
+        return;
+    }
     runtime.block_on(http(
         "cap mcp-gateway: tools/call everything__echo",
         &home,
         &mut gateway(&home),
         echo("everything__echo"),
     ));
+}
+
+/// An upstream in this process that answers at once: one tool, `echo`.
+#[derive(Debug)]
+struct InstantEcho;
+
+impl capability_mcp::upstream::McpSession for InstantEcho {
+    fn request(
+        &self,
+        method: &str,
+        params: Value,
+        _timeout: Duration,
+    ) -> Result<Value, capability_mcp::upstream::UpstreamError> {
+        match method {
+            "tools/list" => Ok(json!({"tools": [{
+                "name": "echo",
+                "description": "Echoes back the input",
+                "inputSchema": {"type": "object", "properties": {"message": {"type": "string"}},
+                                "required": ["message"]},
+            }]})),
+            _ => Ok(json!({"content": [{"type": "text", "text": format!(
+                "Echo: {}", params["arguments"]["message"].as_str().unwrap_or_default())}]})),
+        }
+    }
+    fn dead(&self) -> Option<capability_mcp::upstream::UpstreamError> {
+        None
+    }
+    fn take_list_changed(&self) -> bool {
+        false
+    }
+    fn kill(&self) {}
+}
+
+/// `Gateway::call` in process against [`InstantEcho`], the durable home as `cap
+/// mcp-gateway` opens it (SQLite audit log with its journal): p50/p99 of a call.
+fn gateway_inproc(dir: &std::path::Path) {
+    use capability_mcp::gateway::{Gateway, GatewayConfig};
+    let config = dir.join("inproc.toml");
+    std::fs::write(
+        &config,
+        "[[server]]\nname = \"everything\"\ncommand = \"in-process\"\n",
+    )
+    .unwrap();
+    let config = GatewayConfig::load(&config).unwrap();
+    let host = capability_host::Host::open(capability_host::HostConfig {
+        home: Some(dir.join("inproc-home")),
+        ..Default::default()
+    })
+    .unwrap();
+    let gateway = Gateway::open_with(
+        Arc::new(host),
+        config,
+        capability_mcp::ServeOptions::default(),
+        Box::new(|_, _| Ok(Arc::new(InstantEcho))),
+    )
+    .unwrap();
+    let actor = capability_host::Actor::agent("bench");
+    let call = echo("everything__echo");
+    let once = || {
+        let t = Instant::now();
+        let result = gateway.call(call.tool, (call.arguments)(), None, &actor);
+        let elapsed = t.elapsed().as_nanos();
+        assert_eq!(result["content"][0]["text"], "Echo: hello", "{result}");
+        elapsed
+    };
+    for _ in 0..2_000 {
+        once();
+    }
+    let n: usize = std::env::var("CAP_BENCH_CALLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20_000);
+    let mut samples: Vec<u128> = (0..n).map(|_| once()).collect();
+    report(
+        "Gateway::call in process (instant upstream, durable home)",
+        &mut samples,
+    );
 }
