@@ -10,15 +10,18 @@
 //! cargo build --release -p cap && cargo bench -p capability-mcp --bench mcp
 //! ```
 //!
-//! The `cap` binary is taken from the bench's own target directory (or `$CAP_BIN`).
-//! `CAP_BENCH_ONLY=gateway-inproc` times the gateway's own work per call: `Gateway::call` in
-//! this process, with the durable home, against an upstream that answers at once (no
-//! process, no pipe): the governance of the call without its transport.
+//! Then `cap mcp-gateway` in front of server-everything: its `echo` called by one client
+//! directly and through the gateway, over stdio (the two calls alternate, so that both see
+//! the same machine; the added latency is the difference of the medians and the median of
+//! the paired differences), over HTTP, and at 64 concurrent HTTP clients.
 //!
+//! The `cap` binary is taken from the bench's own target directory (or `$CAP_BIN`).
 //! `CAP_BENCH_ONLY=serve` or `=gateway` runs one half, `=gateway-stdio` only the gateway's
-//! stdio rounds (direct and through it), `=gateway-inproc` only the in-process one. `CAP_BENCH_THROUGH_TOOL` names the tool when
-//! `CAP_BIN` is another proxy put in the gateway's place (one that forwards lines unchanged
-//! serves `echo`), to compare the gateway with it.
+//! stdio rounds, `=gateway-inproc` only the in-process case: `Gateway::call` in this
+//! process, with the durable home, against an upstream that answers at once (no process, no
+//! pipe), the governance of a call without its transport. `CAP_BENCH_THROUGH_TOOL` names the
+//! tool when `CAP_BIN` is another proxy put in the gateway's place (one that forwards lines
+//! unchanged serves `echo`), to compare the gateway with it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::{BufRead, BufReader, Write};
@@ -190,10 +193,8 @@ fn stdio(name: &str, command: &mut Command, call: Call) -> f64 {
     report(name, &mut samples)
 }
 
-/// The latency `through` adds to `direct`: both servers run at once and their calls
-/// alternate, so that both see the same machine (a VM's speed drifts from second to
-/// second). Prints both, the difference of their medians and the median of the paired
-/// differences.
+/// The latency `through` adds to `direct` over stdio: both servers run at once and their
+/// calls alternate (see [`added`]).
 fn stdio_added(
     name: &str,
     direct: (&mut Command, Call),
@@ -202,19 +203,32 @@ fn stdio_added(
 ) {
     let mut a = StdioClient::start(direct.0);
     let mut b = StdioClient::start(through.0);
+    added(name, rounds, || a.call(direct.1), || b.call(through.1));
+}
+
+/// Times `rounds` calls of `direct` and of `through` (each returns one call's round trip in
+/// ns), alternating, so that both see the same machine (a VM's speed drifts from second to
+/// second), after 500 of each to warm up. Prints both, the difference of their medians and
+/// the median of the paired differences.
+fn added(
+    name: &str,
+    rounds: usize,
+    mut direct: impl FnMut() -> u128,
+    mut through: impl FnMut() -> u128,
+) {
     for _ in 0..500 {
-        a.call(direct.1);
-        b.call(through.1);
+        direct();
+        through();
     }
     let (mut da, mut db, mut diff) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..rounds {
         // Alternate which goes first, so that neither always follows the other's wake-up.
         let (x, y) = if i % 2 == 0 {
-            let x = a.call(direct.1);
-            (x, b.call(through.1))
+            let x = direct();
+            (x, through())
         } else {
-            let y = b.call(through.1);
-            (a.call(direct.1), y)
+            let y = through();
+            (direct(), y)
         };
         da.push(x);
         db.push(y);
@@ -348,14 +362,30 @@ impl Session {
     }
 }
 
-async fn http(name: &str, home: &std::path::Path, command: &mut Command, call: Call) {
+/// A bearer token for an agent `bench`, added to `home`.
+fn token(home: &std::path::Path) -> String {
     let out = Command::new(cap_bin())
         .args(["tokens", "add", "--agent", "bench", "--home"])
         .arg(home)
         .output()
         .unwrap();
     let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let token = doc["token"].as_str().unwrap().to_string();
+    doc["token"].as_str().unwrap().to_string()
+}
+
+/// One call of `call` in `session`, checked: its round trip in ns.
+fn timed(runtime: &tokio::runtime::Runtime, session: &mut Session, call: Call) -> u128 {
+    static ID: AtomicU64 = AtomicU64::new(1);
+    let request = call_request(call, ID.fetch_add(1, Ordering::Relaxed));
+    let t = Instant::now();
+    let r = runtime.block_on(session.post(&request)).unwrap().unwrap();
+    let elapsed = t.elapsed().as_nanos();
+    check(call, &r);
+    elapsed
+}
+
+async fn http(name: &str, home: &std::path::Path, command: &mut Command, call: Call) {
+    let token = token(home);
     let server = http_server(command);
 
     let mut one = Session::open(&server.addr, &token).await;
@@ -516,12 +546,72 @@ fn gateway_bench(runtime: &tokio::runtime::Runtime, dir: &std::path::Path, http_
     if !http_too {
         return;
     }
+    http_added(runtime, dir, &everything);
     runtime.block_on(http(
         "cap mcp-gateway: tools/call everything__echo",
         &home,
         &mut gateway(&home),
         echo("everything__echo"),
     ));
+}
+
+/// server-everything over streamable HTTP, called by one HTTP client directly and through
+/// `cap mcp-gateway --listen` with that same server as its `url` upstream.
+fn http_added(
+    runtime: &tokio::runtime::Runtime,
+    dir: &std::path::Path,
+    everything: &std::path::Path,
+) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let upstream = Server {
+        child: Command::new("node")
+            .arg(everything)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+        addr: format!("127.0.0.1:{port}"),
+    };
+    let started = Instant::now();
+    while std::net::TcpStream::connect(&upstream.addr).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "server-everything did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let config = dir.join("gateway-http.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[server]]\nname = \"everything\"\nurl = \"http://{}/mcp\"\n",
+            upstream.addr
+        ),
+    )
+    .unwrap();
+    let home = dir.join("gateway-http");
+    let token = token(&home);
+    let gateway = http_server(
+        Command::new(cap_bin())
+            .args(["mcp-gateway", "--config"])
+            .arg(&config)
+            .arg("--home")
+            .arg(&home),
+    );
+    let mut a = runtime.block_on(Session::open(&upstream.addr, "unused"));
+    let mut b = runtime.block_on(Session::open(&gateway.addr, &token));
+    added(
+        "server-everything echo over HTTP, direct vs through cap mcp-gateway",
+        3_000,
+        || timed(runtime, &mut a, echo("echo")),
+        || timed(runtime, &mut b, echo("everything__echo")),
+    );
 }
 
 /// An upstream in this process that answers at once: one tool, `echo`.
