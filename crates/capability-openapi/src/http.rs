@@ -16,6 +16,11 @@
 //!   only to public addresses — a name that resolves to a loopback, private, link-local,
 //!   CGNAT, unique-local or unspecified address is refused unless the source was added with
 //!   `allow_private`. The connection is made to the checked address (no second lookup).
+//! * **Connections** are kept alive: after a response was read whole, its connection (to
+//!   the address checked when it was opened) may carry the client's next request to the same
+//!   origin, for up to 2 s of idleness (8 connections at most). A request a kept connection
+//!   did not take (the server had closed it) goes to another or a new one; a request it took
+//!   is never sent twice, whatever the method, except by the retries below.
 //! * **Limits.** One deadline covers connecting, redirects, retries and reading the body; the
 //!   body is refused beyond `max_response_bytes` (the `Content-Length` is checked first).
 //! * **Redirects** are followed (up to `max_redirects`) only to the same origin; a redirect
@@ -37,7 +42,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -228,9 +233,50 @@ struct Inner {
     config: HttpConfig,
     resolver: Resolver,
     tls: std::sync::OnceLock<Result<Arc<tokio_rustls::rustls::ClientConfig>, String>>,
+    /// Connections kept alive after a response was read whole, newest last.
+    idle: std::sync::Mutex<Vec<Idle>>,
 }
 
+/// A kept-alive connection to `origin`, at the address that was checked when it was opened.
+struct Idle {
+    origin: Origin,
+    address: SocketAddr,
+    sender: Sender,
+    since: Instant,
+}
+
+/// How many idle connections a client keeps.
+const IDLE_MAX: usize = 8;
+
+/// How long an idle connection is kept: less than the keep-alive timeout of common servers
+/// (node's is 5 s), so that a server seldom closes one just as it is reused.
+const IDLE_FOR: Duration = Duration::from_secs(2);
+
 impl Inner {
+    /// The newest live idle connection to `origin`.
+    fn take_idle(&self, origin: &Origin) -> Option<Idle> {
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        idle.retain(|c| !c.sender.is_closed() && c.since.elapsed() < IDLE_FOR);
+        let i = idle.iter().rposition(|c| &c.origin == origin)?;
+        Some(idle.remove(i))
+    }
+
+    fn keep_idle(&self, origin: Origin, address: SocketAddr, sender: Sender) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.idle.lock().unwrap_or_else(PoisonError::into_inner);
+        if idle.len() >= IDLE_MAX {
+            idle.remove(0);
+        }
+        idle.push(Idle {
+            origin,
+            address,
+            sender,
+            since: Instant::now(),
+        });
+    }
+
     fn tls(&self) -> Result<Arc<tokio_rustls::rustls::ClientConfig>, HttpError> {
         self.tls
             .get_or_init(|| tls::client_config(self.config.extra_roots_pem.as_deref()))
@@ -277,6 +323,7 @@ impl HttpClient {
                 config,
                 resolver,
                 tls: std::sync::OnceLock::new(),
+                idle: std::sync::Mutex::new(Vec::new()),
             }),
         })
     }
@@ -447,30 +494,19 @@ type Sent = (u16, Option<String>, Incoming);
 trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
 
-async fn send_once(
+type Sender = hyper::client::conn::http1::SendRequest<Full<Bytes>>;
+
+/// A new connection to `origin` (of `url`): resolved, checked against the private-address
+/// rule, connected, TLS for `https://`.
+async fn connect(
     inner: &Inner,
-    allowed: &[Origin],
-    request: &Outgoing,
-    progress: Option<&BodyProgress>,
-) -> Result<Sent, HttpError> {
+    url: &url::Url,
+    origin: &Origin,
+) -> Result<(Sender, SocketAddr), HttpError> {
     let config = &inner.config;
-    let url = &request.url;
-    let origin =
-        origin_of(url).ok_or_else(|| HttpError::Destination("the URL has no host".into()))?;
-    if !allowed.contains(&origin) {
-        return Err(HttpError::Destination(format!(
-            "{}://{}:{} is not a server of the document",
-            origin.0, origin.1, origin.2
-        )));
-    }
     let tls = match url.scheme() {
-        "http" => None,
         "https" => Some(inner.tls()?),
-        other => {
-            return Err(HttpError::Unsupported(format!(
-                "{other}:// is not supported (http:// and https:// only)"
-            )));
-        }
+        _ => None,
     };
     let host = url
         .host()
@@ -521,12 +557,37 @@ async fn send_once(
             }
         }
     };
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+    let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| HttpError::Protocol(e.to_string()))?;
     tokio::spawn(async move {
         let _ = connection.await;
     });
+    Ok((sender, address))
+}
+
+async fn send_once(
+    inner: &Inner,
+    allowed: &[Origin],
+    request: &Outgoing,
+    progress: Option<&BodyProgress>,
+) -> Result<Sent, HttpError> {
+    let config = &inner.config;
+    let url = &request.url;
+    let origin =
+        origin_of(url).ok_or_else(|| HttpError::Destination("the URL has no host".into()))?;
+    if !allowed.contains(&origin) {
+        return Err(HttpError::Destination(format!(
+            "{}://{}:{} is not a server of the document",
+            origin.0, origin.1, origin.2
+        )));
+    }
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(HttpError::Unsupported(format!(
+            "{}:// is not supported (http:// and https:// only)",
+            url.scheme()
+        )));
+    }
     let target = match url.query() {
         Some(q) => format!("{}?{q}", url.path()),
         None => url.path().to_string(),
@@ -562,13 +623,31 @@ async fn send_once(
         }
         None => Bytes::new(),
     };
-    let http_request = builder
+    let mut http_request = builder
         .body(Full::new(body))
         .map_err(|e| HttpError::Protocol(format!("invalid request: {e}")))?;
-    let response = sender
-        .send_request(http_request)
-        .await
-        .map_err(|e| HttpError::Connect(e.to_string()))?;
+    // A kept-alive connection first; a request it did not take (it was closed meanwhile)
+    // goes to the next one or to a new connection. One it took and failed is not sent again.
+    let (response, sender, address) = loop {
+        let Some(mut idle) = inner.take_idle(&origin) else {
+            let (mut sender, address) = connect(inner, url, &origin).await?;
+            let response = sender
+                .send_request(http_request)
+                .await
+                .map_err(|e| HttpError::Connect(e.to_string()))?;
+            break (response, sender, address);
+        };
+        if idle.sender.ready().await.is_err() {
+            continue;
+        }
+        match idle.sender.try_send_request(http_request).await {
+            Ok(response) => break (response, idle.sender, idle.address),
+            Err(mut e) => match e.take_message() {
+                Some(unsent) => http_request = unsent,
+                None => return Err(HttpError::Connect(e.into_error().to_string())),
+            },
+        }
+    };
     let status = response.status().as_u16();
     let header = |name: hyper::header::HeaderName| {
         response
@@ -605,6 +684,8 @@ async fn send_once(
             }
         }
     }
+    // Read whole: the connection may carry the next request.
+    inner.keep_idle(origin, address, sender);
     Ok((
         status,
         location,

@@ -470,3 +470,92 @@ fn the_base_url_replaces_the_documents_server() {
         .unwrap();
     assert_eq!(receipt.output.clone().unwrap()["id"], 3);
 }
+
+/// A minimal HTTP/1.1 server on 127.0.0.1 that counts the connections it accepts and
+/// answers every request with `ok`; with `close_after_each` it closes each connection after
+/// its first response (without saying so, as a server whose keep-alive timed out).
+fn counting_server(close_after_each: bool) -> (SocketAddr, Arc<AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let count = Arc::clone(&accepted);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            count.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut writer = stream;
+                loop {
+                    let mut length = 0usize;
+                    let mut line = String::new();
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            length = v.trim().parse().unwrap();
+                        }
+                    }
+                    let mut body = vec![0; length];
+                    reader.read_exact(&mut body).unwrap();
+                    writer
+                        .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+                        .unwrap();
+                    if close_after_each {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, accepted)
+}
+
+fn post_ok(client: &HttpClient, addr: SocketAddr) {
+    use capability_openapi::http::{Outgoing, origin_of};
+    let url = url::Url::parse(&format!("http://{addr}/call")).unwrap();
+    let origin = origin_of(&url).unwrap();
+    let response = client
+        .send(
+            Outgoing {
+                method: "POST".into(),
+                url,
+                headers: vec![],
+                body: Some(("application/json".into(), b"{}".to_vec())),
+            },
+            &[origin],
+            None,
+            &|| false,
+        )
+        .unwrap();
+    assert_eq!((response.status, &response.body[..]), (200, &b"ok"[..]));
+}
+
+#[test]
+fn connections_are_kept_alive_and_a_closed_one_is_not_used() {
+    let client = HttpClient::new(HttpConfig::default(), Resolver::System).unwrap();
+    let (addr, accepted) = counting_server(false);
+    for _ in 0..5 {
+        post_ok(&client, addr);
+    }
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        1,
+        "one connection for five calls"
+    );
+
+    // A server that closes each connection after one response: every call still succeeds,
+    // each on a new connection.
+    let (addr, accepted) = counting_server(true);
+    for _ in 0..3 {
+        post_ok(&client, addr);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 3);
+}
