@@ -7,6 +7,10 @@
 //! unchanged, through an in-memory pipe; rmcp's output comes back through another and is
 //! written, like the lane's answers, one whole line at a time. A call in the lane runs in a
 //! task of its own (so calls still run side by side) and writes its answer from that task.
+//! A `notifications/cancelled` for a call in the lane reaches rmcp, which does not know that
+//! request: the call runs to its end and is answered, which the protocol allows (the client
+//! ignores the answer to a request it cancelled); a call under rmcp ran to its end as well,
+//! since the surfaces' calls are not interrupted.
 //!
 //! Why: rmcp turns a request into a task, a message on a channel, a pass through its
 //! service loop and a task that writes the answer, which cost about 60 µs a call on the

@@ -170,6 +170,10 @@ where
 {
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     if listen.is_none() {
+        // One client: a second worker only hands its messages between threads (a wake-up
+        // on the other core each). Calls still run side by side: a gateway call moves off
+        // the worker while it waits (`block_in_place`), `cap mcp-serve` runs its calls in
+        // Tokio's blocking pool.
         builder.worker_threads(1);
     }
     let runtime = builder
