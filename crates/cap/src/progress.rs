@@ -8,8 +8,8 @@ use std::io::IsTerminal as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use capability_acquire::progress::{Download, Event};
-use capability_acquire::{Progress, Reporter};
+use capability_host::acquire::progress::{Download, Event};
+use capability_host::acquire::{Progress, Reporter};
 use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// The environment variable that turns progress off (`CAP_NO_PROGRESS=1`).

@@ -13,7 +13,7 @@
 //! * [`TrustedRoot`]: the Sigstore trust material (Fulcio certificate authorities and Rekor
 //!   transparency-log keys) in the `trusted_root.json` format. [`TrustedRoot::load`] reads the
 //!   file named by `CAP_SIGSTORE_TRUSTED_ROOT` ([`TRUSTED_ROOT_ENV`]), else
-//!   `<home>/sigstore-trusted-root.json` ([`TRUSTED_ROOT_FILE`]), else the embedded copy of
+//!   `<home>/sigstore-trusted-root.json` (`Home::sigstore_trusted_root`), else the embedded copy of
 //!   Sigstore's public-good root ([`EMBEDDED_TRUSTED_ROOT`], taken from the TUF seeds npm
 //!   ships).
 //! * [`attestations_url`]: the URL a version's `dist.attestations` names; [`fetch`] fetches
@@ -66,7 +66,7 @@
 //!   `allowedRepositories` over the recorded repository.
 //! * Revocation of anything, and the freshness of the trusted root (it is not updated over TUF).
 
-use std::path::Path;
+use capability_exec::home::Home;
 
 use base64::Engine as _;
 use p256::ecdsa::signature::Verifier as _;
@@ -85,7 +85,6 @@ pub const EMBEDDED_TRUSTED_ROOT: &str = include_str!("../data/sigstore-trusted-r
 /// The environment variable naming a replacement trusted root.
 pub const TRUSTED_ROOT_ENV: &str = "CAP_SIGSTORE_TRUSTED_ROOT";
 /// The replacement trusted root in the home.
-pub const TRUSTED_ROOT_FILE: &str = "sigstore-trusted-root.json";
 /// The SLSA provenance predicate npm publishes.
 pub const SLSA_V1: &str = "https://slsa.dev/provenance/v1";
 /// The SLSA provenance predicate of older npm versions.
@@ -263,10 +262,10 @@ impl TrustedRoot {
     /// The root to verify with: `$CAP_SIGSTORE_TRUSTED_ROOT`, else
     /// `<home_root>/sigstore-trusted-root.json`, else the embedded one. A replacement that
     /// cannot be read or parsed is an error (never a silent fall-back).
-    pub fn load(home_root: &Path) -> Result<TrustedRoot, AcquireError> {
+    pub fn load(home: &Home) -> Result<TrustedRoot, AcquireError> {
         let path = match std::env::var_os(TRUSTED_ROOT_ENV) {
             Some(p) if !p.is_empty() => std::path::PathBuf::from(p),
-            _ => home_root.join(TRUSTED_ROOT_FILE),
+            _ => home.sigstore_trusted_root(),
         };
         let bytes = match std::fs::read(&path) {
             Ok(b) => b,

@@ -17,7 +17,9 @@
 //! The crawl reports each level and each index loaded to the fetcher's
 //! [`Reporter`](crate::progress::Reporter) (see [`crate::progress`]).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+use capability_exec::home::Home;
 
 use serde_json::{Value, json};
 use sha2::Digest as _;
@@ -70,11 +72,6 @@ impl Network {
 /// How many index documents of one level are fetched at once.
 pub const PARALLEL_FETCHES: usize = 16;
 
-/// The index cache directory in a home.
-pub const INDEX_CACHE: &str = "index-cache";
-/// The file of a home that names index URLs.
-pub const INDEXES_FILE: &str = "indexes.json";
-
 /// The cache of fetched index documents, and whether only it is read (`--offline`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IndexCache {
@@ -84,9 +81,9 @@ pub struct IndexCache {
 
 impl IndexCache {
     /// The cache of the home at `root`.
-    pub fn in_home(root: &Path, offline: bool) -> IndexCache {
+    pub fn in_home(home: &Home, offline: bool) -> IndexCache {
         IndexCache {
-            dir: root.join(INDEX_CACHE),
+            dir: home.index_cache(),
             offline,
         }
     }
@@ -325,7 +322,7 @@ pub fn federate(
 /// alone). A home file that cannot be read as `{"indexes": ["<url>", ...]}` is an error.
 pub fn configured_indexes(
     flags: &[String],
-    home_root: Option<&Path>,
+    home: Option<&Home>,
 ) -> Result<Vec<String>, AcquireError> {
     if !flags.is_empty() {
         return Ok(flags.to_vec());
@@ -339,7 +336,7 @@ pub fn configured_indexes(
     if !from_env.is_empty() {
         return Ok(from_env);
     }
-    let Some(path) = home_root.map(|r| r.join(INDEXES_FILE)) else {
+    let Some(path) = home.map(Home::indexes) else {
         return Ok(Vec::new());
     };
     let bytes = match std::fs::read(&path) {

@@ -10,10 +10,11 @@
 
 use std::path::{Path, PathBuf};
 
+use capability_core::documents::CapabilityLock;
 use capability_core::index::{IndexEntry, create_lock, index_entries, resolve, resolve_lock};
-use capability_host::Home;
-use capability_host::installed::{RECORD_VERSION, record_path, store_path};
-use serde_json::{Value, json};
+use capability_exec::home::Home;
+use capability_runtime::source::PackageFile;
+use serde_json::Value;
 
 use crate::AcquireError;
 use crate::attestations::{self, Subject, TrustedRoot};
@@ -22,6 +23,7 @@ use crate::fetch::{FetchConfig, Fetcher};
 use crate::integrity::{check_declared, observe};
 use crate::registry::{packument, registry_url, version_document};
 use crate::signatures::{self, KeySet};
+use crate::store::{InstallRecord, RECORD_VERSION, RecordPackage};
 use crate::unpack::{Limits, unpack};
 
 /// How to install.
@@ -37,7 +39,7 @@ pub struct InstallOptions {
     pub fetch: FetchConfig,
     pub limits: Limits,
     /// `--locked`: reproduce exactly this lock.
-    pub locked: Option<Value>,
+    pub locked: Option<CapabilityLock>,
     /// `--require-signatures` (or a trust policy requiring a registry signature): refuse a
     /// version without a signature verified against the registry's keys.
     pub require_signatures: bool,
@@ -54,12 +56,19 @@ pub struct InstallOptions {
 /// What was installed.
 #[derive(Clone, Debug)]
 pub struct Installation {
-    /// The installed-package record.
-    pub record: Value,
+    /// The installed-package record (also written to `<home>/packages/<sha512 hex>.json`).
+    pub record: InstallRecord,
     /// The lockfile (`lockVersion: "1"`).
-    pub lock: Value,
+    pub lock: CapabilityLock,
     /// `<home>/packages/<sha512 hex>`.
     pub store: PathBuf,
+}
+
+impl Installation {
+    /// The installed capability's id.
+    pub fn capability_id(&self) -> &str {
+        &self.lock.capability.id
+    }
 }
 
 fn remove_tree(path: &Path) {
@@ -75,22 +84,24 @@ pub fn install(
     options: &InstallOptions,
 ) -> Result<Installation, AcquireError> {
     let fetcher = Fetcher::new(options.fetch.clone())?.with_progress(options.progress.clone());
-    let mut roots = configured_indexes(&options.indexes, Some(home.root()))?;
+    let mut roots = configured_indexes(&options.indexes, Some(home))?;
     let locked = match &options.locked {
         Some(lock) => {
-            capability_core::index::assert_valid_lock(lock)
+            let lock = lock.to_value();
+            capability_core::index::assert_valid_lock(&lock)
                 .map_err(|e| AcquireError::Lock(e.to_string()))?;
             Some(lock)
         }
         None => None,
     };
+    let locked = locked.as_ref();
     if let Some(lock) = locked
         && roots.is_empty()
         && let Some(url) = lock.pointer("/index/url").and_then(Value::as_str)
     {
         roots.push(url.to_string());
     }
-    let cache = IndexCache::in_home(home.root(), options.offline);
+    let cache = IndexCache::in_home(home, options.offline);
     let network = federate(
         &fetcher,
         &roots,
@@ -211,7 +222,7 @@ pub fn install(
         options.require_provenance,
     )?;
 
-    let store = store_path(home, &observed.hex);
+    let store = home.package(&observed.hex);
     let packages = store.parent().map(Path::to_path_buf).unwrap_or_default();
     std::fs::create_dir_all(&packages)
         .map_err(|e| AcquireError::Io(format!("{}: {e}", packages.display())))?;
@@ -235,40 +246,36 @@ pub fn install(
         check_package(&store, &entry)?;
     }
     // A package installed before for another of its capabilities keeps those.
-    let record_file = record_path(home, &observed.hex);
-    let mut capabilities: Vec<String> = std::fs::read(&record_file)
-        .ok()
-        .and_then(|bytes| capability_core::json::parse(&bytes).ok())
-        .filter(|old| old.get("store").and_then(Value::as_str) == Some(observed.hex.as_str()))
-        .and_then(|old| old.get("capabilities").cloned())
-        .and_then(|c| c.as_array().cloned())
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.as_str().map(String::from))
-        .collect();
+    let mut capabilities = InstallRecord::read(home, &observed.hex)
+        .map(|old| old.capabilities)
+        .unwrap_or_default();
     if !capabilities.contains(&entry.manifest.id) {
         capabilities.push(entry.manifest.id.clone());
     }
-    let record = json!({
-        "recordVersion": RECORD_VERSION,
-        "package": {"name": name, "version": version, "integrity": observed.sri},
-        "store": observed.hex,
-        "registry": registry,
-        "tarball": tarball,
-        "index": index_url,
-        "capabilities": capabilities,
-        "signatureKeyId": signature_key,
-        "registrySignatureVerified": signature_key.is_some(),
-        "provenanceVerified": provenance.is_some(),
-        "attestation": provenance.as_ref().map(|p| p.url.clone()),
-        "repository": provenance.as_ref().and_then(|p| p.identity().repository),
-        "commit": provenance.as_ref().and_then(|p| p.identity().commit),
-        "provenanceAttestation": provenance.as_ref().map(attestations::Verified::to_json),
-        "installedAt": capability_core::js::now_iso(),
-    });
-    write_record(&record_file, &record)?;
+    let record = InstallRecord {
+        record_version: RECORD_VERSION.into(),
+        package: RecordPackage {
+            name: name.into(),
+            version: version.into(),
+            integrity: observed.sri.clone(),
+        },
+        store: observed.hex.clone(),
+        registry: registry.clone(),
+        tarball: tarball.into(),
+        index: index_url.clone(),
+        capabilities,
+        registry_signature_verified: signature_key.is_some(),
+        signature_key_id: signature_key,
+        provenance_verified: provenance.is_some(),
+        attestation: provenance.as_ref().map(|p| p.url.clone()),
+        repository: provenance.as_ref().and_then(|p| p.identity().repository),
+        commit: provenance.as_ref().and_then(|p| p.identity().commit),
+        provenance_attestation: provenance.as_ref().map(attestations::Verified::to_json),
+        installed_at: capability_core::js::now_iso(),
+    };
+    write_record(&home.package_record(&observed.hex), &record)?;
     if let Some(keys) = &keys {
-        crate::signatures::pin(home.root(), &registry, keys)?;
+        crate::signatures::pin(home, &registry, keys)?;
     }
     let lock = create_lock(
         &index_url,
@@ -277,6 +284,8 @@ pub fn install(
         Some(&observed.sri),
         &capability_core::js::now_iso(),
     );
+    let lock: CapabilityLock = serde_json::from_value(lock)
+        .map_err(|e| AcquireError::Lock(format!("the lock just written does not read: {e}")))?;
     Ok(Installation {
         record,
         lock,
@@ -298,7 +307,7 @@ fn check_signatures(
 ) -> Result<(Option<String>, Option<KeySet>), AcquireError> {
     let spec = format!("{name}@{version}");
     let fetched = signatures::fetch_keys(fetcher, registry);
-    let keys = signatures::effective_keys(home.root(), registry, fetched)?;
+    let keys = signatures::effective_keys(home, registry, fetched)?;
     let signed = doc.pointer("/dist/signatures");
     let Some(keys) = keys else {
         if required {
@@ -349,7 +358,7 @@ fn check_provenance(
         }
         return Ok(None);
     };
-    let root = TrustedRoot::load(home.root())?;
+    let root = TrustedRoot::load(home)?;
     let document = attestations::fetch(fetcher, registry, &url)?;
     let subject = Subject {
         name,
@@ -362,8 +371,7 @@ fn check_provenance(
 /// The unpacked package must declare exactly what the index says (read inertly).
 fn check_package(root: &Path, entry: &IndexEntry) -> Result<(), AcquireError> {
     let failed = |m: String| AcquireError::Package(format!("{}: {m}", entry.package_ref()));
-    let pkg = capability_host::PackageFile::read(&root.join("package.json"))
-        .map_err(|e| failed(e.message))?;
+    let pkg = PackageFile::read(&root.join("package.json")).map_err(|e| failed(e.message))?;
     if pkg.name != entry.package_name || pkg.version != entry.package_version {
         return Err(failed(format!(
             "the tarball holds {}@{}",
@@ -410,7 +418,7 @@ fn check_package(root: &Path, entry: &IndexEntry) -> Result<(), AcquireError> {
     Ok(())
 }
 
-fn write_record(path: &Path, record: &Value) -> Result<(), AcquireError> {
+fn write_record(path: &Path, record: &InstallRecord) -> Result<(), AcquireError> {
     let failed = |e: std::io::Error| AcquireError::Io(format!("{}: {e}", path.display()));
     let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
     let text = serde_json::to_string_pretty(record).map_err(|e| AcquireError::Io(e.to_string()))?;

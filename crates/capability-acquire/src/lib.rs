@@ -20,8 +20,10 @@
 //! * [`unpack`]: tarballs unpacked into the content-addressed store of the home, refusing
 //!   absolute paths, `..`, links that leave the package, device files, duplicate entries and
 //!   archives that expand past a limit; no lifecycle script ever runs;
-//! * [`install`](mod@install): the whole flow, the installed-package record the host loads as a source,
-//!   and the reference lockfile (`capability.lock.json`);
+//! * [`install`](mod@install): the whole flow and the reference lockfile
+//!   (`capability.lock.json`);
+//! * [`store`]: the installed-package store, its records and the [`Installed`] source that
+//!   registers its capabilities;
 //! * [`probe`]: site discovery (`/.well-known/capabilities`);
 //! * [`world`]: external software discovery over npm search and GitHub repository search,
 //!   with the reference's query planning and relevance scores (`cap world`);
@@ -38,6 +40,7 @@ pub mod probe;
 pub mod progress;
 pub mod registry;
 pub mod signatures;
+pub mod store;
 pub mod unpack;
 pub mod world;
 
@@ -45,6 +48,7 @@ pub use federation::{Bounds, Network, federate};
 pub use fetch::{FetchConfig, Fetcher};
 pub use install::{InstallOptions, Installation, install};
 pub use progress::{Progress, Reporter};
+pub use store::{InstallRecord, Installed};
 
 /// Why discovery or acquisition failed: one line, naming what was wrong.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

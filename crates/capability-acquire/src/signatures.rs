@@ -9,7 +9,9 @@
 //! registry's when the keys endpoint cannot be reached. A registry that answers 404 publishes
 //! no keys; a registry whose keys were pinned may not stop publishing them.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+use capability_exec::home::Home;
 
 use base64::Engine as _;
 use p256::ecdsa::signature::Verifier as _;
@@ -23,8 +25,6 @@ use crate::fetch::Fetcher;
 
 /// The only key type and scheme npm uses.
 pub const KEY_TYPE: &str = "ecdsa-sha2-nistp256";
-/// Where pinned key sets live in the home.
-pub const PINS: &str = "registry-keys";
 
 /// One usable registry key.
 #[derive(Clone, Debug)]
@@ -122,17 +122,17 @@ pub fn fetch_keys(fetcher: &Fetcher, registry: &str) -> Result<Option<KeySet>, A
     parse_keys(&doc, registry).map(Some)
 }
 
-/// The pin file of `registry` in `home_root`.
-pub fn pin_path(home_root: &Path, registry: &str) -> PathBuf {
-    home_root.join(PINS).join(format!(
+/// The pin file of `registry` in the home.
+pub fn pin_path(home: &Home, registry: &str) -> PathBuf {
+    home.registry_keys().join(format!(
         "{}.json",
         hex::encode(sha2::Sha256::digest(registry))
     ))
 }
 
 /// The pinned key set of `registry`, if any.
-pub fn pinned(home_root: &Path, registry: &str) -> Result<Option<KeySet>, AcquireError> {
-    let path = pin_path(home_root, registry);
+pub fn pinned(home: &Home, registry: &str) -> Result<Option<KeySet>, AcquireError> {
+    let path = pin_path(home, registry);
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
@@ -146,12 +146,12 @@ pub fn pinned(home_root: &Path, registry: &str) -> Result<Option<KeySet>, Acquir
 /// The key set to verify with: the fetched one, which must equal the pinned one when there is
 /// a pin; the pinned one when the registry cannot be reached (`fetched` is an error).
 pub fn effective_keys(
-    home_root: &Path,
+    home: &Home,
     registry: &str,
     fetched: Result<Option<KeySet>, AcquireError>,
 ) -> Result<Option<KeySet>, AcquireError> {
-    let pin = pinned(home_root, registry)?;
-    let path = pin_path(home_root, registry);
+    let pin = pinned(home, registry)?;
+    let path = pin_path(home, registry);
     match (fetched, pin) {
         (Err(e), None) => Err(e),
         (Err(_), Some(pin)) => Ok(Some(pin)),
@@ -168,8 +168,8 @@ pub fn effective_keys(
 }
 
 /// Pins `keys` for `registry` (when nothing is pinned yet).
-pub fn pin(home_root: &Path, registry: &str, keys: &KeySet) -> Result<(), AcquireError> {
-    let path = pin_path(home_root, registry);
+pub fn pin(home: &Home, registry: &str, keys: &KeySet) -> Result<(), AcquireError> {
+    let path = pin_path(home, registry);
     if path.exists() {
         return Ok(());
     }

@@ -9,7 +9,7 @@ use capability_core::manifest::Manifest;
 use capability_core::plan::{Plan, PlanDetails};
 use capability_core::receipt::{Receipt, Verification};
 use capability_core::{CapabilityError, ErrorCode};
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::grants::effects;
 use crate::hook::{HookError, HookResult};
@@ -141,6 +141,25 @@ pub struct Executed {
     pub output: Value,
     /// The isolation boundary used and the limits applied (recorded in the receipt).
     pub isolation: Value,
+    /// Facts only the execution knows (an upstream's latency, how its answer ended), added
+    /// to the metadata of the audit event that records the outcome.
+    pub notes: Map<String, Value>,
+    /// The executor's own answer in its protocol (an MCP tool result with its content
+    /// items), handed back to the surface with the receipt when policies left the output
+    /// as it was; never stored.
+    pub reply: Option<Value>,
+}
+
+impl Executed {
+    /// An output and the boundary record, with no notes and no reply.
+    pub fn new(output: Value, isolation: Value) -> Self {
+        Executed {
+            output,
+            isolation,
+            notes: Map::new(),
+            reply: None,
+        }
+    }
 }
 
 /// A failed execution: the error, and the isolation record when the boundary was crossed
@@ -149,14 +168,34 @@ pub struct Executed {
 pub struct ExecutionFailure {
     pub error: HookError,
     pub isolation: Option<Value>,
+    /// As [`Executed::notes`]: recorded in the audit event of the failure.
+    pub notes: Map<String, Value>,
+}
+
+impl ExecutionFailure {
+    /// A failure that crossed the boundary `isolation` (when it did).
+    pub fn new(error: HookError, isolation: Option<Value>) -> Self {
+        ExecutionFailure {
+            error,
+            isolation,
+            notes: Map::new(),
+        }
+    }
+
+    /// A failure found after `executed` ran (its output refused, its verification failed):
+    /// its boundary record and notes are kept.
+    pub fn after(error: HookError, executed: Executed) -> Self {
+        ExecutionFailure {
+            error,
+            isolation: Some(executed.isolation),
+            notes: executed.notes,
+        }
+    }
 }
 
 impl From<HookError> for ExecutionFailure {
     fn from(error: HookError) -> Self {
-        ExecutionFailure {
-            error,
-            isolation: None,
-        }
+        ExecutionFailure::new(error, None)
     }
 }
 
@@ -213,17 +252,11 @@ pub fn execute_then_verify<E: Executor + ?Sized>(
 ) -> Result<(Executed, Option<Verification>), ExecutionFailure> {
     let mut executed = executor.execute(request)?;
     if let Err(e) = check(&mut executed) {
-        return Err(ExecutionFailure {
-            error: HookError::Capability(e),
-            isolation: Some(executed.isolation),
-        });
+        return Err(ExecutionFailure::after(HookError::Capability(e), executed));
     }
     match executor.verify(request, &executed.output) {
         Ok(verification) => Ok((executed, verification)),
-        Err(error) => Err(ExecutionFailure {
-            error,
-            isolation: Some(executed.isolation),
-        }),
+        Err(error) => Err(ExecutionFailure::after(error, executed)),
     }
 }
 

@@ -93,10 +93,7 @@
 //!         -> HookResult<Option<PlanDetails>> { Ok(None) }
 //!     fn execute(&self, request: &ExecutionRequest<'_>) -> Result<Executed, ExecutionFailure> {
 //!         request.require_tier(capability_exec::IsolationTier::InProcess)?;
-//!         Ok(Executed {
-//!             output: request.plan.input.clone(),
-//!             isolation: json!({"boundary": "echo"}),
-//!         })
+//!         Ok(Executed::new(request.plan.input.clone(), json!({"boundary": "echo"})))
 //!     }
 //!     fn verify(&self, _: &ExecutionRequest<'_>, _: &Value) -> HookResult<Option<Verification>> {
 //!         Ok(None)

@@ -1,17 +1,20 @@
 //! # capability-host
 //!
-//! The one embedding API of the runtime. A [`Host`] owns the capability [`Home`] (its layout
-//! and permissions), one database with one writer for receipts, kept plans, audit events and
-//! approvals, the policies (Cedar files and directories, the effect preset, the trust
-//! policy, shadow mode), the executor that package code runs behind, and the capability
-//! sources. The CLI, the MCP server, the MCP gateway and the HTTP server are thin surfaces
-//! over it: they parse their protocol, call the host and render what it returns.
+//! The one embedding API of the runtime, and the one place where governance happens. A
+//! [`Host`] owns the capability [`Home`], the stores (receipts, kept plans, the audit log,
+//! approvals, tokens; one database with one writer), the policies (Cedar files of the host
+//! and of single tenants, the effect preset, the trust policy, shadow mode), the executors
+//! package code runs behind, and the capability sources (built-ins, local packages,
+//! installed packages, OpenAPI documents, MCP upstreams). The CLI, the MCP server, the MCP
+//! gateway and the HTTP API and console are thin surfaces over it: they parse their
+//! protocol, call the host and render what it returns. A surface never builds a store, a
+//! governor or an executor, and never decides who may approve or read (see
+//! `docs/architecture.md`).
 //!
-//! The whole governed lifecycle — policy files, durable stores, an approval and its
-//! resumption:
+//! ## A governed call, an approval decided by a principal, the audit log
 //!
 //! ```
-//! use capability_host::{Host, HostConfig, Outcome, Request};
+//! use capability_host::{ApprovalDecision, AuditFilter, Host, HostConfig, Outcome, Principal, Request};
 //! # let dir = tempfile::tempdir()?;
 //! # let policies = dir.path().join("policies.cedar");
 //! std::fs::write(&policies, r#"permit(principal, action, resource);
@@ -19,13 +22,78 @@
 //!   forbid(principal, action, resource) when { context.input.text like "*secret*" };"#)?;
 //! let host = Host::open(HostConfig { home: Some(dir.path().join("home")),
 //!     policies: vec![policies], ..HostConfig::default() })?;
-//! let request = Request::new("text/slugify", serde_json::json!({"text": "a secret plan"}));
+//!
+//! // An agent asks; the policy wants a human.
+//! let request = Request::new("text/slugify", serde_json::json!({"text": "a secret plan"}))
+//!     .by(capability_host::Actor::agent("bot"));
 //! let Outcome::NeedsApproval(pending) = host.invoke(&request) else { panic!("no approval") };
-//! let approval = pending.approval.as_ref().map(|a| a.approval_id.clone()).unwrap_or_default();
-//! let token = host.approvals().approve(&approval, "alice", None)?;
-//! let Outcome::Completed(receipt) = host.resume(&request, &token.0) else { panic!("not run") };
-//! assert_eq!(receipt.output, Some(serde_json::json!({"slug": "a-secret-plan"})));
-//! assert!(host.verify_audit()?.ok);
+//! let id = pending.approval.as_ref().map(|a| a.approval_id.clone()).unwrap_or_default();
+//!
+//! // The agent cannot decide its own request; the operator can.
+//! let bot = Principal::agent(&capability_host::Actor::agent("bot"));
+//! assert!(host.decide_approval(&bot, &id, ApprovalDecision::Approve, None).is_err());
+//! let alice = Principal::operator("alice");
+//! let decided = host.decide_approval(&alice, &id, ApprovalDecision::Approve, None)?;
+//! let token = decided.token.map(|t| t.0).unwrap_or_default();
+//!
+//! // The agent's retry with the token runs exactly the approved plan, once.
+//! let Outcome::Completed(done) = host.resume(&request, &token) else { panic!("not run") };
+//! assert_eq!(done.receipt.output, Some(serde_json::json!({"slug": "a-secret-plan"})));
+//!
+//! // The audit log: every decision, queried by indexed columns, and a verified chain.
+//! let page = host.audit_query(&alice, &AuditFilter {
+//!     agent: Some("bot".into()), ..AuditFilter::default() }.query()?)?;
+//! assert!(page.events.iter().any(|e| e.event["decision"] == "approval_required"));
+//! assert!(host.verify_audit(&alice, None)?.ok);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ## A gateway-style upstream source
+//!
+//! With a gateway config ([`HostConfig::gateway`]), every tool of every upstream MCP server
+//! is a capability `mcp.<server>.<tool>` of the host (see [`upstreams`](mod@upstreams)); a
+//! call of it is [`Host::invoke`] like any other and leaves a receipt. An embedder may give
+//! its own transport ([`HostConfig::upstream_connect`]); here an in-process upstream that
+//! adds two numbers:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use std::time::Duration;
+//! use capability_host::upstream::{GatewayConfig, McpSession, UpstreamError};
+//! use capability_host::{Host, HostConfig, Outcome, Request};
+//! use serde_json::{Value, json};
+//!
+//! #[derive(Debug)]
+//! struct Adder;
+//! impl McpSession for Adder {
+//!     fn request(&self, method: &str, params: Value, _: Duration) -> Result<Value, UpstreamError> {
+//!         Ok(match method {
+//!             "tools/list" => json!({"tools": [{"name": "add", "inputSchema": {"type": "object",
+//!                 "properties": {"a": {"type": "number"}, "b": {"type": "number"}}}}]}),
+//!             _ => {
+//!                 let a = &params["arguments"];
+//!                 let sum = a["a"].as_f64().unwrap_or(0.0) + a["b"].as_f64().unwrap_or(0.0);
+//!                 json!({"content": [{"type": "text", "text": sum.to_string()}]})
+//!             }
+//!         })
+//!     }
+//!     fn dead(&self) -> Option<UpstreamError> { None }
+//!     fn take_list_changed(&self) -> bool { false }
+//!     fn kill(&self) {}
+//! }
+//!
+//! # let dir = tempfile::tempdir()?;
+//! let gateway: GatewayConfig = toml::from_str("[[server]]\nname = \"calc\"\ncommand = \"unused\"")?;
+//! let host = Host::open(HostConfig {
+//!     home: Some(dir.path().join("home")),
+//!     gateway: Some(gateway),
+//!     upstream_connect: Some(Arc::new(|_, _| Ok(Arc::new(Adder) as Arc<dyn McpSession>))),
+//!     ..HostConfig::default()
+//! })?;
+//! let outcome = host.invoke(&Request::new("mcp.calc.add", json!({"a": 2, "b": 3})));
+//! let Outcome::Completed(done) = outcome else { panic!("{outcome:?}") };
+//! assert_eq!(done.receipt.capability.id, "mcp.calc.add");
+//! assert_eq!(done.receipt.output, Some(json!(5)));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -33,20 +101,29 @@
 //!
 //! * [`Host::open`] with a [`HostConfig`]: creates the home on first use, opens the
 //!   database, loads and checks the policies, selects the executor and registers every
-//!   capability of the configured [`CapabilitySource`]s ([`Builtins`] by default,
-//!   [`LocalPackage`]s).
-//! * [`Host::invoke`] runs a [`Request`] through plan → effect authorization → policies →
-//!   execution behind the executor → verification → receipt → audit, and returns an
-//!   [`Outcome`]: `Completed` (the receipt), `NeedsApproval` (the pending approval; the plan
-//!   is kept) or `Failed` (a typed [`CapabilityError`] whose `receipt_id` names the failed
-//!   receipt when one was kept). [`Host::resume`] runs the exact plan an approval token was
-//!   granted for, after checking that the request names the same capability and input.
-//! * [`Host::plan`], [`Host::inspect`], [`Host::resolve`] and [`Host::find`] plan and
-//!   discover without executing; [`Host::rollback`] undoes a reversible execution.
-//! * Queries: [`Host::receipts`], [`Host::audit`], [`Host::verify_audit`],
-//!   [`Host::approvals`].
-//! * [`Host::tokens`]: the bearer tokens every HTTP surface authenticates callers with
-//!   ([`tokens`]).
+//!   capability of the sources.
+//! * The lifecycle: [`Host::invoke`] runs a [`Request`] through plan → effect authorization
+//!   → policies → execution behind its boundary → verification → receipt → audit, and
+//!   returns an [`Outcome`]: `Completed` (the receipt), `NeedsApproval` (the pending
+//!   approval; the plan is kept) or `Failed` (a typed [`CapabilityError`] whose `receipt_id`
+//!   names the failed receipt when one was kept). [`Host::resume`] runs the exact plan an
+//!   approval token was granted for. [`Host::plan`], [`Host::inspect`], [`Host::resolve`],
+//!   [`Host::find`], [`Host::info`], [`Host::rollback`].
+//! * Principals ([`principal`]): [`Host::authenticate`] maps a bearer token, a console login
+//!   or a session to a [`Principal`]; the operator of the CLI is [`Principal::operator`].
+//! * Services for principals: approvals ([`Host::approvals`], [`Host::approval`],
+//!   [`Host::decide_approval`] — the one rule —, [`Host::approval_events`]), the audit log
+//!   ([`Host::audit_query`], [`Host::verify_audit`], [`Host::export_audit`], ...), receipts
+//!   ([`Host::receipts`], [`Host::receipt`], [`Host::export_receipts`]), policies
+//!   ([`Host::policy_report`], [`Host::validate_policies`], [`Host::test_policies`],
+//!   [`Host::policy_schema`]).
+//! * Limits: [`HostConfig::max_calls_per_principal`] ([`limits`]); the HTTP surfaces' one
+//!   guard ([`guard::HttpGuard`]).
+//! * Acquisition ([`acquisition`]): [`Host::install`], [`Host::acquire`].
+//! * MCP upstreams ([`upstreams`](mod@upstreams)): [`Host::sync_upstreams`],
+//!   [`Host::upstream_tools`].
+//!
+//! Errors are [`HostError`] ([`error`]).
 //!
 //! ## Executors
 //!
@@ -56,239 +133,140 @@
 //! [`HostConfig::oci_images`]) and `in-process` (trusted host code only: package modules
 //! are refused). The built-ins always run in process.
 
-pub mod home;
-pub mod installed;
+pub mod acquisition;
+pub mod approvals;
+pub mod audit;
+mod config;
+pub mod error;
+pub mod events;
+pub mod guard;
+pub mod limits;
+pub mod packages;
+pub mod policies;
+pub mod principal;
+pub mod receipts;
 pub mod sources;
+mod stores;
 pub mod tokens;
+pub mod upstreams;
+pub mod webhook;
 
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
-use capability_core::authorization::Preset;
-use capability_core::discovery::DiscoveryQuery;
-use capability_core::discovery::Hit;
-use capability_core::index::{IndexEntry, Resolution, discover_index, resolve};
+use capability_core::discovery::{DiscoveryQuery, Hit};
+use capability_core::index::{IndexEntry, discover_index, resolve};
 use capability_core::plan::Plan;
 use capability_core::receipt::Receipt;
 use capability_core::{CapabilityError, ErrorCode};
 use capability_journal::Database;
 use capability_policy::approvals::ApprovalStore;
-use capability_policy::audit::VerifyReport;
 use capability_policy::{
-    ApprovalManager, AuditSink, AuditStore, CedarPolicies, HostKey, MemoryStore, PolicyEngine,
-    SqliteStore,
+    ApprovalManager, AuditStore, CedarPolicies, ForTenant, HostKey, InterceptRequest, PolicyEngine,
 };
-use capability_runtime::store::{Durability, MemoryReceiptStore, ReceiptStore};
+use capability_runtime::capability::Implementation;
+use capability_runtime::store::ReceiptStore;
 use capability_runtime::trust::{TrustPolicy, assess_trust_of};
-use capability_runtime::{CapabilityRuntime, ExecuteOptions, SqliteReceiptStore};
+use capability_runtime::{CapabilityRuntime, ExecuteOptions};
 use capability_sandbox::{Choice, ModuleExecutor};
 use serde_json::{Value, json};
 
-pub use capability_policy::{ActionType, Actor, Governor};
-pub use capability_runtime::{Caller, Outcome, PendingApproval};
+pub use capability_acquire::{InstallOptions, InstallRecord, Installation, Installed};
+pub use capability_core::CapabilityError as Error;
+pub use capability_exec::home::{self, Home, HomeError};
+pub use capability_policy::approvals::{ApprovalFilter, ApprovalRecord, ApprovalStatus};
+pub use capability_policy::{
+    ActionType, Actor, ApprovalDecision, AuditQuery, AuditRecord, Decided, Environment, Governor,
+    VerifyReport,
+};
+pub use capability_runtime::capability::Capability;
+pub use capability_runtime::source::{Builtins, CapabilitySource, LocalPackage, PackageFile};
+// What surfaces use of the layers below, through the host (see `docs/architecture.md`):
+// discovery and acquisition tools, OpenAPI import, the runtime's pure functions and
+// document builders, the trust vocabulary.
+pub use capability_acquire as acquire;
+pub use capability_openapi as openapi;
+pub use capability_policy::{
+    CapabilityRegistry as GovernedRegistry, Governance, GovernedCapability, cedar, fixtures,
+};
+pub use capability_runtime::registry::CapabilityRegistry;
+pub use capability_runtime::{Caller, Completed, Outcome, PendingApproval};
+pub use capability_runtime::{builtins, composition, defaults, evals, trust};
+pub use capability_sandbox::stamp::FileStamp;
 pub use capability_sandbox::{HostGrants, OciImages};
-pub use home::Home;
-pub use sources::{Builtins, CapabilitySource, LocalPackage, OpenApiSource, PackageFile};
+pub use capability_upstream as upstream;
+
+pub use acquisition::Acquired;
+pub use approvals::{ApprovalList, approval_document, approval_json};
+pub use audit::{AuditFilter, AuditPage, ExportFormat};
+pub use config::{
+    DEFAULT_AGENT, ExecutorChoice, HostConfig, Request, Storage, TenantPolicies, policy_files,
+};
+pub use error::HostError;
+pub use events::{ApprovalChange, ApprovalEvents};
+pub use limits::LimitReached;
+pub use principal::{Access, Credential, Principal};
+pub use receipts::{ReceiptFilter, ReceiptList};
+pub use sources::OpenApiSource;
 pub use tokens::{AuthError, Role, TokenRecord, TokenSpec, Tokens};
 
-/// The agent the host acts as when a request names none.
-pub const DEFAULT_AGENT: &str = "cap-cli";
+use error::{PolicyError, SourceError, StoreError};
 
-/// Why the host could not be opened or a query could not be answered.
-#[derive(Debug, thiserror::Error)]
-pub enum HostError {
-    #[error("capability home `{path}`: {message}")]
-    Home { path: PathBuf, message: String },
-    #[error("cannot open the database in `{path}`: {message}")]
-    Database { path: PathBuf, message: String },
-    #[error("policy: {0}")]
-    Policy(String),
-    #[error("{0}")]
-    Source(CapabilityError),
-    #[error("store: {0}")]
-    Store(String),
-    #[error("host key: {0}")]
-    Key(String),
-}
-
-/// Where package code runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ExecutorChoice {
-    /// The strongest boundary available here for the module kind.
-    #[default]
-    Auto,
-    /// The Linux process sandbox (node, python, native).
-    Process,
-    /// The WASM executor (`.wasm` modules).
-    Wasm,
-    /// An OCI engine (docker or podman).
-    Oci,
-    /// In the host process: trusted host code only; package modules are refused.
-    InProcess,
-}
-
-impl ExecutorChoice {
-    /// Parses `auto`, `process`, `wasm`, `oci` or `in-process`.
-    pub fn parse(s: &str) -> Option<ExecutorChoice> {
-        Some(match s {
-            "auto" => ExecutorChoice::Auto,
-            "process" => ExecutorChoice::Process,
-            "wasm" => ExecutorChoice::Wasm,
-            "oci" => ExecutorChoice::Oci,
-            "in-process" => ExecutorChoice::InProcess,
-            _ => return None,
-        })
-    }
-}
-
-/// Where receipts, audit events and approvals are kept.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Storage {
-    /// In the home's database (the default), safe from process crashes.
-    #[default]
-    Durable,
-    /// In the home's database, flushed to disk on every receipt (safe from power loss).
-    DurableSync,
-    /// In memory only (the home is still created for the host key).
-    Memory,
-    /// An existing home read as it is, for queries (a home this process cannot write:
-    /// a read-only mount, another user's files). Nothing is created, recovered or written;
-    /// a call that would write fails.
-    ReadOnly,
-}
-
-/// Everything a host is opened with.
+/// How the host builds its module executor when it first needs one.
 #[derive(Clone)]
-pub struct HostConfig {
-    /// The capability home (default: resolved from the environment, see [`home`]).
-    pub home: Option<PathBuf>,
-    pub storage: Storage,
-    /// The effect policy (default `permissive`, as the reference's CLI).
-    pub preset: Preset,
-    /// Cedar policy files, or directories of `*.cedar` files (sorted by name). With policy
-    /// files, Cedar's default deny applies; without, the governance layer allows and audits.
-    pub policies: Vec<PathBuf>,
-    /// Record what policies would enforce without enforcing it.
-    pub shadow: bool,
-    /// A trust policy module capabilities must satisfy before they run.
-    pub trust: Option<TrustPolicy>,
-    pub executor: ExecutorChoice,
-    /// Wall-clock limit of one execution.
-    pub timeout: Option<Duration>,
-    /// Memory limit of one sandboxed execution, in MiB.
-    pub memory_mb: Option<u64>,
-    /// What the host opens to package code when the matching effect is granted.
-    pub grants: HostGrants,
-    /// Images for the OCI executor, pinned by digest.
-    pub oci_images: OciImages,
-    /// Where capabilities come from (default: the built-ins).
-    pub sources: Vec<Arc<dyn CapabilitySource>>,
-    /// The agent when a request names none.
-    pub default_agent: String,
-    /// Pre-started single-use sandboxes kept for grant-less node and python runs (0: none);
-    /// for long-running surfaces (see `capability_sandbox::SandboxPool`).
-    pub sandbox_pool: usize,
+struct ModuleConfig {
+    executor: ExecutorChoice,
+    timeout: Option<Duration>,
+    memory_mb: Option<u64>,
+    grants: HostGrants,
+    oci_images: OciImages,
+    sandbox_pool: usize,
 }
 
-impl Default for HostConfig {
-    fn default() -> Self {
-        HostConfig {
-            home: None,
-            storage: Storage::Durable,
-            preset: Preset::Permissive,
-            policies: Vec::new(),
-            shadow: false,
-            trust: None,
-            executor: ExecutorChoice::Auto,
-            timeout: None,
-            memory_mb: None,
-            grants: HostGrants::default(),
-            oci_images: OciImages::default(),
-            sources: vec![Arc::new(Builtins)],
-            default_agent: DEFAULT_AGENT.into(),
-            sandbox_pool: 0,
+impl ModuleConfig {
+    /// The isolating executor of package modules (`None` for `in-process`, which refuses
+    /// them).
+    fn build(&self) -> Option<ModuleExecutor> {
+        let choice = match self.executor {
+            ExecutorChoice::Auto => Choice::Auto,
+            ExecutorChoice::Process => Choice::Process,
+            ExecutorChoice::Wasm => Choice::Wasm,
+            ExecutorChoice::Oci => Choice::Oci,
+            ExecutorChoice::InProcess => return None,
+        };
+        let mut limits = capability_sandbox::Limits::default();
+        let mut wasm_limits = capability_sandbox::WasmLimits::default();
+        if let Some(t) = self.timeout {
+            limits.wall_timeout = t;
+            wasm_limits.timeout = t;
         }
-    }
-}
-
-impl std::fmt::Debug for HostConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostConfig")
-            .field("home", &self.home)
-            .field("storage", &self.storage)
-            .field("preset", &self.preset)
-            .field("policies", &self.policies)
-            .field("shadow", &self.shadow)
-            .field("executor", &self.executor)
-            .field(
-                "sources",
-                &self.sources.iter().map(|s| s.name()).collect::<Vec<_>>(),
-            )
-            .finish_non_exhaustive()
-    }
-}
-
-/// One call of a capability.
-#[derive(Clone, Debug)]
-pub struct Request {
-    /// The capability id.
-    pub capability: String,
-    pub input: Value,
-    /// Who acts and the call's context.
-    pub caller: Caller,
-    /// The caller approves effects that the effect policy puts behind approval (the
-    /// reference's `--approve`; policy approvals always need a human).
-    pub approve_effects: bool,
-    /// Wall-clock limit for this call (the tighter of this and the host's applies).
-    pub timeout: Option<Duration>,
-    /// Caller metadata, copied into the receipt.
-    pub metadata: Option<Value>,
-}
-
-impl Request {
-    pub fn new(capability: impl Into<String>, input: Value) -> Self {
-        Request {
-            capability: capability.into(),
-            input,
-            caller: Caller::default(),
-            approve_effects: false,
-            timeout: None,
-            metadata: None,
+        if let Some(mb) = self.memory_mb {
+            limits.memory_bytes = mb.saturating_mul(1 << 20);
+            wasm_limits.memory_bytes = mb.saturating_mul(1 << 20);
         }
-    }
-
-    /// The same request made by `actor`.
-    pub fn by(mut self, actor: Actor) -> Self {
-        self.caller.actor = actor;
-        self
-    }
-}
-
-/// `*.cedar` files from files and directories: a directory contributes its `*.cedar` files
-/// (not recursively), sorted by name, and must hold at least one; a file is taken as given.
-pub fn policy_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, HostError> {
-    let mut out = Vec::new();
-    for p in paths {
-        if p.is_dir() {
-            let mut entries: Vec<PathBuf> = std::fs::read_dir(p)
-                .map_err(|e| HostError::Policy(format!("cannot read {}: {e}", p.display())))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|e| e.extension().is_some_and(|x| x == "cedar"))
-                .collect();
-            entries.sort();
-            if entries.is_empty() {
-                return Err(HostError::Policy(format!(
-                    "{} holds no .cedar file",
-                    p.display()
-                )));
-            }
-            out.extend(entries);
-        } else {
-            out.push(p.clone());
+        let mut executor = ModuleExecutor::new(choice)
+            .with_host_grants(self.grants.clone())
+            .with_limits(limits);
+        if self.sandbox_pool > 0 {
+            executor = executor.with_pool(self.sandbox_pool);
         }
+        // The WASM executor is available wherever wasmtime runs; without it .wasm modules
+        // are refused (they never run elsewhere).
+        if let Ok(wasm) = capability_sandbox::WasmExecutor::new() {
+            executor = executor.with_wasm(Arc::new(
+                wasm.with_host_grants(self.grants.clone())
+                    .with_limits(wasm_limits),
+            ));
+        }
+        let images = &self.oci_images;
+        let has_images =
+            images.node.is_some() || images.python.is_some() || images.native.is_some();
+        if choice == Choice::Oci || (choice == Choice::Auto && has_images) {
+            executor = executor.with_oci(images.clone());
+        }
+        Some(executor)
     }
-    Ok(out)
 }
 
 /// The host: see the crate docs.
@@ -298,14 +276,22 @@ pub struct Host {
     receipts: Arc<dyn ReceiptStore>,
     audit: Arc<dyn AuditStore>,
     approvals: Arc<ApprovalManager>,
+    approval_store: Arc<dyn ApprovalStore>,
     database: Option<Arc<Database>>,
-    governor: Arc<Governor>,
-    entries: Vec<IndexEntry>,
+    governor: Arc<capability_policy::Governor>,
+    entries: RwLock<Arc<Vec<IndexEntry>>>,
     trust: Option<TrustPolicy>,
     timeout: Option<Duration>,
-    tokens: std::sync::OnceLock<Tokens>,
-    /// The module executor, to warm its sandbox pool.
-    modules: Option<Arc<ModuleExecutor>>,
+    tokens: OnceLock<Tokens>,
+    module_config: ModuleConfig,
+    /// The module executor, once package code is registered.
+    modules: OnceLock<Arc<ModuleExecutor>>,
+    policy_files: Vec<PathBuf>,
+    limits: limits::CallLimits,
+    feed: Arc<events::Feed>,
+    upstreams: Option<Arc<upstream::Upstreams>>,
+    upstream_registered: upstreams::Registered,
+    upstream_tool_problems: Mutex<Vec<(String, String)>>,
 }
 
 impl std::fmt::Debug for Host {
@@ -316,116 +302,37 @@ impl std::fmt::Debug for Host {
     }
 }
 
-fn store_err(e: impl std::fmt::Display) -> HostError {
-    HostError::Store(e.to_string())
+impl Drop for Host {
+    fn drop(&mut self) {
+        self.feed.stop();
+        if let Some(u) = &self.upstreams {
+            u.shutdown();
+        }
+    }
 }
 
-fn module_executor(config: &HostConfig) -> Result<Option<ModuleExecutor>, CapabilityError> {
-    let choice = match config.executor {
-        ExecutorChoice::Auto => Choice::Auto,
-        ExecutorChoice::Process => Choice::Process,
-        ExecutorChoice::Wasm => Choice::Wasm,
-        ExecutorChoice::Oci => Choice::Oci,
-        ExecutorChoice::InProcess => return Ok(None),
-    };
-    let mut limits = capability_sandbox::Limits::default();
-    let mut wasm_limits = capability_sandbox::WasmLimits::default();
-    if let Some(t) = config.timeout {
-        limits.wall_timeout = t;
-        wasm_limits.timeout = t;
+/// The Cedar policies of the host and of its tenants, loaded into one engine.
+fn policy_engine(config: &HostConfig) -> Result<(PolicyEngine, Vec<PathBuf>), HostError> {
+    let (policies, tenants) = config.all_policies();
+    let engine = PolicyEngine::new();
+    let files = policy_files(&policies)?;
+    let mut all = files.clone();
+    if !files.is_empty() {
+        let cedar = CedarPolicies::from_paths(&files).map_err(PolicyError::new)?;
+        engine.add_source(Arc::new(cedar));
     }
-    if let Some(mb) = config.memory_mb {
-        limits.memory_bytes = mb.saturating_mul(1 << 20);
-        wasm_limits.memory_bytes = mb.saturating_mul(1 << 20);
+    for tenant in &tenants {
+        let files = policy_files(&tenant.policies)?;
+        let cedar = CedarPolicies::from_paths(&files)
+            .map_err(|e| PolicyError::new(format!("tenant {}: {e}", tenant.tenant)))?;
+        engine.add_source(Arc::new(ForTenant::new(
+            tenant.tenant.clone(),
+            Arc::new(cedar),
+        )));
+        all.extend(files);
     }
-    let mut executor = ModuleExecutor::new(choice)
-        .with_host_grants(config.grants.clone())
-        .with_limits(limits);
-    if config.sandbox_pool > 0 {
-        executor = executor.with_pool(config.sandbox_pool);
-    }
-    // The WASM executor is available wherever wasmtime runs; without it .wasm modules are
-    // refused (they never run elsewhere).
-    if let Ok(wasm) = capability_sandbox::WasmExecutor::new() {
-        executor = executor.with_wasm(Arc::new(
-            wasm.with_host_grants(config.grants.clone())
-                .with_limits(wasm_limits),
-        ));
-    }
-    let images = &config.oci_images;
-    let has_images = images.node.is_some() || images.python.is_some() || images.native.is_some();
-    if choice == Choice::Oci || (choice == Choice::Auto && has_images) {
-        executor = executor.with_oci(images.clone());
-    }
-    Ok(Some(executor))
-}
-
-/// The stores of a host: receipts and plans, the audit log, approvals.
-struct Stores {
-    receipts: Arc<dyn ReceiptStore>,
-    audit: Arc<dyn AuditStore>,
-    approvals: Arc<dyn ApprovalStore>,
-    sink: Arc<dyn AuditSink>,
-    database: Option<Arc<Database>>,
-}
-
-impl Stores {
-    fn open(home: &Home, storage: Storage) -> Result<Stores, HostError> {
-        let durability = match storage {
-            Storage::ReadOnly => {
-                let failed = |message: String| HostError::Database {
-                    path: home.root().to_path_buf(),
-                    message,
-                };
-                let db = Arc::new(
-                    Database::open_read_only(&home.database())
-                        .map_err(|e| failed(e.to_string()))?,
-                );
-                let receipts = SqliteReceiptStore::read_only(Arc::clone(&db))
-                    .map_err(|e| failed(e.to_string()))?;
-                let store = Arc::new(
-                    SqliteStore::read_only(Arc::clone(&db)).map_err(|e| failed(e.to_string()))?,
-                );
-                return Ok(Stores {
-                    receipts: Arc::new(receipts),
-                    audit: Arc::clone(&store) as Arc<dyn AuditStore>,
-                    approvals: Arc::clone(&store) as Arc<dyn ApprovalStore>,
-                    sink: store,
-                    database: Some(db),
-                });
-            }
-            Storage::Memory => {
-                let store = Arc::new(MemoryStore::new());
-                return Ok(Stores {
-                    receipts: Arc::new(MemoryReceiptStore::new()),
-                    audit: Arc::clone(&store) as Arc<dyn AuditStore>,
-                    approvals: Arc::clone(&store) as Arc<dyn ApprovalStore>,
-                    sink: store,
-                    database: None,
-                });
-            }
-            Storage::DurableSync => Durability::System,
-            Storage::Durable => Durability::Process,
-        };
-        let failed = |message: String| HostError::Database {
-            path: home.root().to_path_buf(),
-            message,
-        };
-        let db = Arc::new(Database::open(&home.database()).map_err(|e| failed(e.to_string()))?);
-        let receipts = SqliteReceiptStore::on(Arc::clone(&db), &home.journals(), durability)
-            .map_err(|e| failed(e.to_string()))?;
-        let store = Arc::new(
-            SqliteStore::on(Arc::clone(&db), &home.journals())
-                .map_err(|e| failed(e.to_string()))?,
-        );
-        Ok(Stores {
-            receipts: Arc::new(receipts),
-            audit: Arc::clone(&store) as Arc<dyn AuditStore>,
-            approvals: Arc::clone(&store) as Arc<dyn ApprovalStore>,
-            sink: store,
-            database: Some(db),
-        })
-    }
+    engine.set_shadow_mode(config.shadow());
+    Ok((engine, all))
 }
 
 impl Host {
@@ -444,112 +351,140 @@ impl Host {
         } else {
             HostKey::load_or_generate(&home.host_key())
         }
-        .map_err(|e| HostError::Key(e.to_string()))?;
-        let stores = Stores::open(&home, config.storage)?;
-        let approvals = Arc::new(ApprovalManager::new(stores.approvals, key));
-        let engine = PolicyEngine::new();
-        let files = policy_files(&config.policies)?;
-        if !files.is_empty() {
-            let cedar =
-                CedarPolicies::from_paths(&files).map_err(|e| HostError::Policy(e.to_string()))?;
-            engine.add_source(Arc::new(cedar));
-        }
-        engine.set_shadow_mode(config.shadow);
+        .map_err(|e| StoreError::new("host key", e))?;
+        let stores = stores::Stores::open(&home, config.storage)?;
+        let feed = events::Feed::new(
+            (config.storage != Storage::Memory).then(|| home.root().to_path_buf()),
+        );
+        let approval_store: Arc<dyn ApprovalStore> =
+            Arc::new(events::Observed::new(stores.approvals, Arc::clone(&feed)));
+        let approvals = Arc::new(ApprovalManager::new(Arc::clone(&approval_store), key));
+        let (engine, policy_files) = policy_engine(&config)?;
         let governor = Arc::new(
-            Governor::new(config.default_agent.clone())
+            capability_policy::Governor::new(config.default_agent.clone())
                 .engine(Arc::new(engine))
                 .audit(stores.sink)
                 .approvals(Arc::clone(&approvals)),
         );
-        // Every source's capabilities, before the runtime exists: the module executor (and
-        // its WASM engine, ~10 ms to create) is built only when package code is registered.
-        let mut loaded = Vec::new();
-        let mut entries = Vec::new();
-        // The OpenAPI documents kept in the home are sources of every host on it.
-        let kept: Vec<Arc<dyn CapabilitySource>> = OpenApiSource::from_home(&home)
-            .map_err(HostError::Source)?
-            .into_iter()
-            .map(|s| Arc::new(s) as Arc<dyn CapabilitySource>)
-            .collect();
-        for source in config.sources.iter().chain(&kept) {
-            let capabilities = source.capabilities().map_err(HostError::Source)?;
-            loaded.push((source.name(), capabilities));
-            entries.extend(source.index_entries());
-        }
-        // Packages installed with `cap install` (their store is the one part of the home a
-        // sandbox may mount, read-only); an id another source provides is left to it.
-        capability_sandbox::expose_read_only(home.root().join(installed::PACKAGES));
-        let installed = installed::Installed::from_home(&home);
-        if !installed.is_empty() {
-            let taken: std::collections::BTreeSet<String> = loaded
-                .iter()
-                .flat_map(|(_, caps)| caps.iter().map(|c| c.manifest().id.clone()))
-                .collect();
-            let capabilities: Vec<capability_runtime::capability::Capability> = installed
-                .capabilities()
-                .map_err(HostError::Source)?
-                .into_iter()
-                .filter(|c| !taken.contains(&c.manifest().id))
-                .collect();
-            entries.extend(
-                installed
-                    .index_entries()
-                    .into_iter()
-                    .filter(|e| !taken.contains(&e.manifest.id)),
-            );
-            loaded.push((installed.name(), capabilities));
-        }
-        let has_modules = loaded.iter().flat_map(|(_, caps)| caps).any(|c| {
-            matches!(
-                c.implementation(),
-                capability_runtime::capability::Implementation::Module(_)
-            )
-        });
-        let mut builder = CapabilityRuntime::builder()
+        let runtime = CapabilityRuntime::builder()
             .policy(config.preset.policy())
             .store(Arc::clone(&stores.receipts))
-            .governor(Arc::clone(&governor));
-        let mut modules = None;
-        if has_modules
-            && let Some(executor) = module_executor(&config).map_err(HostError::Source)?
-        {
-            let executor = Arc::new(executor);
-            builder = builder
-                .executor(Arc::clone(&executor) as Arc<dyn capability_runtime::executor::Executor>);
-            modules = Some(executor);
-        }
-        let runtime = builder.build();
-        for (name, capabilities) in loaded {
-            for capability in capabilities {
-                runtime.register(capability).map_err(|e| {
-                    HostError::Source(CapabilityError::new(
-                        e.code,
-                        format!("{name}: {}", e.message),
-                    ))
-                })?;
+            .governor(Arc::clone(&governor))
+            .build();
+        let upstreams = match &config.gateway {
+            Some(gateway) => {
+                gateway.check()?;
+                Some(Arc::new(upstream::Upstreams::new(
+                    gateway.clone(),
+                    &home.mcp_pins(),
+                    config.upstream_connect.clone(),
+                )?))
             }
-        }
-        Ok(Host {
-            home,
+            None => None,
+        };
+        let host = Host {
             runtime,
             receipts: stores.receipts,
             audit: stores.audit,
             approvals,
+            approval_store,
             database: stores.database,
             governor,
-            entries,
-            trust: config.trust,
+            entries: RwLock::new(Arc::new(Vec::new())),
+            trust: config.trust.clone(),
             timeout: config.timeout,
-            tokens: std::sync::OnceLock::new(),
-            modules,
-        })
+            tokens: OnceLock::new(),
+            module_config: ModuleConfig {
+                executor: config.executor,
+                timeout: config.timeout,
+                memory_mb: config.memory_mb,
+                grants: config.grants.clone(),
+                oci_images: config.oci_images.clone(),
+                sandbox_pool: config.sandbox_pool,
+            },
+            modules: OnceLock::new(),
+            policy_files,
+            limits: limits::CallLimits::new(config.max_calls_per_principal),
+            feed,
+            upstreams,
+            upstream_registered: upstreams::Registered::default(),
+            upstream_tool_problems: Mutex::new(Vec::new()),
+            home,
+        };
+        host.register_sources(&config.sources)?;
+        host.sync_upstreams(true);
+        Ok(host)
+    }
+
+    /// Registers every capability of the configured sources, the OpenAPI documents kept in
+    /// the home and the packages installed in it (an id another source provides is left to
+    /// it). The module executor (and its WASM engine, ~10 ms to create) is built only when
+    /// package code is registered.
+    fn register_sources(&self, sources: &[Arc<dyn CapabilitySource>]) -> Result<(), HostError> {
+        let kept: Vec<Arc<dyn CapabilitySource>> = OpenApiSource::from_home(&self.home)
+            .map_err(|e| SourceError::new("openapi", e))?
+            .into_iter()
+            .map(|s| Arc::new(s) as Arc<dyn CapabilitySource>)
+            .collect();
+        let mut loaded = Vec::new();
+        let mut entries = Vec::new();
+        for source in sources.iter().chain(&kept) {
+            let capabilities = source
+                .capabilities()
+                .map_err(|e| SourceError::new(source.name(), e))?;
+            loaded.push((source.name(), capabilities));
+            entries.extend(source.index_entries());
+        }
+        let has_modules = loaded
+            .iter()
+            .flat_map(|(_, caps)| caps)
+            .any(|c| matches!(c.implementation(), Implementation::Module(_)));
+        if has_modules {
+            self.ensure_module_executor()?;
+        }
+        for (name, capabilities) in loaded {
+            for capability in capabilities {
+                self.runtime
+                    .register(capability)
+                    .map_err(|e| SourceError::new(name.clone(), e))?;
+            }
+        }
+        self.add_index_entries(entries);
+        // Packages installed with `cap install` (their store is the one part of the home a
+        // sandbox may mount, read-only).
+        capability_sandbox::expose_read_only(self.home.packages());
+        self.register_installed()
+    }
+
+    /// Builds the module executor and gives it to the runtime, once.
+    fn ensure_module_executor(&self) -> Result<(), HostError> {
+        if self.modules.get().is_some() || self.runtime.has_module_executor() {
+            return Ok(());
+        }
+        if let Some(executor) = self.module_config.build() {
+            let executor = Arc::new(executor);
+            if self.modules.set(Arc::clone(&executor)).is_ok() {
+                self.runtime.set_module_executor(executor);
+            }
+        }
+        Ok(())
+    }
+
+    fn add_index_entries(&self, entries: impl IntoIterator<Item = IndexEntry>) {
+        let mut guard = self
+            .entries
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut next = (**guard).clone();
+        next.extend(entries);
+        *guard = Arc::new(next);
     }
 
     /// With a sandbox pool ([`HostConfig::sandbox_pool`]): starts a spare for each node and
     /// python module capability, up to the pool's capacity, so that even their first runs
     /// find one; how many were started.
     pub fn prewarm_pool(&self) -> usize {
-        let Some(modules) = &self.modules else {
+        let Some(modules) = self.modules.get() else {
             return 0;
         };
         let capacity = modules.pool().map_or(0, |p| p.capacity());
@@ -575,63 +510,76 @@ impl Host {
         &self.runtime
     }
 
-    /// The governance layer (policies, approvals, audit) that every call goes through; a
-    /// surface governs actions the runtime does not execute (an upstream MCP tool call)
-    /// with [`Governor::intercept_with`], after registering them by name.
-    pub fn governor(&self) -> &Arc<Governor> {
-        &self.governor
-    }
-
-    /// The one database of the durable stores (`None` with [`Storage::Memory`]).
+    /// The one database of the durable stores (`None` with [`Storage::Memory`]): a
+    /// surface that drains flushes it.
     pub fn database(&self) -> Option<&Arc<Database>> {
         self.database.as_ref()
     }
 
+    /// Waits until every receipt and audit event written so far is in the database.
+    pub fn flush(&self) {
+        if let Some(db) = &self.database {
+            let _ = db.flush();
+        }
+    }
+
+    /// How many calls are in flight now (a surface that drains waits for 0).
+    pub fn calls_in_flight(&self) -> usize {
+        self.limits.in_flight()
+    }
+
+    /// The request's caller, with what the host knows of the capability: the facts of an
+    /// HTTP operation as labels (`context.labels.method`, `path`, `operationId`, `server`),
+    /// those of an upstream MCP tool (see [`upstreams`](mod@upstreams)), and a valid
+    /// `traceparent`. They come from the registered capability, never from the caller: a
+    /// caller's labels of those names are replaced.
     fn options(&self, request: &Request) -> ExecuteOptions {
         let timeout = match (request.timeout, self.timeout) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        ExecuteOptions {
+        let mut caller = request.caller.clone();
+        let mut options = ExecuteOptions {
             approved: request.approve_effects,
             metadata: request.metadata.clone(),
             timeout,
-            caller: Some(self.caller(request)),
             ..Default::default()
-        }
-    }
-
-    /// The request's caller, with the facts of an HTTP operation as labels that policies
-    /// read (`context.labels.method`, `path`, `operationId`, `server`). They come from the
-    /// registered operation, never from the caller: a caller's labels of those names are
-    /// replaced.
-    fn caller(&self, request: &Request) -> Caller {
-        let mut caller = request.caller.clone();
-        let Some(capability) = self.runtime.registry().get(&request.capability) else {
-            return caller;
         };
-        if !matches!(
-            capability.implementation(),
-            capability_runtime::capability::Implementation::Executor(_)
-        ) {
-            return caller;
+        if let Some(tp) = &request.traceparent
+            && let Some((trace, _)) = capability_policy::audit::parse_traceparent(tp)
+        {
+            caller.trace_id = Some(trace.to_string());
+            caller.metadata.insert("traceparent".into(), json!(tp));
         }
-        let Some(meta) = capability.manifest().metadata.as_ref() else {
-            return caller;
-        };
-        if meta.get("openapiOperationId").is_none() {
-            return caller;
+        if let Some(facts) = self.upstream_facts(&request.capability, &request.input) {
+            caller.labels.extend(facts.labels);
+            caller.metadata.extend(facts.metadata);
+            caller.action_type = capability_policy::ActionType::McpToolCall;
+            options.single_event = true;
+            options.record_input = facts.record_input;
+            // The operator declared the server's effects in the gateway config: that
+            // approves them (the effect policy's `deny` still applies; policies decide).
+            options.approved = true;
+        } else if let Some(meta) = self
+            .runtime
+            .registry()
+            .get(&request.capability)
+            .filter(|c| matches!(c.implementation(), Implementation::Executor(_)))
+            .and_then(|c| c.manifest().metadata.clone())
+            .filter(|m| m.get("openapiOperationId").is_some())
+        {
+            for (label, key) in [
+                ("method", "method"),
+                ("path", "path"),
+                ("operationId", "openapiOperationId"),
+                ("server", "server"),
+            ] {
+                let value = meta.get(key).and_then(Value::as_str).unwrap_or_default();
+                caller.labels.insert(label.into(), value.into());
+            }
         }
-        for (label, key) in [
-            ("method", "method"),
-            ("path", "path"),
-            ("operationId", "openapiOperationId"),
-            ("server", "server"),
-        ] {
-            let value = meta.get(key).and_then(Value::as_str).unwrap_or_default();
-            caller.labels.insert(label.into(), value.into());
-        }
-        caller
+        options.caller = Some(caller);
+        options
     }
 
     /// Refuses a module capability the trust policy does not accept.
@@ -654,16 +602,71 @@ impl Host {
         .with_details(serde_json::to_value(&assessment).unwrap_or(Value::Null)))
     }
 
+    /// A call the host refuses before its lifecycle (over the principal's limit, a
+    /// quarantined tool): audited as `denied_before_execution` with `code`, answered
+    /// `PERMISSION_DENIED` with `details.code`.
+    fn refuse(&self, request: &Request, reason: String, code: &str) -> Outcome {
+        let caller = self.options(request).caller.unwrap_or_default();
+        let mut req = InterceptRequest::new(
+            request.capability.clone(),
+            caller.action_type,
+            request.input.clone(),
+        )
+        .actor(caller.actor.clone());
+        req.labels.extend(caller.labels.clone());
+        req.metadata.extend(caller.metadata.clone());
+        if let Some(t) = &caller.trace_id {
+            req.trace_id = Some(t.clone());
+        }
+        let audited = self.governor.refuse(&req, &reason, code);
+        let mut details = json!({"code": code});
+        if let Err(e) = audited {
+            details["audit"] = json!(format!("not audited: {e}"));
+        }
+        Outcome::Failed(
+            CapabilityError::new(ErrorCode::PermissionDenied, reason).with_details(details),
+        )
+    }
+
+    /// What every call goes through first: the principal's limit, an upstream tool that is
+    /// unknown yet (the upstreams are looked at again) or quarantined, the trust policy.
+    fn admit(&self, request: &Request) -> Result<limits::CallSlot<'_>, Outcome> {
+        let slot = match self.limits.acquire(&request.caller.actor) {
+            Ok(slot) => slot,
+            Err(limit) => return Err(self.refuse(request, limit.to_string(), "rate_limited")),
+        };
+        if let Some(upstreams) = &self.upstreams
+            && request.capability.starts_with("mcp.")
+        {
+            let mut tool = upstreams.tool(&request.capability);
+            if tool.as_ref().is_none_or(|t| t.quarantined) {
+                // A human may have accepted the pin, or the upstream came back.
+                capability_upstream::may_block(|| self.sync_upstreams(false));
+                tool = upstreams.tool(&request.capability);
+            }
+            if let Some(t) = tool.filter(|t| t.included && t.quarantined) {
+                let message = format!(
+                    "The definition of {}/{} changed since it was pinned; it is quarantined until a human accepts it with `cap mcp-pins accept {} {}`",
+                    t.server, t.tool, t.server, t.tool
+                );
+                return Err(self.refuse(request, message, "quarantined"));
+            }
+        }
+        if let Err(e) = self.check_trust(&request.capability) {
+            return Err(Outcome::Failed(e));
+        }
+        Ok(slot)
+    }
+
     /// Runs a request through the whole governed lifecycle.
     pub fn invoke(&self, request: &Request) -> Outcome {
-        if let Err(e) = self.check_trust(&request.capability) {
-            return Outcome::Failed(e);
-        }
-        self.runtime.invoke_outcome(
-            &request.capability,
-            request.input.clone(),
-            &self.options(request),
-        )
+        let _slot = match self.admit(request) {
+            Ok(slot) => slot,
+            Err(refused) => return refused,
+        };
+        let options = self.options(request);
+        self.runtime
+            .invoke_outcome(&request.capability, request.input.clone(), &options)
     }
 
     /// Runs the exact plan the approval `token` was granted for. The request must name the
@@ -675,6 +678,11 @@ impl Host {
                 format!("approval refused: {m}"),
             ))
         };
+        let _slot = match self.admit(request) {
+            Ok(slot) => slot,
+            Err(refused) => return refused,
+        };
+        let mut options = self.options(request);
         let claims = match self.approvals.decode(token) {
             Ok(c) => c,
             Err(e) => return refused(e.to_string()),
@@ -698,10 +706,6 @@ impl Host {
         {
             return refused("the input differs from the approved plan".into());
         }
-        if let Err(e) = self.check_trust(&request.capability) {
-            return Outcome::Failed(e);
-        }
-        let mut options = self.options(request);
         options.approval_token = Some(token.to_string());
         self.runtime.execute_outcome(&plan, &options)
     }
@@ -711,40 +715,75 @@ impl Host {
         self.runtime.plan(id, input)
     }
 
+    /// Every registered capability, by id.
+    pub fn capabilities(&self) -> Vec<Arc<Capability>> {
+        self.runtime.registry().list()
+    }
+
+    /// Whether the input schema of capability `id` declares `property` (a surface's own
+    /// arguments, such as `approvalToken`, are then the capability's input).
+    pub fn input_declares(&self, id: &str, property: &str) -> bool {
+        self.runtime.registry().get(id).is_some_and(|c| {
+            c.manifest()
+                .input
+                .as_ref()
+                .and_then(|i| i.get("properties"))
+                .is_some_and(|p| p.get(property).is_some())
+        })
+    }
+
     /// The inert view of a registered capability.
     pub fn inspect(&self, id: &str) -> Result<Value, CapabilityError> {
         self.runtime.inspect(id)
     }
 
-    /// The capability an argument names: an id-shaped argument must be registered exactly
-    /// (never a similar one); anything else is a query resolved against the sources'
-    /// index entries as the reference does.
+    /// The capability an argument names: a registered id exactly; else an id-shaped
+    /// argument is not found (never a similar capability); anything else is a query
+    /// resolved against the sources' index entries as the reference does.
     pub fn resolve(&self, id_or_query: &str) -> Result<String, CapabilityError> {
-        let not_found = |m: String| CapabilityError::new(ErrorCode::NotFound, m);
-        if capability_core::validate::is_capability_id(id_or_query) {
-            return match self.runtime.registry().get(id_or_query) {
-                Some(_) => Ok(id_or_query.to_string()),
-                None => Err(not_found(format!("Capability not found: {id_or_query}"))),
-            };
+        if self.runtime.registry().get(id_or_query).is_some() {
+            return Ok(id_or_query.to_string());
         }
-        resolve(&self.entries, id_or_query)
+        let not_found = |m: String| CapabilityError::new(ErrorCode::NotFound, m);
+        if capability_core::validate::is_capability_id(id_or_query)
+            || id_or_query.starts_with("mcp.")
+        {
+            return Err(not_found(format!("Capability not found: {id_or_query}")));
+        }
+        resolve(&self.index_entries(), id_or_query)
             .map(|r| r.entry.manifest.id.clone())
             .map_err(|e| not_found(e.to_string()))
     }
 
     /// The sources' index entries (built-ins, installed packages, ...).
-    pub fn index_entries(&self) -> &[IndexEntry] {
-        &self.entries
+    pub fn index_entries(&self) -> Arc<Vec<IndexEntry>> {
+        Arc::clone(
+            &self
+                .entries
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 
     /// Lexical discovery over the sources' index entries (the reference's scores).
-    pub fn find(&self, query: &DiscoveryQuery) -> Vec<Hit<&IndexEntry>> {
-        discover_index(&self.entries, query)
+    pub fn find(&self, query: &DiscoveryQuery) -> Vec<Hit<IndexEntry>> {
+        let entries = self.index_entries();
+        discover_index(&entries, query)
+            .into_iter()
+            .map(|h| Hit {
+                item: h.item.clone(),
+                score: h.score,
+                reasons: h.reasons,
+            })
+            .collect()
     }
 
-    /// The index entry an id or query resolves to, with its score and reasons.
-    pub fn info(&self, id_or_query: &str) -> Result<Resolution<'_>, CapabilityError> {
-        resolve(&self.entries, id_or_query)
+    /// The index entry an id or query resolves to, with its score and reasons, as JSON
+    /// (`{package, capability, score, reasons}`).
+    pub fn info(&self, id_or_query: &str) -> Result<Value, CapabilityError> {
+        let entries = self.index_entries();
+        resolve(&entries, id_or_query)
+            .map(|r| r.to_json())
             .map_err(|e| CapabilityError::new(ErrorCode::NotFound, e.to_string()))
     }
 
@@ -761,68 +800,32 @@ impl Host {
         self.runtime.rollback(receipt_id, &options)
     }
 
-    /// The receipt store.
-    pub fn receipts(&self) -> &Arc<dyn ReceiptStore> {
-        &self.receipts
-    }
-
-    /// The audit log.
-    pub fn audit(&self) -> &Arc<dyn AuditStore> {
-        &self.audit
-    }
-
-    /// Verifies the audit chain (and every tenant's links on the way).
-    pub fn verify_audit(&self) -> Result<VerifyReport, HostError> {
-        capability_policy::audit::verify_store(self.audit.as_ref()).map_err(store_err)
-    }
-
-    /// Verifies one tenant's audit chain from that tenant's records alone.
-    pub fn verify_audit_tenant(&self, tenant: &str) -> Result<VerifyReport, HostError> {
-        capability_policy::audit::verify_tenant(self.audit.as_ref(), tenant).map_err(store_err)
-    }
-
-    /// A signed checkpoint of the audit chain's head (see [`capability_policy::checkpoint`]),
-    /// to be kept elsewhere and given to [`Host::verify_audit_against`] later.
-    pub fn audit_checkpoint(&self) -> Result<Value, String> {
-        let now = capability_core::js::iso_from_millis(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
-        );
-        capability_policy::checkpoint::take(self.audit.as_ref(), self.approvals.key(), &now)
-            .map_err(|e| e.to_string())
-    }
-
-    /// Verifies the audit chain and that it still extends a checkpoint signed by this home's
-    /// key (truncation, a rebuilt chain and an older database all fail).
-    pub fn verify_audit_against(
-        &self,
-        checkpoint: &Value,
-    ) -> Result<capability_policy::checkpoint::CheckpointReport, String> {
-        let checkpoint =
-            capability_policy::checkpoint::Checkpoint::verify(checkpoint, self.approvals.key())
-                .map_err(|e| e.to_string())?;
-        capability_policy::checkpoint::verify_against(self.audit.as_ref(), checkpoint)
-            .map_err(|e| e.to_string())
-    }
-
-    /// Approvals: list, show, approve (the token), deny.
-    pub fn approvals(&self) -> &Arc<ApprovalManager> {
-        &self.approvals
-    }
-
     /// The bearer tokens of the HTTP surfaces (a durable home only).
     pub fn tokens(&self) -> Result<&Tokens, HostError> {
         if let Some(tokens) = self.tokens.get() {
             return Ok(tokens);
         }
         let Some(db) = &self.database else {
-            return Err(HostError::Store(
-                "tokens need a durable home (not in-memory storage)".into(),
-            ));
+            return Err(StoreError::new(
+                "tokens",
+                "tokens need a durable home (not in-memory storage)",
+            )
+            .into());
         };
         let tokens = Tokens::open(Arc::clone(db))?;
         Ok(self.tokens.get_or_init(|| tokens))
+    }
+
+    /// The principal a credential proves (a missing, unknown, expired or revoked token, or
+    /// a wrong login, is refused alike for every surface).
+    pub fn authenticate(&self, credential: Credential<'_>) -> Result<Principal, AuthError> {
+        let tokens = self.tokens().map_err(|_| AuthError::Unavailable)?;
+        let record = match credential {
+            Credential::Bearer(secret) => tokens.authenticate(secret)?,
+            Credential::Login { name, password } => tokens.login(name, password)?,
+            Credential::Session { token_id } => tokens.by_id(token_id)?,
+        };
+        Ok(Principal::from_token(&record))
     }
 }
 
@@ -830,37 +833,6 @@ impl Host {
 /// probe is bounded in time).
 pub fn doctor() -> capability_sandbox::DoctorReport {
     capability_sandbox::doctor(capability_sandbox::ProcessSandbox::global())
-}
-
-/// The `{"approval": {...}}` document of a pending approval, as the surfaces print it.
-pub fn approval_document(pending: &PendingApproval) -> Value {
-    let record = pending
-        .approval
-        .as_ref()
-        .map(|a| a.to_json())
-        .unwrap_or(Value::Null);
-    let mut approval = json!({
-        "id": record.get("approvalId"),
-        "reason": pending.reason,
-        "expiresAt": record.get("expiresAtIso"),
-        "planFingerprint": pending.plan.fingerprint,
-    });
-    if let (Value::Object(a), Value::Object(r)) = (&mut approval, &record) {
-        for key in [
-            "capability",
-            "agentId",
-            "tenant",
-            "requester",
-            "input",
-            "policyIds",
-            "status",
-        ] {
-            if let Some(v) = r.get(key) {
-                a.insert(key.into(), v.clone());
-            }
-        }
-    }
-    json!({ "approval": approval })
 }
 
 /// The `{"error": {"code", "message", "receiptId"?, "details"?}}` document of a failure.

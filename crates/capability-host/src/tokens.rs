@@ -335,7 +335,7 @@ impl std::fmt::Debug for Tokens {
 }
 
 fn store_err(e: impl std::fmt::Display) -> HostError {
-    HostError::Store(format!("tokens: {e}"))
+    crate::error::StoreError::new("tokens", e).into()
 }
 
 impl Tokens {
@@ -426,7 +426,7 @@ impl Tokens {
                 rusqlite::Error::SqliteFailure(f, _)
                     if f.code == rusqlite::ErrorCode::ConstraintViolation =>
                 {
-                    store_err("that login name is taken")
+                    crate::error::InvalidRequest::new("that login name is taken").into()
                 }
                 _ => store_err(e),
             })?;
@@ -471,7 +471,7 @@ impl Tokens {
             .map_err(|_| store_err("the database writer stopped"))?
             .map_err(store_err)?;
         if changed == 0 {
-            return Err(HostError::Store(format!("no token {id}")));
+            return Err(crate::error::NotFound::new("token", id).into());
         }
         self.read(|conn| {
             conn.query_row(

@@ -7,7 +7,8 @@ use std::sync::{Arc, Barrier};
 
 use capability_core::ErrorCode;
 use capability_host::{
-    Actor, CapabilitySource, ExecutorChoice, Host, HostConfig, LocalPackage, Outcome, Request,
+    Actor, ApprovalDecision, AuditFilter, CapabilitySource, ExecutorChoice, Host, HostConfig,
+    LocalPackage, Outcome, Principal, Request,
 };
 use capability_policy::HostKey;
 use serde_json::json;
@@ -41,9 +42,10 @@ fn invoke_tells_completed_pending_and_failed_apart() {
         "text/slugify",
         json!({"text": "Hello World"}),
     ));
-    let Outcome::Completed(receipt) = ok else {
+    let Outcome::Completed(done) = ok else {
         panic!("{ok:?}")
     };
+    let receipt = done.receipt;
     assert_eq!(receipt.output, Some(json!({"slug": "hello-world"})));
     let governance = receipt.governance.as_ref().unwrap();
     assert_eq!(governance.agent_id.as_deref(), Some("cap-cli"));
@@ -66,7 +68,11 @@ fn invoke_tells_completed_pending_and_failed_apart() {
 
     let invalid = host.invoke(&Request::new("text/slugify", json!({"nope": 1})));
     assert!(matches!(invalid, Outcome::Failed(e) if e.code == ErrorCode::InvalidInput));
-    assert!(host.verify_audit().unwrap().ok);
+    assert!(
+        host.verify_audit(&Principal::operator("o"), None)
+            .unwrap()
+            .ok
+    );
 }
 
 #[test]
@@ -86,8 +92,18 @@ fn resume_runs_only_the_approved_call_once() {
     };
     let id = p.approval.unwrap().approval_id;
     // The agent cannot approve its own request.
-    assert!(host.approvals().approve(&id, "bot", None).is_err());
-    let token = host.approvals().approve(&id, "alice", None).unwrap().0;
+    let bot = Principal::agent(&Actor::agent("bot"));
+    assert!(
+        host.decide_approval(&bot, &id, ApprovalDecision::Approve, None)
+            .is_err()
+    );
+    let alice = Principal::operator("alice");
+    let token = host
+        .decide_approval(&alice, &id, ApprovalDecision::Approve, None)
+        .unwrap()
+        .token
+        .unwrap()
+        .0;
     // Another input with the same token is refused.
     let other =
         Request::new("text/slugify", json!({"text": "my secret 2"})).by(Actor::agent("bot"));
@@ -100,7 +116,8 @@ fn resume_runs_only_the_approved_call_once() {
         panic!("the approved call runs")
     };
     assert_eq!(
-        r.governance
+        r.receipt
+            .governance
             .as_ref()
             .unwrap()
             .approval
@@ -151,7 +168,7 @@ fn a_failed_execution_names_its_kept_receipt() {
         panic!("{outcome:?}")
     };
     let id = outcome.receipt_id().unwrap();
-    let kept = host.receipts().get(id).unwrap().unwrap();
+    let kept = host.receipt(&Principal::operator("o"), id).unwrap();
     assert_eq!(kept.error.as_ref().unwrap().message, "boom");
     assert_eq!(e.code, ErrorCode::ExecutionFailed);
     // Package code never runs in process.
@@ -212,7 +229,11 @@ fn one_database_and_one_writer_serve_every_store() {
     assert_eq!(threads_named(writer), 1);
     assert!(host.database().is_some());
     // Receipts and audit events went through it into the one file.
-    assert_eq!(host.audit().tail(None, 10).unwrap().len(), 2);
+    let everything = AuditFilter::default().query().unwrap();
+    let page = host
+        .audit_query(&Principal::operator("o"), &everything)
+        .unwrap();
+    assert_eq!(page.events.len(), 2);
 }
 
 #[test]

@@ -608,13 +608,13 @@ fn http_added(
 #[derive(Debug)]
 struct InstantEcho;
 
-impl capability_mcp::upstream::McpSession for InstantEcho {
+impl capability_host::upstream::McpSession for InstantEcho {
     fn request(
         &self,
         method: &str,
         params: Value,
         _timeout: Duration,
-    ) -> Result<Value, capability_mcp::upstream::UpstreamError> {
+    ) -> Result<Value, capability_host::upstream::UpstreamError> {
         match method {
             "tools/list" => Ok(json!({"tools": [{
                 "name": "echo",
@@ -626,7 +626,7 @@ impl capability_mcp::upstream::McpSession for InstantEcho {
                 "Echo: {}", params["arguments"]["message"].as_str().unwrap_or_default())}]})),
         }
     }
-    fn dead(&self) -> Option<capability_mcp::upstream::UpstreamError> {
+    fn dead(&self) -> Option<capability_host::upstream::UpstreamError> {
         None
     }
     fn take_list_changed(&self) -> bool {
@@ -638,7 +638,8 @@ impl capability_mcp::upstream::McpSession for InstantEcho {
 /// `Gateway::call` in process against [`InstantEcho`], the durable home as `cap
 /// mcp-gateway` opens it (SQLite audit log with its journal): p50/p99 of a call.
 fn gateway_inproc(dir: &std::path::Path) {
-    use capability_mcp::gateway::{Gateway, GatewayConfig};
+    use capability_host::upstream::GatewayConfig;
+    use capability_mcp::gateway::Gateway;
     let config = dir.join("inproc.toml");
     std::fs::write(
         &config,
@@ -648,16 +649,14 @@ fn gateway_inproc(dir: &std::path::Path) {
     let config = GatewayConfig::load(&config).unwrap();
     let host = capability_host::Host::open(capability_host::HostConfig {
         home: Some(dir.join("inproc-home")),
+        gateway: Some(config),
+        upstream_connect: Some(Arc::new(|_, _| {
+            Ok(Arc::new(InstantEcho) as Arc<dyn capability_host::upstream::McpSession>)
+        })),
         ..Default::default()
     })
     .unwrap();
-    let gateway = Gateway::open_with(
-        Arc::new(host),
-        config,
-        capability_mcp::ServeOptions::default(),
-        Box::new(|_, _| Ok(Arc::new(InstantEcho))),
-    )
-    .unwrap();
+    let gateway = Gateway::new(Arc::new(host), capability_mcp::ServeOptions::default());
     let actor = capability_host::Actor::agent("bench");
     let call = echo("everything__echo");
     let once = || {

@@ -13,9 +13,9 @@ use serde_json::{Map, Value};
 
 use crate::{INSTRUCTIONS, SERVER_NAME};
 
-/// The authenticated principal of an HTTP request (set by the auth layer).
+/// Who an HTTP request acts as (set by the gate once the host authenticated it).
 #[derive(Clone, Debug)]
-pub(crate) struct Principal(pub Actor);
+pub(crate) struct Authenticated(pub Actor);
 
 /// Where the handler is reached from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -91,7 +91,9 @@ pub(crate) trait Surface: Clone + Send + Sync + 'static {
     const CALLS_IN_PLACE: bool = false;
     fn peers(&self) -> &Peers;
     /// No call is in flight.
-    fn idle(&self) -> bool;
+    fn idle(&self) -> bool {
+        self.host().calls_in_flight() == 0
+    }
 }
 
 #[derive(Clone)]
@@ -131,7 +133,7 @@ impl<S: Surface> Handler<S> {
             Transport::Http => context
                 .extensions
                 .get::<axum::http::request::Parts>()
-                .and_then(|p| p.extensions.get::<Principal>())
+                .and_then(|p| p.extensions.get::<Authenticated>())
                 .map(|p| p.0.clone())
                 .ok_or_else(|| McpError::invalid_request("unauthenticated request", None)),
         }

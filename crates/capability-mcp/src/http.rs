@@ -10,30 +10,23 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use capability_host::AuthError;
+use capability_host::guard::{self, HttpGuard};
+use capability_host::{Access, AuthError, Credential};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use tokio_util::sync::CancellationToken;
 
 use crate::McpServer;
-use crate::handler::{Handler, Principal, Surface, Transport};
+use crate::handler::{Authenticated, Handler, Surface, Transport};
 
 /// Limits and checks of the HTTP transport.
 #[derive(Clone, Debug)]
 pub struct HttpLimits {
-    /// Largest request body, in bytes (413 beyond it).
-    pub max_body_bytes: usize,
+    /// The host's HTTP guard: Host and Origin validation (browser tools on this machine,
+    /// such as the MCP Inspector, are accepted), the request body limit (413 beyond it).
+    pub guard: HttpGuard,
     /// Most MCP sessions open at once (503 for a new one beyond it).
     pub max_sessions: usize,
-    /// Most tool calls in flight per principal (a tool error beyond it); applies to stdio
-    /// too, where there is one principal.
-    pub max_calls_per_principal: usize,
-    /// Host names (or `host:port`) accepted besides `localhost`, `127.0.0.1` and `::1`.
-    pub allowed_hosts: Vec<String>,
-    /// Browser origins accepted besides loopback ones (`https://app.example:443`); a request
-    /// with any other `Origin` is refused. Requests without `Origin` (non-browser clients)
-    /// pass.
-    pub allowed_origins: Vec<String>,
     /// How long shutdown waits for calls in flight.
     pub drain_timeout: Duration,
 }
@@ -41,35 +34,14 @@ pub struct HttpLimits {
 impl Default for HttpLimits {
     fn default() -> Self {
         HttpLimits {
-            max_body_bytes: 1 << 20,
+            guard: HttpGuard {
+                loopback_origins: true,
+                ..HttpGuard::default()
+            },
             max_sessions: 256,
-            max_calls_per_principal: 64,
-            allowed_hosts: Vec::new(),
-            allowed_origins: Vec::new(),
             drain_timeout: Duration::from_secs(30),
         }
     }
-}
-
-const LOOPBACK: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
-
-/// Pages served from this machine may call it; any other browser origin is refused.
-const LOOPBACK_ORIGINS: [&str; 3] = ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"];
-
-/// The host part of a `Host` header (`[::1]:80` → `::1`, `a:1` → `a`).
-fn host_name(value: &str) -> &str {
-    if let Some(rest) = value.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    value.rsplit_once(':').map_or(value, |(h, _)| h)
-}
-
-fn host_allowed(value: &str, extra: &[String]) -> bool {
-    let name = host_name(value);
-    LOOPBACK.contains(&name)
-        || extra
-            .iter()
-            .any(|a| a.eq_ignore_ascii_case(value) || a.eq_ignore_ascii_case(name))
 }
 
 fn refuse(status: StatusCode, message: &str) -> Response {
@@ -105,58 +77,38 @@ struct Gate<S: Surface> {
     sessions: Arc<LocalSessionManager>,
 }
 
-/// Host check, bearer token, role, session limit; then the MCP service.
+/// The host's guard, the bearer token (authenticated by the host), the principal's role,
+/// the session limit; then the MCP service.
 async fn gate<S: Surface>(
     State(gate): State<Gate<S>>,
     mut request: Request,
     next: Next,
 ) -> Response {
     let limits = &gate.surface.options().http;
-    let host = request
-        .headers()
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or_default();
-    if !host_allowed(host, &limits.allowed_hosts) {
-        return refuse(
-            StatusCode::FORBIDDEN,
-            "Forbidden: Host header is not allowed",
-        );
+    if let Err(refusal) = limits.guard.check(request.headers()) {
+        return refuse(StatusCode::FORBIDDEN, &format!("Forbidden: {refusal}"));
     }
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|h| h.to_str().ok())
-        .and_then(|h| {
-            h.strip_prefix("Bearer ")
-                .or_else(|| h.strip_prefix("bearer "))
-        })
-        .map(str::trim)
-        .unwrap_or_default()
-        .to_string();
-    let actor = if presented.is_empty()
-        && let Some(anonymous) = &gate.surface.options().anonymous
-    {
-        anonymous.clone()
-    } else {
-        let host = gate.surface.host();
-        let record = match host.tokens() {
-            Ok(tokens) => match tokens.authenticate(&presented) {
-                Ok(r) => r,
+    let presented = guard::bearer(request.headers()).map(str::to_string);
+    let actor = match (presented, &gate.surface.options().anonymous) {
+        (None, Some(anonymous)) => anonymous.clone(),
+        (presented, _) => {
+            let host = gate.surface.host();
+            let secret = presented.unwrap_or_default();
+            let principal = match host.authenticate(Credential::Bearer(&secret)) {
+                Ok(p) => p,
                 Err(e) => return unauthorized(e),
-            },
-            Err(_) => return unauthorized(AuthError::Unavailable),
-        };
-        if !record.role.may_call() {
-            return refuse(
-                StatusCode::FORBIDDEN,
-                &format!(
-                    "Forbidden: a token with role {} cannot call tools",
-                    record.role.as_str()
-                ),
-            );
+            };
+            if !principal.may(Access::Call) {
+                return refuse(
+                    StatusCode::FORBIDDEN,
+                    &format!(
+                        "Forbidden: a token with role {} cannot call tools",
+                        principal.role().as_str()
+                    ),
+                );
+            }
+            principal.actor()
         }
-        record.actor()
     };
     let new_session = request.method() == axum::http::Method::POST
         && !request.headers().contains_key("mcp-session-id");
@@ -166,25 +118,18 @@ async fn gate<S: Surface>(
             &format!("too many sessions (limit {})", limits.max_sessions),
         );
     }
-    request.extensions_mut().insert(Principal(actor));
+    request.extensions_mut().insert(Authenticated(actor));
     next.run(request).await
 }
 
 fn http_router<S: Surface>(surface: &S, ct: CancellationToken) -> Router {
-    let limits = &surface.options().http;
+    let guard = &surface.options().http.guard;
     let sessions = Arc::new(LocalSessionManager::default());
-    let mut hosts: Vec<String> = LOOPBACK.iter().map(|h| h.to_string()).collect();
-    hosts.extend(limits.allowed_hosts.iter().cloned());
     let config = StreamableHttpServerConfig::default()
-        .with_allowed_hosts(hosts)
-        .with_allowed_origins(
-            LOOPBACK_ORIGINS
-                .iter()
-                .map(|o| o.to_string())
-                .chain(limits.allowed_origins.iter().cloned()),
-        )
+        .with_allowed_hosts(guard.host_patterns())
+        .with_allowed_origins(guard.origin_patterns())
         .enforce_origin_validation()
-        .with_max_request_body_bytes(limits.max_body_bytes)
+        .with_max_request_body_bytes(guard.max_body_bytes)
         .with_cancellation_token(ct);
     let handler = Handler {
         surface: surface.clone(),
@@ -247,10 +192,7 @@ async fn drain<S: Surface>(surface: &S) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let host = surface.host();
-    if let Some(db) = host.database() {
-        let db = Arc::clone(db);
-        let _ = tokio::task::spawn_blocking(move || db.flush()).await;
-    }
+    let _ = tokio::task::spawn_blocking(move || host.flush()).await;
 }
 
 impl McpServer {
@@ -268,20 +210,5 @@ impl McpServer {
     /// Serves stdio until the client closes it; then drains like [`McpServer::serve_http`].
     pub async fn serve_stdio(&self) -> std::io::Result<()> {
         serve_stdio(self).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn host_names() {
-        assert!(host_allowed("127.0.0.1:8080", &[]));
-        assert!(host_allowed("localhost", &[]));
-        assert!(host_allowed("[::1]:9", &[]));
-        assert!(!host_allowed("evil.example:8080", &[]));
-        assert!(!host_allowed("", &[]));
-        assert!(host_allowed("mcp.internal:443", &["mcp.internal".into()]));
     }
 }

@@ -1,11 +1,11 @@
 //! The 13 bootstrap tools: what each does over the host.
 
 use capability_core::discovery::DiscoveryQuery;
-use capability_host::{ActionType, Actor, Caller};
-use capability_runtime::composition::{contracts_compose, split_pipeline_intent};
+use capability_host::composition::{contracts_compose, split_pipeline_intent};
+use capability_host::{ActionType, Actor, Caller, Outcome, Request, approval_document};
 use serde_json::{Map, Value, json};
 
-use crate::{Governed, McpServer, approval_result, error_result, take_approval_token};
+use crate::{McpServer, approval_result, error_result, governed, take_approval_token, traceparent};
 
 /// `{content: [{type: "text", text: pretty JSON}], structuredContent: value}`. MCP
 /// structured content is an object, so a value that is not one (the search hits) is given
@@ -99,9 +99,29 @@ fn inspect(server: &McpServer, args: &Map<String, Value>) -> Value {
     };
     let host = server.host();
     match host.info(id) {
-        Ok(r) => ok(r.to_json()),
+        Ok(r) => ok(r),
         Err(e) => err(e.message),
     }
+}
+
+/// A governed call of a bootstrap tool (action `tool_call`, surface `mcp`).
+fn call_request(
+    id: &str,
+    input: Value,
+    actor: &Actor,
+    approve_effects: bool,
+    meta: Option<&Value>,
+) -> Request {
+    let mut request = Request::new(id, input);
+    request.caller = Caller {
+        actor: actor.clone(),
+        action_type: ActionType::ToolCall,
+        ..Caller::default()
+    };
+    request.caller.labels.insert("surface".into(), "mcp".into());
+    request.approve_effects = approve_effects;
+    request.traceparent = traceparent(meta);
+    request
 }
 
 /// The caller's `approved: true` counts only when the host opted in.
@@ -125,27 +145,20 @@ fn execute(
     };
     let input = args.get("input").cloned().unwrap_or_else(|| json!({}));
     let token = take_approval_token(args, meta, false);
-    let caller = Caller::from(actor.clone());
     let package = host
         .info(&id)
         .ok()
-        .map(|r| json!({"name": r.entry.package_name, "version": r.entry.package_version}));
-    match server.governed(
-        &host,
-        &id,
-        input,
-        caller,
-        approved(server, args),
-        token.as_deref(),
-    ) {
-        Governed::Completed(receipt) => ok(json!({
-            "capability": {"id": receipt.capability.id, "version": receipt.capability.version},
+        .map(|r| json!({"name": r["package"]["name"], "version": r["package"]["version"]}));
+    let request = call_request(&id, input, actor, approved(server, args), meta);
+    match governed(&host, &request, token.as_deref()) {
+        Outcome::Completed(done) => ok(json!({
+            "capability": {"id": done.receipt.capability.id, "version": done.receipt.capability.version},
             "package": package,
             "trust": null,
-            "receipt": receipt.to_value(),
+            "receipt": done.receipt.to_value(),
         })),
-        Governed::NeedsApproval(doc) => approval_result(doc, &id),
-        Governed::Failed(e) => {
+        Outcome::NeedsApproval(p) => approval_result(approval_document(&p), &id),
+        Outcome::Failed(e) => {
             let mut value = json!({"error": e.message});
             if let Value::Object(m) = &mut value {
                 m.insert("code".into(), json!(e.code.as_str()));
@@ -230,25 +243,21 @@ fn compose(
     let mut receipts = Vec::new();
     for step in &steps {
         let id = step["id"].as_str().unwrap_or_default();
-        let caller = Caller {
-            actor: actor.clone(),
-            action_type: ActionType::ToolCall,
-            ..Caller::default()
-        };
-        let mut outcome = server.governed(&host, id, value.clone(), caller.clone(), approve, None);
-        if matches!(outcome, Governed::NeedsApproval(_))
+        let request = call_request(id, value.clone(), actor, approve, meta);
+        let mut outcome = governed(&host, &request, None);
+        if matches!(outcome, Outcome::NeedsApproval(_))
             && let Some(t) = token.take()
         {
-            outcome = server.governed(&host, id, value, caller, approve, Some(&t));
+            outcome = governed(&host, &request, Some(&t));
         }
         match outcome {
-            Governed::Completed(receipt) => {
-                value = receipt.output.clone().unwrap_or(Value::Null);
+            Outcome::Completed(done) => {
+                value = done.receipt.output.clone().unwrap_or(Value::Null);
                 outputs.push(value.clone());
-                receipts.push(receipt.receipt_id.clone());
+                receipts.push(done.receipt.receipt_id.clone());
             }
-            Governed::NeedsApproval(doc) => return approval_result(doc, id),
-            Governed::Failed(e) => {
+            Outcome::NeedsApproval(p) => return approval_result(approval_document(&p), id),
+            Outcome::Failed(e) => {
                 return err(format!("step {id} failed: {}", e.message));
             }
         }
@@ -265,7 +274,7 @@ fn doctor(server: &McpServer) -> Value {
     ok(json!({
         "index": {
             "source": "host",
-            "capabilities": host.runtime().registry().list().len(),
+            "capabilities": host.capabilities().len(),
         },
         "isolation": serde_json::to_value(&report).unwrap_or(Value::Null),
     }))

@@ -734,10 +734,7 @@ impl Executor for HttpOperation {
                     message: scrub_text(&message, &secrets),
                 },
             };
-            ExecutionFailure {
-                error,
-                isolation: Some(isolation),
-            }
+            ExecutionFailure::new(error, Some(isolation))
         };
         let response = match result {
             Ok(r) => r,
@@ -794,7 +791,7 @@ impl Executor for HttpOperation {
         }
         let mut isolation = self.isolation(&spec, Some(&response), timeout_ms);
         scrub(&mut isolation, &secrets);
-        Ok(Executed { output, isolation })
+        Ok(Executed::new(output, isolation))
     }
 
     fn verify(

@@ -41,8 +41,10 @@ pub enum ApprovalError {
     NotPending { id: String, status: ApprovalStatus },
     #[error("approval `{id}` expired")]
     Expired { id: String },
-    #[error("`{approver}` requested approval `{id}` and cannot approve it")]
+    #[error("`{approver}` requested approval `{id}` and cannot decide it")]
     SelfApproval { id: String, approver: String },
+    #[error("`{approver}` may not decide approvals of tenant `{tenant}`")]
+    OtherTenant { approver: String, tenant: String },
     #[error("approver must not be empty")]
     NoApprover,
     #[error("malformed approval token: {message}")]
@@ -152,6 +154,17 @@ pub trait ApprovalStore: Send + Sync {
         record: &ApprovalRecord,
         expected: ApprovalStatus,
     ) -> Result<bool, StoreError>;
+    /// The approvals changed (created or updated) after the change at `after` (0: from the
+    /// first), oldest change first, at most `limit`: each change's position and the record
+    /// as it is now. Every insert and successful update is one change, in every process that
+    /// shares the store.
+    fn approval_changes(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, ApprovalRecord)>, StoreError>;
+    /// The position of the latest change (0: none yet).
+    fn approval_change_head(&self) -> Result<u64, StoreError>;
 }
 
 /// The host's ed25519 signing key.
@@ -323,6 +336,99 @@ pub struct TokenClaims {
     pub nonce: String,
 }
 
+/// Whether a decision approves or denies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ApprovalDecision {
+    Approve,
+    Deny,
+}
+
+/// Who decides an approval, as the one rule of [`ApprovalManager::decide`] sees them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Decider {
+    name: String,
+    identities: Vec<String>,
+    tenants: Option<std::collections::BTreeSet<String>>,
+}
+
+impl Decider {
+    /// A decider recorded as `name` (`decidedBy`), who may decide for every tenant.
+    pub fn named(name: impl Into<String>) -> Self {
+        Decider {
+            name: name.into(),
+            identities: Vec::new(),
+            tenants: None,
+        }
+    }
+
+    /// Another name the decider is known by (its principal id, its agent id): a request
+    /// made under any of them is the decider's own.
+    pub fn also_known_as(mut self, identity: impl Into<String>) -> Self {
+        let identity = identity.into();
+        if !identity.is_empty() && identity != self.name && !self.identities.contains(&identity) {
+            self.identities.push(identity);
+        }
+        self
+    }
+
+    /// Limits the decider to approvals of these tenants (`*`: every tenant; an approval
+    /// without a tenant needs `*`).
+    pub fn for_tenants(mut self, tenants: impl IntoIterator<Item = String>) -> Self {
+        self.tenants = Some(tenants.into_iter().collect());
+        self
+    }
+
+    /// The name the decision records.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Every name the decider is known by, its recorded name first.
+    pub fn identities(&self) -> impl Iterator<Item = &str> {
+        std::iter::once(self.name.as_str()).chain(self.identities.iter().map(String::as_str))
+    }
+
+    /// Whether the decider may decide approvals of `tenant`.
+    pub fn covers(&self, tenant: Option<&str>) -> bool {
+        match &self.tenants {
+            None => true,
+            Some(t) => t.contains("*") || tenant.is_some_and(|x| t.contains(x)),
+        }
+    }
+
+    /// The one rule: whether `record` may be decided by this decider — its tenant is one of
+    /// the decider's, and the decider is not who asked (by any of its names: the request's
+    /// requester and agent are compared with the decider's name, principal id and agent id).
+    pub fn check(&self, record: &ApprovalRecord) -> Result<(), ApprovalError> {
+        if self.name.trim().is_empty() {
+            return Err(ApprovalError::NoApprover);
+        }
+        if !self.covers(record.tenant.as_deref()) {
+            return Err(ApprovalError::OtherTenant {
+                approver: self.name.clone(),
+                tenant: record.tenant.clone().unwrap_or_else(|| "(none)".into()),
+            });
+        }
+        let own = self
+            .identities()
+            .any(|i| i == record.requester || i == record.agent_id);
+        if own {
+            return Err(ApprovalError::SelfApproval {
+                id: record.approval_id.clone(),
+                approver: self.name.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What a decision gave: the updated record, and for an approval its single-use token.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decided {
+    pub record: ApprovalRecord,
+    pub token: Option<ApprovalToken>,
+}
+
 /// What to ask approval for.
 #[derive(Clone, Debug)]
 pub struct ApprovalRequest<'a> {
@@ -468,8 +574,8 @@ impl ApprovalManager {
         Ok(n)
     }
 
-    fn pending(&self, id: &str, approver: &str) -> Result<ApprovalRecord, ApprovalError> {
-        if approver.trim().is_empty() {
+    fn pending(&self, id: &str, decider: &Decider) -> Result<ApprovalRecord, ApprovalError> {
+        if decider.name().trim().is_empty() {
             return Err(ApprovalError::NoApprover);
         }
         let mut r = self.get(id)?;
@@ -484,23 +590,54 @@ impl ApprovalManager {
             self.store.update_approval(&r, ApprovalStatus::Pending)?;
             return Err(ApprovalError::Expired { id: id.to_string() });
         }
-        if r.requester == approver || r.agent_id == approver {
-            return Err(ApprovalError::SelfApproval {
-                id: id.to_string(),
-                approver: approver.to_string(),
-            });
-        }
+        decider.check(&r)?;
         Ok(r)
     }
 
-    /// Approves a pending request and mints its single-use token.
+    /// Decides a pending request by the one rule ([`Decider::check`]): approving mints its
+    /// single-use token.
+    pub fn decide(
+        &self,
+        id: &str,
+        decider: &Decider,
+        decision: ApprovalDecision,
+        note: Option<String>,
+    ) -> Result<Decided, ApprovalError> {
+        match decision {
+            ApprovalDecision::Approve => {
+                let (record, token) = self.approve_as(id, decider, note)?;
+                Ok(Decided {
+                    record,
+                    token: Some(token),
+                })
+            }
+            ApprovalDecision::Deny => Ok(Decided {
+                record: self.deny_as(id, decider, note)?,
+                token: None,
+            }),
+        }
+    }
+
+    /// Approves a pending request as `approver` (who may decide for every tenant; see
+    /// [`ApprovalManager::decide`]) and mints its single-use token.
     pub fn approve(
         &self,
         id: &str,
         approver: &str,
         note: Option<String>,
     ) -> Result<ApprovalToken, ApprovalError> {
-        let mut r = self.pending(id, approver)?;
+        self.approve_as(id, &Decider::named(approver), note)
+            .map(|(_, token)| token)
+    }
+
+    fn approve_as(
+        &self,
+        id: &str,
+        decider: &Decider,
+        note: Option<String>,
+    ) -> Result<(ApprovalRecord, ApprovalToken), ApprovalError> {
+        let approver = decider.name();
+        let mut r = self.pending(id, decider)?;
         let now = self.clock.now_millis();
         let mut nonce = [0u8; 16];
         getrandom::fill(&mut nonce).map_err(|e| ApprovalError::Key {
@@ -534,21 +671,33 @@ impl ApprovalManager {
         });
         let bytes = capability_core::json::canonical_string(&payload).into_bytes();
         let sig = self.key.sign(&bytes);
-        Ok(ApprovalToken(format!(
+        let token = ApprovalToken(format!(
             "{TOKEN_PREFIX}.{}.{}",
             URL_SAFE_NO_PAD.encode(&bytes),
             URL_SAFE_NO_PAD.encode(sig.to_bytes())
-        )))
+        ));
+        Ok((r, token))
     }
 
-    /// Denies a pending request.
+    /// Denies a pending request as `approver` (who may decide for every tenant; see
+    /// [`ApprovalManager::decide`]).
     pub fn deny(
         &self,
         id: &str,
         approver: &str,
         note: Option<String>,
     ) -> Result<ApprovalRecord, ApprovalError> {
-        let mut r = self.pending(id, approver)?;
+        self.deny_as(id, &Decider::named(approver), note)
+    }
+
+    fn deny_as(
+        &self,
+        id: &str,
+        decider: &Decider,
+        note: Option<String>,
+    ) -> Result<ApprovalRecord, ApprovalError> {
+        let approver = decider.name();
+        let mut r = self.pending(id, decider)?;
         r.status = ApprovalStatus::Denied;
         r.decided_by = Some(approver.to_string());
         r.decided_at = Some(self.clock.now_millis());

@@ -759,7 +759,46 @@ pub fn verify_chain(records: &[AuditRecord], head: Option<(u64, String)>) -> Ver
 }
 
 /// Persistence of the chained audit log.
+/// Which audit events to read ([`AuditStore::query`]): every filter is a column the stores
+/// index (tenant, agent, capability, decision, time), so a page costs the same however long
+/// the log is.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AuditQuery {
+    pub tenant: Option<String>,
+    pub agent: Option<String>,
+    pub capability: Option<String>,
+    /// A decision type (`allow`, `deny`, ...).
+    pub decision: Option<String>,
+    /// Events at or after this ISO-8601 time.
+    pub since: Option<String>,
+    /// Events before this ISO-8601 time.
+    pub until: Option<String>,
+    /// Only events older than this position (`seq`): the cursor of the next page.
+    pub before: Option<u64>,
+    /// The most events to return.
+    pub limit: usize,
+}
+
+impl AuditQuery {
+    /// Whether `record` matches the filters (not the cursor or the limit).
+    pub fn matches(&self, record: &AuditRecord) -> bool {
+        let field = |k: &str| record.event.get(k).and_then(Value::as_str);
+        let is =
+            |want: &Option<String>, k: &str| want.as_deref().is_none_or(|w| field(k) == Some(w));
+        let time = field("timestamp").unwrap_or_default();
+        is(&self.tenant, "tenant_id")
+            && is(&self.agent, "agent_id")
+            && is(&self.capability, "capability_name")
+            && is(&self.decision, "decision")
+            && self.since.as_deref().is_none_or(|s| time >= s)
+            && self.until.as_deref().is_none_or(|u| time < u)
+    }
+}
+
 pub trait AuditStore: Send + Sync {
+    /// The newest `query.limit` records that match `query` (older than `query.before` when
+    /// given), newest first.
+    fn query(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError>;
     /// Appends events atomically, chaining them; returns their records.
     fn append(&self, events: &[AuditEvent]) -> Result<Vec<AuditRecord>, StoreError>;
     /// The last `limit` records (optionally of one tenant), oldest first.

@@ -170,10 +170,13 @@ pub mod registry;
 pub mod store;
 
 pub use action::{ActionType, Actor, AgentAction};
-pub use approvals::{ApprovalError, ApprovalManager, ApprovalRecord, ApprovalStatus, HostKey};
+pub use approvals::{
+    ApprovalDecision, ApprovalError, ApprovalManager, ApprovalRecord, ApprovalStatus, Decided,
+    Decider, HostKey,
+};
 pub use audit::{
-    AuditEvent, AuditOutcome, AuditSink, AuditStore, TenantLink, VerifyReport, verify_chain,
-    verify_store, verify_tenant,
+    AuditEvent, AuditOutcome, AuditQuery, AuditRecord, AuditSink, AuditStore, TenantLink,
+    VerifyReport, verify_chain, verify_store, verify_tenant,
 };
 pub use cedar::CedarPolicies;
 pub use decision::{Decision, DecisionType, IsolationTier, SandboxRequirement};

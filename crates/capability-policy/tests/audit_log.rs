@@ -228,6 +228,7 @@ fn other_tables_in_the_file_are_left_alone() {
     assert_eq!(
         tables,
         [
+            "approval_changes",
             "approval_requests",
             "audit_checkpoints",
             "audit_events",

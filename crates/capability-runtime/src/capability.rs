@@ -155,6 +155,44 @@ impl Capability {
         )
     }
 
+    /// A capability the host defines under a name of its own, run by its own executor: an
+    /// MCP upstream tool is `mcp.<server>.<tool>`, named after the server and the tool as
+    /// policies see them. The manifest is checked as a package's is, except that its `id`
+    /// need not be a package capability id (`namespace/name`); it must be 1 to 256
+    /// characters without whitespace or control characters.
+    pub fn host_defined(
+        manifest: &Value,
+        executor: Arc<dyn capability_exec::Executor>,
+    ) -> Result<Self, CapabilityError> {
+        let invalid = |m: String| CapabilityError::new(ErrorCode::InvalidManifest, m);
+        let id = manifest
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| invalid("manifest.id must be a string".into()))?;
+        if id.is_empty()
+            || id.len() > 256
+            || id.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
+            return Err(invalid(format!(
+                "host-defined capability id {id:?} must be 1 to 256 characters without whitespace"
+            )));
+        }
+        let mut checked = manifest.clone();
+        checked["id"] = Value::String("host/defined".into());
+        capability_core::manifest::assert_valid_manifest(&checked)?;
+        let manifest: Manifest = serde_json::from_value(manifest.clone())
+            .map_err(|e| invalid(format!("manifest: {e}")))?;
+        let input_schema = compile(manifest.input.as_ref(), "input")?;
+        let output_schema = compile(manifest.output.as_ref(), "output")?;
+        Ok(Capability {
+            manifest: Arc::new(manifest),
+            input_schema,
+            output_schema,
+            implementation: Implementation::Executor(executor),
+            provenance: None,
+        })
+    }
+
     /// Attaches a provenance record (copied into every receipt).
     pub fn with_provenance(mut self, provenance: Value) -> Self {
         self.provenance = Some(provenance);

@@ -141,10 +141,7 @@ impl Executor for InProcessExecutor {
             return Err(InProcessExecutor::refuse(request.capability).into());
         };
         let isolation = || Some(InProcessExecutor::isolation(request.timeout));
-        let failed = |error| ExecutionFailure {
-            error,
-            isolation: isolation(),
-        };
+        let failed = |error| ExecutionFailure::new(error, isolation());
         let input = &request.plan.input;
         let output = match (&hooks.execute, request.timeout) {
             (ExecuteHook::Sync(f), None) => f(input, &request.context()).map_err(failed)?,
@@ -164,10 +161,10 @@ impl Executor for InProcessExecutor {
                     .map_err(failed)?
             }
         };
-        Ok(Executed {
+        Ok(Executed::new(
             output,
-            isolation: InProcessExecutor::isolation(request.timeout),
-        })
+            InProcessExecutor::isolation(request.timeout),
+        ))
     }
 
     fn verify(

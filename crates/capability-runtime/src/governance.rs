@@ -22,6 +22,7 @@
 use std::collections::BTreeMap;
 
 use capability_policy::{ActionType, Actor, InterceptRequest};
+use serde_json::{Map, Value};
 
 /// Who acts ([`Actor`]: agent, tenant, scopes, environment, principal) and the context of
 /// one call: its action type, labels, trace and costs.
@@ -35,6 +36,9 @@ pub struct Caller {
     pub parent_action_id: Option<String>,
     pub cost_so_far_usd: f64,
     pub estimated_cost_usd: Option<f64>,
+    /// Facts of the call added to the action's metadata (the policies' runtime metadata and
+    /// the audit events), e.g. the W3C `traceparent` a client sent.
+    pub metadata: Map<String, Value>,
 }
 
 impl Default for Caller {
@@ -47,6 +51,7 @@ impl Default for Caller {
             parent_action_id: None,
             cost_so_far_usd: 0.0,
             estimated_cost_usd: None,
+            metadata: Map::new(),
         }
     }
 }
@@ -76,6 +81,9 @@ impl Caller {
         req = req.cost_so_far(self.cost_so_far_usd);
         if let Some(c) = self.estimated_cost_usd {
             req = req.estimated_cost(c);
+        }
+        for (k, v) in &self.metadata {
+            req.metadata.insert(k.clone(), v.clone());
         }
         req
     }

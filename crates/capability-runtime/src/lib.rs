@@ -61,10 +61,10 @@ pub mod defaults;
 pub mod evals;
 pub mod executor;
 pub mod governance;
-pub mod home;
 pub mod mcp_adapter;
 pub mod registry;
 pub mod runtime;
+pub mod source;
 pub mod store;
 pub mod trust;
 
@@ -78,6 +78,8 @@ pub use executor::{
 pub use governance::Caller;
 pub use registry::{CapabilityRegistry, Discovered, Embedder, EmbeddingRanker, Ranker};
 pub use runtime::{
-    CapabilityRuntime, Clock, ExecuteOptions, Outcome, PendingApproval, RuntimeBuilder, SystemClock,
+    CapabilityRuntime, Clock, Completed, ExecuteOptions, Outcome, PendingApproval, RuntimeBuilder,
+    SystemClock,
 };
+pub use source::{Builtins, CapabilitySource, LocalPackage, PackageFile};
 pub use store::{MemoryReceiptStore, ReceiptQuery, ReceiptStore, SqliteReceiptStore};

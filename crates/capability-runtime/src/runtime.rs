@@ -21,7 +21,7 @@ use capability_policy::{
 };
 
 use crate::capability::{Capability, ExecutionContext, HookError, Implementation};
-use crate::executor::{Executed, ExecutionRequest, Executor, InProcessExecutor};
+use crate::executor::{Executed, ExecutionFailure, ExecutionRequest, Executor, InProcessExecutor};
 use crate::governance::Caller;
 use crate::registry::{CapabilityRegistry, Discovered, Ranker};
 use crate::store::{MemoryReceiptStore, ReceiptQuery, ReceiptStore};
@@ -56,6 +56,10 @@ pub struct ExecuteOptions {
     pub caller: Option<Caller>,
     /// A token from an approved approval, valid for this exact plan (single use).
     pub approval_token: Option<String>,
+    /// Audit the call with one event (see `capability_policy::InterceptRequest::single_event`).
+    pub single_event: bool,
+    /// Record the input in the audit event of the outcome (redactions applied).
+    pub record_input: bool,
 }
 
 impl ExecuteOptions {
@@ -112,7 +116,10 @@ impl RuntimeBuilder {
             registry: CapabilityRegistry::new(),
             policy: self.policy,
             store: self.store,
-            module_executor: self.executor,
+            module_executor: self
+                .executor
+                .map(std::sync::OnceLock::from)
+                .unwrap_or_default(),
             clock: self.clock,
             governor: self.governor,
         }
@@ -124,7 +131,8 @@ pub struct CapabilityRuntime {
     registry: CapabilityRegistry,
     policy: EffectPolicy,
     store: Arc<dyn ReceiptStore>,
-    module_executor: Option<Arc<dyn Executor>>,
+    /// Set at build time, or once later ([`CapabilityRuntime::set_module_executor`]).
+    module_executor: std::sync::OnceLock<Arc<dyn Executor>>,
     clock: Arc<dyn Clock>,
     governor: Option<Arc<Governor>>,
 }
@@ -164,7 +172,7 @@ fn serialize_hook_error(e: &HookError) -> SerializedError {
 
 static IN_PROCESS: InProcessExecutor = InProcessExecutor;
 
-type RunResult = Result<(Executed, Option<Verification>), (HookError, Option<Value>)>;
+type RunResult = Result<(Executed, Option<Verification>), ExecutionFailure>;
 
 /// One timed run through an executor.
 struct Run {
@@ -189,11 +197,19 @@ enum GovernedFailure {
     Failed { message: String, ran: Box<Ran> },
 }
 
+/// A successful execution: its receipt (stored), and the executor's own answer when it gave
+/// one and policies left the output as it was ([`Executed::reply`]).
+#[derive(Clone, Debug)]
+pub struct Completed {
+    pub receipt: Arc<Receipt>,
+    pub reply: Option<Value>,
+}
+
 /// What an invocation came to.
 #[derive(Debug)]
 pub enum Outcome {
-    /// The capability ran and succeeded: its receipt (stored).
-    Completed(Arc<Receipt>),
+    /// The capability ran and succeeded.
+    Completed(Completed),
     /// A policy requires a human's approval first: the pending approval (the plan is kept).
     NeedsApproval(Box<PendingApproval>),
     /// Refused or failed: the error, whose `receipt_id` names the failed receipt when one
@@ -228,7 +244,7 @@ impl Outcome {
     /// approval).
     pub fn into_result(self) -> Result<Arc<Receipt>, CapabilityError> {
         match self {
-            Outcome::Completed(r) => Ok(r),
+            Outcome::Completed(c) => Ok(c.receipt),
             Outcome::NeedsApproval(p) => Err(p.to_error()),
             Outcome::Failed(e) => Err(e),
         }
@@ -237,17 +253,17 @@ impl Outcome {
     /// The receipt kept for this attempt, if any.
     pub fn receipt_id(&self) -> Option<&str> {
         match self {
-            Outcome::Completed(r) => Some(&r.receipt_id),
+            Outcome::Completed(c) => Some(&c.receipt.receipt_id),
             Outcome::NeedsApproval(_) => None,
             Outcome::Failed(e) => e.receipt_id.as_deref(),
         }
     }
 }
 
-impl From<Result<Arc<Receipt>, CapabilityError>> for Outcome {
-    fn from(r: Result<Arc<Receipt>, CapabilityError>) -> Self {
+impl From<Result<Completed, CapabilityError>> for Outcome {
+    fn from(r: Result<Completed, CapabilityError>) -> Self {
         match r {
-            Ok(r) => Outcome::Completed(r),
+            Ok(c) => Outcome::Completed(c),
             Err(e) => Outcome::Failed(e),
         }
     }
@@ -308,6 +324,18 @@ impl CapabilityRuntime {
         self.registry.register(capability)
     }
 
+    /// Gives a runtime built without one its isolating executor for package modules (a host
+    /// that registers its first package later). Returns `false`, leaving the executor as it
+    /// was, when it already had one.
+    pub fn set_module_executor(&self, executor: Arc<dyn Executor>) -> bool {
+        self.module_executor.set(executor).is_ok()
+    }
+
+    /// Whether package modules can run (an isolating executor is set).
+    pub fn has_module_executor(&self) -> bool {
+        self.module_executor.get().is_some()
+    }
+
     /// The governance layer, when there is one.
     pub fn governor(&self) -> Option<&Arc<Governor>> {
         self.governor.as_ref()
@@ -343,7 +371,7 @@ impl CapabilityRuntime {
     ) -> Result<&'a dyn Executor, CapabilityError> {
         match capability.implementation() {
             Implementation::Native(_) => Ok(&IN_PROCESS),
-            Implementation::Module(_) => match &self.module_executor {
+            Implementation::Module(_) => match self.module_executor.get() {
                 Some(e) => Ok(e.as_ref()),
                 None => Err(CapabilityError::new(
                     ErrorCode::ExecutionFailed,
@@ -580,7 +608,7 @@ impl CapabilityRuntime {
         options: &ExecuteOptions,
         run: Run,
         governance: Option<ReceiptGovernance>,
-    ) -> Result<Arc<Receipt>, CapabilityError> {
+    ) -> Result<Completed, CapabilityError> {
         let Plan {
             plan_id,
             capability: capability_ref,
@@ -619,9 +647,14 @@ impl CapabilityRuntime {
                 receipt.isolation = Some(executed.isolation);
                 let receipt = Arc::new(receipt);
                 self.store.put(Arc::clone(&receipt)).map_err(store_error)?;
-                Ok(receipt)
+                Ok(Completed {
+                    receipt,
+                    reply: executed.reply,
+                })
             }
-            Err((error, isolation)) => {
+            Err(ExecutionFailure {
+                error, isolation, ..
+            }) => {
                 receipt.status = ReceiptStatus::Failed;
                 receipt.error = Some(serialize_hook_error(&error));
                 receipt.isolation = isolation;
@@ -663,16 +696,25 @@ impl CapabilityRuntime {
                 plan.input.clone(),
             ))
             .plan_fingerprint(plan.fingerprint.clone())
-            .receipt(receipt_id.clone());
+            .receipt(receipt_id.clone())
+            .single_event(options.single_event);
+        req.record_input = options.record_input;
         if let Some(token) = &options.approval_token {
             req = req.approval_token(token.clone());
         }
         let intercepted = governor.intercept_with(req, |exec| {
             let ran = self.run_governed(governor, capability, &plan, options, exec)?;
+            let notes = match &ran.run.outcome {
+                Ok((executed, _)) => &executed.notes,
+                Err(failure) => &failure.notes,
+            };
+            for (key, value) in notes {
+                exec.note(key.clone(), value.clone());
+            }
             match &ran.run.outcome {
                 Ok((executed, _)) => Ok((executed.output.clone(), ran)),
-                Err((error, _)) => Err(GovernedFailure::Failed {
-                    message: error.message().to_string(),
+                Err(failure) => Err(GovernedFailure::Failed {
+                    message: failure.error.message().to_string(),
                     ran: Box::new(ran),
                 }),
             }
@@ -713,8 +755,13 @@ impl CapabilityRuntime {
                     ..Default::default()
                 };
                 if let Ok((executed, _)) = &mut ran.run.outcome {
-                    // The delivered output: transformed and redacted by policy.
-                    executed.output = done.output;
+                    // The delivered output: transformed and redacted by policy. The
+                    // executor's own answer holds the output as it was: it goes back only
+                    // when policies changed nothing.
+                    if executed.output != done.output {
+                        executed.output = done.output;
+                        executed.reply = None;
+                    }
                 }
                 finish(ran, Some(governance))
             }
@@ -737,10 +784,7 @@ impl CapabilityRuntime {
                             format!("Output denied by policy: {reason}"),
                         )
                         .with_details(details.clone());
-                        ran.run.outcome = Err((
-                            HookError::Capability(e),
-                            ran.run.outcome.ok().map(|(x, _)| x.isolation),
-                        ));
+                        ran.run.outcome = Err(withheld(HookError::Capability(e), ran.run.outcome));
                         let governance = ReceiptGovernance {
                             after: Some(VerdictSummary {
                                 decision: "deny".into(),
@@ -796,10 +840,7 @@ impl CapabilityRuntime {
                         ErrorCode::PermissionDenied,
                         format!("Output withheld: transform by policy failed: {e}"),
                     );
-                    ran.run.outcome = Err((
-                        HookError::Capability(err),
-                        ran.run.outcome.ok().map(|(x, _)| x.isolation),
-                    ));
+                    ran.run.outcome = Err(withheld(HookError::Capability(err), ran.run.outcome));
                     finish(ran, None)
                 }
                 None => Outcome::Failed(CapabilityError::new(
@@ -904,27 +945,23 @@ impl CapabilityRuntime {
         let (executed, verification) = match capability.hooks().and_then(|h| h.verify.as_ref()) {
             // The capability's own (in-process) verification hook.
             Some(hook) => {
-                let mut executed = executor
-                    .execute(request)
-                    .map_err(|f| (f.error, f.isolation))?;
+                let mut executed = executor.execute(request)?;
                 if let Err(e) = check(&mut executed) {
-                    return Err((HookError::Capability(e), Some(executed.isolation)));
+                    return Err(ExecutionFailure::after(HookError::Capability(e), executed));
                 }
                 let verification = hook(&request.plan.input, &executed.output, &request.context());
                 (executed, Some(verification))
             }
             // The executor's: execute and verify may share one boundary crossing.
             None => {
-                let (executed, verification) = executor
-                    .execute_verified(request, check)
-                    .map_err(|f| (f.error, f.isolation))?;
+                let (executed, verification) = executor.execute_verified(request, check)?;
                 (executed, verification.map(Ok))
             }
         };
         let verification = match verification {
             None => None,
             Some(Ok(v)) => Some(v),
-            Some(Err(e)) => return Err((e, Some(executed.isolation))),
+            Some(Err(e)) => return Err(ExecutionFailure::after(e, executed)),
         };
         if let Some(v) = &verification
             && !v.ok
@@ -934,7 +971,7 @@ impl CapabilityRuntime {
                 .clone()
                 .unwrap_or_else(|| "Capability verification failed".into());
             let e = CapabilityError::new(ErrorCode::VerifyFailed, message);
-            return Err((HookError::Capability(e), Some(executed.isolation)));
+            return Err(ExecutionFailure::after(HookError::Capability(e), executed));
         }
         Ok((executed, verification))
     }
@@ -1031,6 +1068,15 @@ impl CapabilityRuntime {
         query: &ReceiptQuery,
     ) -> Result<Vec<Arc<Receipt>>, CapabilityError> {
         self.store.list(query).map_err(store_error)
+    }
+}
+
+/// The failure of a run whose output policy withheld after it ran: the boundary it crossed
+/// and its notes are kept.
+fn withheld(error: HookError, outcome: RunResult) -> ExecutionFailure {
+    match outcome {
+        Ok((executed, _)) => ExecutionFailure::after(error, executed),
+        Err(failure) => ExecutionFailure { error, ..failure },
     }
 }
 

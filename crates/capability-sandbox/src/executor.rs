@@ -573,11 +573,11 @@ impl Executor for ModuleExecutor {
             .map_err(|e| hook_error(capability.id(), e))?;
         let isolation = boundary(&outcome);
         match outcome.result {
-            Ok(output) => Ok(Executed { output, isolation }),
-            Err(e) => Err(ExecutionFailure {
-                error: hook_error(capability.id(), e),
-                isolation: Some(isolation),
-            }),
+            Ok(output) => Ok(Executed::new(output, isolation)),
+            Err(e) => Err(ExecutionFailure::new(
+                hook_error(capability.id(), e),
+                Some(isolation),
+            )),
         }
     }
 
@@ -623,21 +623,15 @@ impl Executor for ModuleExecutor {
         let outcome = outcome.map_err(|e| hook_error(capability.id(), e))?;
         let isolation = boundary(&outcome);
         let mut executed = match outcome.result {
-            Ok(output) => Executed {
-                output,
-                isolation: isolation.clone(),
-            },
+            Ok(output) => Executed::new(output, isolation.clone()),
             Err(e) => {
-                return Err(ExecutionFailure {
-                    error: hook_error(capability.id(), e),
-                    isolation: Some(isolation),
-                });
+                return Err(ExecutionFailure::new(
+                    hook_error(capability.id(), e),
+                    Some(isolation),
+                ));
             }
         };
-        let failed = |error: HookError| ExecutionFailure {
-            error,
-            isolation: Some(isolation.clone()),
-        };
+        let failed = |error: HookError| ExecutionFailure::new(error, Some(isolation.clone()));
         check(&mut executed).map_err(|e| failed(HookError::Capability(e)))?;
         if !session.has_hook("verify") {
             return Ok((executed, None));

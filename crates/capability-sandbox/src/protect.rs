@@ -61,7 +61,7 @@ pub fn protect_host_path(path: impl Into<PathBuf>) {
 
 /// The capability home, resolved as the host resolves it.
 pub fn default_capability_home() -> PathBuf {
-    capability_exec::home::capability_home(None)
+    capability_exec::home::resolve(None)
 }
 
 /// `p` made absolute and with symlinks resolved as far as it exists: the canonical path of its

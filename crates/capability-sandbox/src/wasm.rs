@@ -198,11 +198,8 @@ impl Executor for WasmExecutor {
         let (result, isolation) =
             self.call(request.capability, &invocation, &granted, Some(request))?;
         match result {
-            Ok(output) => Ok(Executed { output, isolation }),
-            Err(error) => Err(ExecutionFailure {
-                error,
-                isolation: Some(isolation),
-            }),
+            Ok(output) => Ok(Executed::new(output, isolation)),
+            Err(error) => Err(ExecutionFailure::new(error, Some(isolation))),
         }
     }
 

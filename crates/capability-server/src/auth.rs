@@ -1,5 +1,5 @@
-//! Who calls: bearer tokens (the API), console sessions (cookies), CSRF tokens, and the
-//! Host and Origin checks every request passes first.
+//! Who calls: bearer tokens (the API) and console sessions (cookies), both authenticated
+//! by the host; CSRF tokens; and the host's HTTP guard, which every request passes first.
 
 use std::collections::HashMap;
 use std::sync::PoisonError;
@@ -10,49 +10,30 @@ use axum::extract::{FromRequest, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use capability_host::{AuthError, Role, TokenRecord};
+use capability_host::guard;
+use capability_host::{AuthError, Credential, Principal};
 use sha2::{Digest, Sha256};
 
 use crate::routes::Access;
 use crate::{ApiError, AppState, blocking};
 
-/// An authenticated caller.
+/// An authenticated caller: the host's principal, and for a console session its CSRF token.
 #[derive(Clone, Debug)]
-pub(crate) struct Principal {
-    pub record: TokenRecord,
+pub(crate) struct Authenticated {
+    pub principal: Principal,
     /// The session's CSRF token, for a console session.
     pub csrf: Option<String>,
 }
 
-impl Principal {
-    /// `token:<id>`: what approvals record as the requester of a token's calls.
-    pub fn principal_id(&self) -> String {
-        format!("token:{}", self.record.id)
-    }
-
+impl Authenticated {
     pub fn name(&self) -> &str {
-        self.record.name()
-    }
-
-    pub fn role(&self) -> Role {
-        self.record.role
+        self.principal.name()
     }
 
     pub fn allows(&self, access: Access) -> bool {
-        let role = self.role();
-        match access {
-            Access::Public | Access::Any => true,
-            Access::Invoke => role.may_call(),
-            Access::Read => role.may_read(),
-            Access::Decide => role.may_approve(),
-        }
-    }
-
-    /// Whether this principal may see approvals of `tenant` (approvers see their tenants').
-    pub fn sees_tenant(&self, tenant: Option<&str>) -> bool {
-        match self.role() {
-            Role::Approver => self.record.may_approve_for(tenant),
-            _ => true,
+        match access.host_access() {
+            None => true,
+            Some(a) => self.principal.may(a),
         }
     }
 }
@@ -86,59 +67,14 @@ pub(crate) fn same(a: &str, b: &str) -> bool {
             == 0
 }
 
-const LOOPBACK: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
-
-/// The host part of a `Host` header (`[::1]:80` → `::1`, `a:1` → `a`).
-fn host_name(value: &str) -> &str {
-    if let Some(rest) = value.strip_prefix('[') {
-        return rest.split(']').next().unwrap_or(rest);
-    }
-    value.rsplit_once(':').map_or(value, |(h, _)| h)
-}
-
-pub(crate) fn host_allowed(value: &str, extra: &[String]) -> bool {
-    let name = host_name(value);
-    !value.is_empty()
-        && (LOOPBACK.contains(&name)
-            || extra
-                .iter()
-                .any(|a| a.eq_ignore_ascii_case(value) || a.eq_ignore_ascii_case(name)))
-}
-
-/// A request's `Origin` (when a browser sent one) must be this server's own origin (the
-/// scheme and the Host it was called by) or an allowed one.
-pub(crate) fn origin_allowed(headers: &HeaderMap, extra: &[String]) -> bool {
-    let Some(origin) = headers.get(header::ORIGIN) else {
-        return true;
-    };
-    let Ok(origin) = origin.to_str() else {
-        return false;
-    };
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or_default();
-    let own = |scheme: &str| origin.eq_ignore_ascii_case(&format!("{scheme}://{host}"));
-    (!host.is_empty() && (own("http") || own("https")))
-        || extra.iter().any(|a| a.eq_ignore_ascii_case(origin))
-}
-
-/// The Host and Origin checks, for every request.
+/// The host's HTTP guard (Host and Origin checks), for every request.
 pub(crate) async fn check_host(
     State(state): State<AppState>,
     request: Request,
     next: Next,
 ) -> Response {
-    let headers = request.headers();
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or_default();
-    if !host_allowed(host, &state.options.allowed_hosts) {
-        return ApiError::forbidden("the Host header is not allowed").into_response();
-    }
-    if !origin_allowed(headers, &state.options.allowed_origins) {
-        return ApiError::forbidden("the Origin is not allowed").into_response();
+    if let Err(refusal) = state.options.guard.check(request.headers()) {
+        return ApiError::from(refusal).into_response();
     }
     let mut response = next.run(request).await;
     let h = response.headers_mut();
@@ -149,18 +85,6 @@ pub(crate) async fn check_host(
     h.insert("x-frame-options", HeaderValue::from_static("DENY"));
     h.insert("referrer-policy", HeaderValue::from_static("same-origin"));
     response
-}
-
-pub(crate) fn unauthorized(e: AuthError) -> ApiError {
-    ApiError::new(StatusCode::UNAUTHORIZED, "UNAUTHORIZED", e.to_string())
-}
-
-fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
-    value
-        .strip_prefix("Bearer ")
-        .or_else(|| value.strip_prefix("bearer "))
-        .map(str::trim)
 }
 
 /// The cookie's name: with `Secure`, the `__Host-` prefix pins it to this origin.
@@ -198,11 +122,11 @@ pub(crate) fn session_cookie(state: &AppState, value: &str) -> String {
     )
 }
 
-/// Starts a session for a token; returns the cookie value.
-pub(crate) fn start_session(state: &AppState, record: &TokenRecord) -> String {
+/// Starts a session for a principal who logged in; returns the cookie value.
+pub(crate) fn start_session(state: &AppState, principal: &Principal) -> String {
     let secret = random_secret();
     let session = Session {
-        token_id: record.id.clone(),
+        token_id: principal.token_id().unwrap_or_default().to_string(),
         csrf: random_secret(),
         expires: Instant::now() + state.options.session_ttl,
     };
@@ -227,7 +151,7 @@ pub(crate) fn end_session(state: &AppState, headers: &HeaderMap) {
 }
 
 /// The principal of a session cookie (its token re-read: a revocation ends the session).
-pub(crate) fn session_principal(state: &AppState, headers: &HeaderMap) -> Option<Principal> {
+pub(crate) fn session_principal(state: &AppState, headers: &HeaderMap) -> Option<Authenticated> {
     let secret = cookie(headers, cookie_name(state.options.secure_cookies))?;
     let session = {
         let sessions = state
@@ -239,10 +163,14 @@ pub(crate) fn session_principal(state: &AppState, headers: &HeaderMap) -> Option
     if session.expires <= Instant::now() {
         return None;
     }
-    let tokens = state.host.tokens().ok()?;
-    let record = blocking(|| tokens.by_id(&session.token_id)).ok()?;
-    Some(Principal {
-        record,
+    let principal = blocking(|| {
+        state.host.authenticate(Credential::Session {
+            token_id: &session.token_id,
+        })
+    })
+    .ok()?;
+    Some(Authenticated {
+        principal,
         csrf: Some(session.csrf),
     })
 }
@@ -257,17 +185,14 @@ pub(crate) async fn api_gate(
     if access == Access::Public {
         return next.run(request).await;
     }
-    let principal = match bearer(request.headers()) {
-        Some(secret) => {
-            let tokens = match state.host.tokens() {
-                Ok(t) => t,
-                Err(_) => return unauthorized(AuthError::Unavailable).into_response(),
-            };
-            match blocking(|| tokens.authenticate(secret)) {
-                Ok(record) => Principal { record, csrf: None },
-                Err(e) => return unauthorized(e).into_response(),
-            }
-        }
+    let principal = match guard::bearer(request.headers()) {
+        Some(secret) => match blocking(|| state.host.authenticate(Credential::Bearer(secret))) {
+            Ok(principal) => Authenticated {
+                principal,
+                csrf: None,
+            },
+            Err(e) => return ApiError::Unauthorized(e).into_response(),
+        },
         None => match session_principal(&state, request.headers()) {
             Some(p) => {
                 let safe = matches!(*request.method(), Method::GET | Method::HEAD);
@@ -277,22 +202,21 @@ pub(crate) async fn api_gate(
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or_default();
                 if !safe && !p.csrf.as_deref().is_some_and(|c| same(c, presented)) {
-                    return ApiError::new(
-                        StatusCode::FORBIDDEN,
-                        "CSRF",
-                        "a session request that changes state needs its CSRF token",
-                    )
+                    return ApiError::Forbidden {
+                        code: "CSRF",
+                        message: "a session request that changes state needs its CSRF token".into(),
+                    }
                     .into_response();
                 }
                 p
             }
-            None => return unauthorized(AuthError::Missing).into_response(),
+            None => return ApiError::Unauthorized(AuthError::Missing).into_response(),
         },
     };
     if !principal.allows(access) {
         return ApiError::forbidden(format!(
             "a principal with role {} cannot {}",
-            principal.role().as_str(),
+            principal.principal.role().as_str(),
             access.verb()
         ))
         .into_response();
@@ -304,7 +228,7 @@ pub(crate) async fn api_gate(
 /// A console form whose CSRF token matched the session's (403 otherwise); the console
 /// gate has put the session's principal in the request.
 pub(crate) struct CsrfForm {
-    pub principal: Principal,
+    pub principal: Authenticated,
     pub fields: HashMap<String, String>,
 }
 
@@ -314,7 +238,7 @@ impl<S: Send + Sync> FromRequest<S> for CsrfForm {
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         let principal = request
             .extensions()
-            .get::<Principal>()
+            .get::<Authenticated>()
             .cloned()
             .ok_or_else(|| StatusCode::UNAUTHORIZED.into_response())?;
         let body = Bytes::from_request(request, state)
@@ -381,32 +305,6 @@ fn decode(s: &[u8]) -> String {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hosts_and_origins() {
-        assert!(host_allowed("127.0.0.1:8080", &[]));
-        assert!(host_allowed("[::1]:9", &[]));
-        assert!(!host_allowed("evil.example:8080", &[]));
-        assert!(!host_allowed("", &[]));
-        assert!(host_allowed(
-            "console.internal",
-            &["console.internal".into()]
-        ));
-        let mut h = HeaderMap::new();
-        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8080"));
-        assert!(origin_allowed(&h, &[]));
-        h.insert(
-            header::ORIGIN,
-            HeaderValue::from_static("http://127.0.0.1:8080"),
-        );
-        assert!(origin_allowed(&h, &[]));
-        h.insert(
-            header::ORIGIN,
-            HeaderValue::from_static("http://evil.example"),
-        );
-        assert!(!origin_allowed(&h, &[]));
-        assert!(origin_allowed(&h, &["http://evil.example".into()]));
-    }
 
     #[test]
     fn forms_decode() {

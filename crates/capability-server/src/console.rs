@@ -11,13 +11,13 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use capability_host::TokenRecord;
-use capability_policy::ApprovalStatus;
-use capability_policy::approvals::{ApprovalFilter, ApprovalRecord};
+use capability_host::{
+    ApprovalDecision, ApprovalFilter, ApprovalRecord, ApprovalStatus, Credential, Principal,
+};
 use serde_json::Value;
 
-use crate::api::{self, AuditFilter};
-use crate::auth::{self, CsrfForm, Principal};
+use crate::api;
+use crate::auth::{self, Authenticated, CsrfForm};
 use crate::html::{esc, esc_into, page, pretty, redact, url};
 use crate::{ApiError, AppState, blocking, events};
 
@@ -57,9 +57,9 @@ pub(crate) fn refused(status: StatusCode, message: &str) -> Response {
     )
 }
 
-fn error_page(p: &Principal, e: &ApiError) -> Response {
+fn error_page(p: &Authenticated, e: &ApiError) -> Response {
     html(
-        e.status,
+        e.status(),
         page(
             "Refused",
             who(p),
@@ -67,7 +67,7 @@ fn error_page(p: &Principal, e: &ApiError) -> Response {
             &format!(
                 "<p class=\"banner status-bad\" role=\"alert\">{}: {}</p>",
                 esc(e.code()),
-                esc(e.message())
+                esc(&e.message())
             ),
         ),
     )
@@ -81,7 +81,7 @@ async fn console_gate(State(state): State<AppState>, mut request: Request, next:
         }
         return refused(StatusCode::UNAUTHORIZED, "Sign in first.");
     };
-    if !p.record.role.may_read() {
+    if !p.principal.may(capability_host::Access::Read) {
         return refused(
             StatusCode::FORBIDDEN,
             "Agent tokens use the API; the console is for approvers, auditors and admins.",
@@ -188,12 +188,13 @@ async fn login(
     }
     let name = form.get("login").map(String::as_str).unwrap_or_default();
     let password = form.get("password").map(String::as_str).unwrap_or_default();
-    let record = match state.host.tokens() {
-        Ok(tokens) => blocking(|| tokens.login(name, password)),
-        Err(_) => Err(capability_host::AuthError::Unavailable),
-    };
-    let record = match record {
-        Ok(r) if r.role.may_read() => r,
+    let principal = blocking(|| {
+        state
+            .host
+            .authenticate(Credential::Login { name, password })
+    });
+    let principal = match principal {
+        Ok(p) if p.may(capability_host::Access::Read) => p,
         Ok(_) => {
             return html(
                 StatusCode::FORBIDDEN,
@@ -207,7 +208,7 @@ async fn login(
             );
         }
     };
-    let secret = auth::start_session(&state, &record);
+    let secret = auth::start_session(&state, &principal);
     let mut r = Redirect::to("/console/approvals").into_response();
     let h = r.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&auth::session_cookie(&state, &secret)) {
@@ -229,10 +230,10 @@ async fn logout(State(state): State<AppState>, headers: HeaderMap, form: CsrfFor
     r
 }
 
-fn who(p: &Principal) -> Option<(&str, &'static str, &str)> {
+fn who(p: &Authenticated) -> Option<(&str, &'static str, &str)> {
     Some((
         p.name(),
-        p.role().as_str(),
+        p.principal.role().as_str(),
         p.csrf.as_deref().unwrap_or_default(),
     ))
 }
@@ -302,28 +303,20 @@ fn pending_card(out: &mut String, r: &ApprovalRecord, csrf: &str, may_decide: bo
     out.push_str("</article>");
 }
 
-fn may_decide(viewer: &TokenRecord, r: &ApprovalRecord) -> bool {
-    let p = Principal {
-        record: viewer.clone(),
-        csrf: None,
-    };
-    api::check_decider(&p, r).is_ok()
-}
-
-fn pending_list(records: &[ApprovalRecord], csrf: &str, viewer: &TokenRecord) -> String {
+fn pending_list(records: &[ApprovalRecord], csrf: &str, viewer: &Principal) -> String {
     let mut out = String::with_capacity(records.len() * 1800 + 256);
     if records.is_empty() {
         out.push_str("<p class=\"muted\" id=\"no-pending\">Nothing is waiting for a decision.</p>");
     }
     let csrf = esc(csrf);
     for r in records {
-        pending_card(&mut out, r, &csrf, may_decide(viewer, r));
+        pending_card(&mut out, r, &csrf, viewer.may_decide(r));
     }
     out
 }
 
 /// The pending-approvals page for `viewer` (public for the bench).
-pub fn render_pending_page(records: &[ApprovalRecord], csrf: &str, viewer: &TokenRecord) -> String {
+pub fn render_pending_page(records: &[ApprovalRecord], csrf: &str, viewer: &Principal) -> String {
     let mut body = String::with_capacity(records.len() * 1800 + 1024);
     let _ = write!(
         body,
@@ -335,28 +328,24 @@ pub fn render_pending_page(records: &[ApprovalRecord], csrf: &str, viewer: &Toke
     body.push_str("</section>");
     page(
         "Pending approvals",
-        Some((viewer.name(), viewer.role.as_str(), csrf)),
+        Some((viewer.name(), viewer.role().as_str(), csrf)),
         "/console/approvals",
         &body,
     )
 }
 
-fn pending_records(state: &AppState, p: &Principal) -> Result<Vec<ApprovalRecord>, ApiError> {
-    let _ = blocking(|| state.host.approvals().expire_stale());
-    api::list_approvals(
-        state,
-        p,
-        &ApprovalFilter {
-            status: Some(ApprovalStatus::Pending),
-            tenant: None,
-            limit: Some(10_000),
-        },
-    )
+fn pending_records(state: &AppState, p: &Authenticated) -> Result<Vec<ApprovalRecord>, ApiError> {
+    let filter = ApprovalFilter {
+        status: Some(ApprovalStatus::Pending),
+        tenant: None,
+        limit: Some(10_000),
+    };
+    Ok(blocking(|| state.host.approvals(&p.principal, &filter))?.approvals)
 }
 
 async fn pending(
     State(state): State<AppState>,
-    axum::Extension(p): axum::Extension<Principal>,
+    axum::Extension(p): axum::Extension<Authenticated>,
     Query(params): Params,
 ) -> Response {
     let records = match pending_records(&state, &p) {
@@ -365,11 +354,11 @@ async fn pending(
     };
     let csrf = p.csrf.clone().unwrap_or_default();
     if params.contains_key("fragment") {
-        return html(StatusCode::OK, pending_list(&records, &csrf, &p.record));
+        return html(StatusCode::OK, pending_list(&records, &csrf, &p.principal));
     }
     html(
         StatusCode::OK,
-        render_pending_page(&records, &csrf, &p.record),
+        render_pending_page(&records, &csrf, &p.principal),
     )
 }
 
@@ -389,12 +378,12 @@ fn status_line(r: &ApprovalRecord) -> String {
 
 async fn approval(
     State(state): State<AppState>,
-    axum::Extension(p): axum::Extension<Principal>,
+    axum::Extension(p): axum::Extension<Authenticated>,
     Path(id): Path<String>,
 ) -> Response {
-    let r = match api::get_approval(&state, &p, &id) {
+    let r = match blocking(|| state.host.approval(&p.principal, &id)) {
         Ok(r) => r,
-        Err(e) => return error_page(&p, &e),
+        Err(e) => return error_page(&p, &e.into()),
     };
     let mut body = String::new();
     let _ = write!(body, "<p class=\"banner\">Status: {}</p>", status_line(&r));
@@ -403,7 +392,7 @@ async fn approval(
             &mut body,
             &r,
             &esc(p.csrf.as_deref().unwrap_or_default()),
-            may_decide(&p.record, &r),
+            p.principal.may_decide(&r),
         );
     } else {
         body.push_str("<div class=\"card\">");
@@ -427,8 +416,15 @@ async fn approve(
         .get("comment")
         .filter(|c| !c.trim().is_empty())
         .cloned();
-    match api::do_approve(&state, &p, &id, comment) {
-        Ok((token, r)) => {
+    let decided = blocking(|| {
+        state
+            .host
+            .decide_approval(&p.principal, &id, ApprovalDecision::Approve, comment)
+    });
+    match decided {
+        Ok(decided) => {
+            let r = decided.record;
+            let token = decided.token.map(|t| t.0).unwrap_or_default();
             let input = capability_core::json::canonical_string(&r.input);
             let body = format!(
                 "<p class=\"banner status-ok\" role=\"status\">Approved {} for {}.</p>\
@@ -447,7 +443,7 @@ async fn approve(
             );
             html(StatusCode::OK, page("Approved", who(&p), "", &body))
         }
-        Err(e) => error_page(&p, &e),
+        Err(e) => error_page(&p, &e.into()),
     }
 }
 
@@ -458,7 +454,12 @@ async fn deny(State(state): State<AppState>, Path(id): Path<String>, form: CsrfF
         .get("comment")
         .filter(|c| !c.trim().is_empty())
         .cloned();
-    match api::do_deny(&state, &p, &id, comment) {
+    let decided = blocking(|| {
+        state
+            .host
+            .decide_approval(&p.principal, &id, ApprovalDecision::Deny, comment)
+    });
+    match decided.map(|d| d.record) {
         Ok(r) => {
             let body = format!(
                 "<p class=\"banner status-bad\" role=\"status\">Denied {}: {}</p><p><a href=\"/console/approvals\">Back to pending approvals</a></p>",
@@ -467,25 +468,22 @@ async fn deny(State(state): State<AppState>, Path(id): Path<String>, form: CsrfF
             );
             html(StatusCode::OK, page("Denied", who(&p), "", &body))
         }
-        Err(e) => error_page(&p, &e),
+        Err(e) => error_page(&p, &e.into()),
     }
 }
 
 async fn decided(
     State(state): State<AppState>,
-    axum::Extension(p): axum::Extension<Principal>,
+    axum::Extension(p): axum::Extension<Authenticated>,
 ) -> Response {
-    let list = match api::list_approvals(
-        &state,
-        &p,
-        &ApprovalFilter {
-            status: None,
-            tenant: None,
-            limit: Some(500),
-        },
-    ) {
-        Ok(l) => l,
-        Err(e) => return error_page(&p, &e),
+    let filter = ApprovalFilter {
+        status: None,
+        tenant: None,
+        limit: Some(500),
+    };
+    let list = match blocking(|| state.host.approvals(&p.principal, &filter)) {
+        Ok(l) => l.approvals,
+        Err(e) => return error_page(&p, &e.into()),
     };
     let mut body = String::from(
         "<table><caption class=\"muted\">The newest 500 approvals that are no longer pending</caption><thead><tr><th scope=\"col\">Approval</th><th scope=\"col\">Capability</th><th scope=\"col\">Tenant</th><th scope=\"col\">Agent</th><th scope=\"col\">Decision</th><th scope=\"col\">Requested</th></tr></thead><tbody>",
@@ -524,19 +522,21 @@ fn filter_input(out: &mut String, name: &str, label: &str, params: &HashMap<Stri
 
 async fn audit(
     State(state): State<AppState>,
-    axum::Extension(p): axum::Extension<Principal>,
+    axum::Extension(p): axum::Extension<Authenticated>,
     Query(params): Params,
 ) -> Response {
-    let filter = match AuditFilter::from_params(&params) {
-        Ok(f) => f,
+    let query = match api::audit_filter(&params)
+        .and_then(|f| f.query().map_err(|e| ApiError::bad_request(e.to_string())))
+    {
+        Ok(q) => q,
         Err(e) => return error_page(&p, &e),
     };
-    let records = match api::query_audit(&state, &filter) {
-        Ok(r) => r,
-        Err(e) => return error_page(&p, &e),
+    let records = match blocking(|| state.host.audit_query(&p.principal, &query)) {
+        Ok(page) => page.events,
+        Err(e) => return error_page(&p, &e.into()),
     };
     let mut body = String::new();
-    match api::verify_json(&state) {
+    match blocking(|| state.host.verify_audit(&p.principal, None)).map(|r| r.to_json()) {
         Ok(v) if v["ok"] == true => {
             let _ = write!(
                 body,
@@ -556,7 +556,7 @@ async fn audit(
             let _ = write!(
                 body,
                 "<p class=\"banner status-bad\" id=\"chain-status\">Cannot verify: {}</p>",
-                esc(e.message())
+                esc(&e.to_string())
             );
         }
     }
@@ -621,16 +621,18 @@ async fn audit(
 
 async fn receipts(
     State(state): State<AppState>,
-    axum::Extension(p): axum::Extension<Principal>,
+    axum::Extension(p): axum::Extension<Authenticated>,
     Query(params): Params,
 ) -> Response {
-    let query = match api::receipt_query(&params) {
+    let query = match api::receipt_filter(&params)
+        .and_then(|f| f.query().map_err(|e| ApiError::bad_request(e.to_string())))
+    {
         Ok(q) => q,
         Err(e) => return error_page(&p, &e),
     };
-    let list = match blocking(|| state.host.receipts().list(&query)) {
-        Ok(l) => l,
-        Err(e) => return error_page(&p, &ApiError::internal(e)),
+    let list = match blocking(|| state.host.receipts(&p.principal, &query)) {
+        Ok(l) => l.receipts,
+        Err(e) => return error_page(&p, &e.into()),
     };
     let mut body = String::from(
         "<form class=\"filters\" method=\"get\" action=\"/console/receipts\" aria-label=\"Filter receipts\">",
@@ -664,11 +666,11 @@ async fn receipts(
 
 async fn receipt(
     State(state): State<AppState>,
-    axum::Extension(p): axum::Extension<Principal>,
+    axum::Extension(p): axum::Extension<Authenticated>,
     Path(id): Path<String>,
 ) -> Response {
-    match blocking(|| state.host.receipts().get(&id)) {
-        Ok(Some(r)) => {
+    match blocking(|| state.host.receipt(&p.principal, &id)) {
+        Ok(r) => {
             let body = format!(
                 "<div class=\"card\"><pre><code id=\"receipt-json\">{}</code></pre></div>",
                 esc(&pretty(&r.to_value()))
@@ -683,18 +685,18 @@ async fn receipt(
                 ),
             )
         }
-        Ok(None) => error_page(&p, &ApiError::not_found(format!("receipt not found: {id}"))),
-        Err(e) => error_page(&p, &ApiError::internal(e)),
+        Err(e) => error_page(&p, &e.into()),
     }
 }
 
 async fn policies(
     State(state): State<AppState>,
-    axum::Extension(p): axum::Extension<Principal>,
+    axum::Extension(p): axum::Extension<Authenticated>,
 ) -> Response {
-    let doc = match blocking(|| api::policies_json(&state)) {
+    let fixtures = state.options.policy_fixtures.clone();
+    let doc = match blocking(|| state.host.policy_report(&p.principal, fixtures.as_deref())) {
         Ok(d) => d,
-        Err(e) => return error_page(&p, &e),
+        Err(e) => return error_page(&p, &e.into()),
     };
     let mut body = String::new();
     let v = &doc["validation"];

@@ -1,22 +1,24 @@
 //! # capability-server
 //!
 //! `cap serve`: the HTTP API and the web console of the capability runtime, a thin surface
-//! over the [`Host`]. It parses HTTP, calls the host and renders JSON or HTML; it builds no
-//! store, governor or executor of its own.
+//! over the [`Host`]. It parses HTTP, calls the host and renders JSON or HTML; who may do
+//! what, which approvals a principal sees and decides, the audit queries and reports are
+//! the host's service API.
 //!
 //! * **API** under `/api/v1` (`routes::api_routes` is the one table the router and the
 //!   OpenAPI document at `/openapi.json` are both built from, so they cannot drift). Errors
-//!   are `{"error": {"code", "message"}}` with a matching status.
+//!   are `{"error": {"code", "message"}}` with a matching status ([`ApiError`]).
 //! * **Identities**: bearer tokens of `cap tokens` and console logins (a password set with
-//!   `cap tokens add --login`) map to a principal with a role: `agent` invokes and never
-//!   approves; `approver` decides approvals for its tenants only; `auditor` reads; `admin`
-//!   does everything. A principal never approves its own request.
+//!   `cap tokens add --login`), authenticated by the host to a principal with a role:
+//!   `agent` invokes and never approves; `approver` decides approvals for its tenants only;
+//!   `auditor` reads; `admin` does everything. A principal never decides its own request
+//!   (the host's one rule).
 //! * **Console** at `/console`: server-rendered pages (approve and deny are plain forms with
-//!   CSRF tokens), live updates through server-sent events when an approval is pending,
-//!   sessions in `HttpOnly`, `SameSite=Strict` cookies (`Secure` off loopback), Host and
-//!   Origin checks on every request.
+//!   CSRF tokens), live updates through server-sent events fed by the host's approval
+//!   events, sessions in `HttpOnly`, `SameSite=Strict` cookies (`Secure` off loopback), the
+//!   host's HTTP guard (Host and Origin checks, body limit) on every request.
 //! * **Webhook**: each new pending approval is POSTed, signed with HMAC-SHA256, retried with
-//!   backoff ([`webhook`]).
+//!   backoff (the host's `webhook`, started by [`Server::serve`]).
 
 mod api;
 mod auth;
@@ -24,7 +26,6 @@ mod console;
 mod events;
 mod html;
 pub mod routes;
-pub mod webhook;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -36,47 +37,37 @@ use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use capability_core::{CapabilityError, ErrorCode};
-use capability_host::Host;
-use serde_json::json;
+use capability_host::guard::{HttpGuard, Refusal};
+use capability_host::webhook::Webhook;
+use capability_host::{AuthError, Host, HostError};
+use serde_json::{Value, json};
 
 pub use console::render_pending_page;
-pub use webhook::Webhook;
 
 /// How the server runs.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
-    /// Host header values accepted besides `localhost`, `127.0.0.1` and `::1`.
-    pub allowed_hosts: Vec<String>,
-    /// Browser origins accepted besides the server's own (`https://console.example`).
-    pub allowed_origins: Vec<String>,
+    /// The host's HTTP guard: Host and Origin checks (the server's own origin and the
+    /// allowed ones; never other pages on this machine), the body limit.
+    pub guard: HttpGuard,
     /// Mark session cookies `Secure` (on unless the listener is loopback HTTP).
     pub secure_cookies: bool,
-    /// The Cedar policy files the host was opened with (shown, validated and tested).
-    pub policy_files: Vec<PathBuf>,
-    /// Fixtures the policies page tests the policies against.
+    /// Fixtures the policies page tests the host's policies against.
     pub policy_fixtures: Option<PathBuf>,
     /// Called on each new pending approval.
     pub webhook: Option<Webhook>,
-    /// Largest request body, in bytes.
-    pub max_body_bytes: usize,
     /// How long a console session lasts.
     pub session_ttl: Duration,
-    /// How often the store is read for new pending approvals (other processes add them).
-    pub poll_interval: Duration,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
         ServerOptions {
-            allowed_hosts: Vec::new(),
-            allowed_origins: Vec::new(),
+            guard: HttpGuard::default(),
             secure_cookies: false,
-            policy_files: Vec::new(),
             policy_fixtures: None,
             webhook: None,
-            max_body_bytes: 1 << 20,
             session_ttl: Duration::from_secs(12 * 3600),
-            poll_interval: Duration::from_millis(250),
         }
     }
 }
@@ -87,7 +78,6 @@ pub(crate) struct AppState {
     pub host: Arc<Host>,
     pub options: Arc<ServerOptions>,
     pub sessions: Arc<Mutex<HashMap<String, auth::Session>>>,
-    pub events: tokio::sync::broadcast::Sender<events::PendingEvent>,
 }
 
 /// The HTTP API and console over one host.
@@ -104,13 +94,11 @@ impl std::fmt::Debug for Server {
 
 impl Server {
     pub fn new(host: Arc<Host>, options: ServerOptions) -> Server {
-        let (events, _) = tokio::sync::broadcast::channel(1024);
         Server {
             state: AppState {
                 host,
                 options: Arc::new(options),
                 sessions: Arc::new(Mutex::new(HashMap::new())),
-                events,
             },
         }
     }
@@ -120,14 +108,16 @@ impl Server {
         routes::router(self.state.clone())
     }
 
-    /// Serves on `listener` until `shutdown`; watches for new pending approvals (live
-    /// updates and the webhook) meanwhile, then flushes the database.
+    /// Serves on `listener` until `shutdown` (the webhook, when configured, is called for
+    /// each new pending approval meanwhile), then flushes the database.
     pub async fn serve(
         &self,
         listener: tokio::net::TcpListener,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let watcher = tokio::spawn(events::watch(self.state.clone()));
+        if let Some(webhook) = &self.state.options.webhook {
+            self.state.host.serve_webhook(webhook.clone());
+        }
         // SSE answers are written in pieces: without TCP_NODELAY each waits for Nagle.
         let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
             let _ = tcp.set_nodelay(true);
@@ -135,64 +125,104 @@ impl Server {
         let served = axum::serve(listener, self.router())
             .with_graceful_shutdown(shutdown)
             .await;
-        watcher.abort();
-        if let Some(db) = self.state.host.database() {
-            let db = Arc::clone(db);
-            let _ = tokio::task::spawn_blocking(move || db.flush()).await;
-        }
+        let host = Arc::clone(&self.state.host);
+        let _ = tokio::task::spawn_blocking(move || host.flush()).await;
         served
     }
 }
 
 /// An error answer: `{"error": {"code", "message", ...}}` with its status.
 #[derive(Debug)]
-pub(crate) struct ApiError {
-    pub status: StatusCode,
-    pub body: serde_json::Value,
+pub(crate) enum ApiError {
+    /// The host refused or failed (its status and code).
+    Host(HostError),
+    /// A capability call failed (the status its code stands for).
+    Capability(Box<CapabilityError>),
+    /// The request could not be read.
+    BadRequest(String),
+    /// No valid credential.
+    Unauthorized(AuthError),
+    /// The guard, a role, or CSRF refused it.
+    Forbidden { code: &'static str, message: String },
+    /// No such route or object.
+    NotFound(String),
+}
+
+impl From<HostError> for ApiError {
+    fn from(e: HostError) -> Self {
+        ApiError::Host(e)
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> Self {
+        ApiError::Forbidden {
+            code: "FORBIDDEN",
+            message: r.to_string(),
+        }
+    }
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            status,
-            body: json!({"error": {"code": code, "message": message.into()}}),
-        }
-    }
-
     pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, "INVALID_INPUT", message)
+        ApiError::BadRequest(message.into())
     }
 
     pub fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::NOT_FOUND, "NOT_FOUND", message)
+        ApiError::NotFound(message.into())
     }
 
     pub fn forbidden(message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::FORBIDDEN, "FORBIDDEN", message)
+        ApiError::Forbidden {
+            code: "FORBIDDEN",
+            message: message.into(),
+        }
     }
 
-    pub fn internal(message: impl std::fmt::Display) -> ApiError {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "INTERNAL",
-            message.to_string(),
-        )
+    pub fn capability(e: CapabilityError) -> ApiError {
+        ApiError::Capability(Box::new(e))
     }
 
-    /// A capability error, with the status its code stands for.
-    pub fn capability(e: &CapabilityError) -> ApiError {
-        ApiError {
-            status: status_of(e.code),
-            body: capability_host::error_document(e),
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::Host(e) => {
+                StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+            }
+            ApiError::Capability(e) => status_of(e.code),
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
         }
     }
 
     pub fn code(&self) -> &str {
-        self.body["error"]["code"].as_str().unwrap_or("ERROR")
+        match self {
+            ApiError::Host(e) => e.code(),
+            ApiError::Capability(e) => e.code.as_str(),
+            ApiError::BadRequest(_) => "INVALID_INPUT",
+            ApiError::Unauthorized(_) => "UNAUTHORIZED",
+            ApiError::Forbidden { code, .. } => code,
+            ApiError::NotFound(_) => "NOT_FOUND",
+        }
     }
 
-    pub fn message(&self) -> &str {
-        self.body["error"]["message"].as_str().unwrap_or_default()
+    pub fn message(&self) -> String {
+        match self {
+            ApiError::Host(e) => e.to_string(),
+            ApiError::Capability(e) => e.message.clone(),
+            ApiError::Unauthorized(e) => e.to_string(),
+            ApiError::BadRequest(m)
+            | ApiError::NotFound(m)
+            | ApiError::Forbidden { message: m, .. } => m.clone(),
+        }
+    }
+
+    fn body(&self) -> Value {
+        match self {
+            ApiError::Capability(e) => capability_host::error_document(e),
+            _ => json!({"error": {"code": self.code(), "message": self.message()}}),
+        }
     }
 }
 
@@ -216,9 +246,9 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (
-            self.status,
+            self.status(),
             [(header::CONTENT_TYPE, "application/json")],
-            self.body.to_string(),
+            self.body().to_string(),
         )
             .into_response()
     }

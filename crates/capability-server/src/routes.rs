@@ -30,6 +30,16 @@ pub enum Access {
 }
 
 impl Access {
+    /// What the host's principal must be allowed (none for public and any-role routes).
+    pub fn host_access(self) -> Option<capability_host::Access> {
+        match self {
+            Access::Public | Access::Any => None,
+            Access::Invoke => Some(capability_host::Access::Call),
+            Access::Read => Some(capability_host::Access::Read),
+            Access::Decide => Some(capability_host::Access::Decide),
+        }
+    }
+
     pub fn verb(self) -> &'static str {
         match self {
             Access::Public | Access::Any => "call this",
@@ -136,6 +146,10 @@ const AUDIT_QUERY: &[(&str, &str)] = &[
     (
         "limit",
         "the newest this many matching events (default 100, max 10000)",
+    ),
+    (
+        "before",
+        "only events older than this position: the `next` cursor of the previous page",
     ),
 ];
 
@@ -477,7 +491,7 @@ pub(crate) fn router(state: AppState) -> Router {
     }
     app.merge(console::routes(state.clone()))
         .fallback(|| async { ApiError::not_found("no such route") })
-        .layer(DefaultBodyLimit::max(state.options.max_body_bytes))
+        .layer(DefaultBodyLimit::max(state.options.guard.max_body_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), check_host))
         .with_state(state)
 }

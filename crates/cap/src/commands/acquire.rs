@@ -4,8 +4,9 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use capability_acquire::{Bounds, FetchConfig, Fetcher, InstallOptions};
 use capability_core::index::{IndexEntry, index_entries};
+use capability_host::Home;
+use capability_host::acquire::{Bounds, FetchConfig, Fetcher, InstallOptions};
 use clap::Args;
 use serde_json::{Value, json};
 
@@ -48,6 +49,22 @@ impl IndexOptions {
         }
     }
 
+    /// How `cap exec` acquires an indexed capability that is not installed: these indexes
+    /// (after the embedded one), bounds and deadlines, from `registry`.
+    pub fn install_options(&self, registry: Option<String>) -> InstallOptions {
+        let (progress, _shown) = crate::progress::terminal();
+        InstallOptions {
+            indexes: self.indexes.clone(),
+            embedded: vec![capability_host::defaults::default_index()],
+            registry,
+            bounds: self.bounds(),
+            fetch: self.fetch(),
+            offline: self.offline,
+            progress,
+            ..InstallOptions::default()
+        }
+    }
+
     /// The index entries of the configured network (none when no index is configured),
     /// through the index cache of `home`.
     pub fn entries(&self, home: &HomeArg) -> Result<Vec<IndexEntry>, String> {
@@ -63,10 +80,11 @@ impl IndexOptions {
         &self,
         home: &HomeArg,
         embedded: &[Value],
-    ) -> Result<Option<capability_acquire::Network>, String> {
-        let root = capability_host::home::resolve(home.home.as_deref());
-        let roots = capability_acquire::federation::configured_indexes(&self.indexes, Some(&root))
-            .map_err(|e| e.to_string())?;
+    ) -> Result<Option<capability_host::acquire::Network>, String> {
+        let root = Home::at(&capability_host::home::resolve(home.home.as_deref()));
+        let roots =
+            capability_host::acquire::federation::configured_indexes(&self.indexes, Some(&root))
+                .map_err(|e| e.to_string())?;
         if roots.is_empty() && embedded.is_empty() {
             return Ok(None);
         }
@@ -74,8 +92,8 @@ impl IndexOptions {
         let fetcher = Fetcher::new(self.fetch())
             .map_err(|e| e.to_string())?
             .with_progress(progress);
-        let cache = capability_acquire::federation::IndexCache::in_home(&root, self.offline);
-        capability_acquire::federate(&fetcher, &roots, embedded, self.bounds(), Some(&cache))
+        let cache = capability_host::acquire::federation::IndexCache::in_home(&root, self.offline);
+        capability_host::acquire::federate(&fetcher, &roots, embedded, self.bounds(), Some(&cache))
             .map(Some)
             .map_err(|e| e.to_string())
     }
@@ -111,79 +129,69 @@ pub struct InstallArgs {
 }
 
 pub fn install(args: InstallArgs) -> Result<i32, String> {
-    let home = capability_host::Home::open_default(args.home.home.as_deref())
-        .map_err(|e| e.to_string())?;
-    let locked = if args.locked {
-        Some(crate::output::read_json(&args.lock)?)
+    let host = crate::commands::host::open_home(&args.home)?;
+    let locked: Option<capability_core::documents::CapabilityLock> = if args.locked {
+        let doc = crate::output::read_json(&args.lock)?;
+        Some(
+            serde_json::from_value(doc)
+                .map_err(|e| format!("{}: not a capability lock: {e}", args.lock.display()))?,
+        )
     } else {
         None
     };
     let query = match (&args.id_or_query, &locked) {
         (Some(q), _) => q.clone(),
-        (None, Some(lock)) => lock
-            .pointer("/capability/id")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string(),
+        (None, Some(lock)) => lock.capability.id.clone(),
         (None, None) => return Err("install: a capability id or query is required".into()),
     };
     if let (Some(lock), Some(q)) = (&locked, &args.id_or_query)
-        && lock.pointer("/capability/id").and_then(Value::as_str) != Some(q.as_str())
+        && lock.capability.id != *q
     {
         return Err(format!(
             "install --locked: the lock names another capability than {q}"
         ));
     }
+    let trust = match &args.trust_policy {
+        Some(p) => Some(read_trust_policy(p)?),
+        None => None,
+    };
     let (progress, shown) = crate::progress::terminal();
     let options = InstallOptions {
         indexes: args.index.indexes.clone(),
-        embedded: vec![capability_runtime::defaults::default_index()],
+        embedded: vec![capability_host::defaults::default_index()],
         registry: args.registry.clone(),
         bounds: args.index.bounds(),
         fetch: args.index.fetch(),
         locked,
         offline: args.index.offline,
         require_signatures: args.require_signatures
-            || match &args.trust_policy {
-                Some(p) => requires_signatures(p)?,
-                None => false,
-            },
-        require_provenance: match &args.trust_policy {
-            Some(p) => read_trust_policy(p)?.require_provenance,
-            None => false,
-        },
-        limits: capability_acquire::unpack::Limits {
+            || trust.as_ref().is_some_and(|t| t.require_registry_signature),
+        require_provenance: trust.as_ref().is_some_and(|t| t.require_provenance),
+        limits: capability_host::acquire::unpack::Limits {
             max_unpacked_bytes: args.max_unpacked_bytes,
             ..Default::default()
         },
         progress,
     };
-    let done = capability_acquire::install(&home, &query, &options).map_err(|e| e.to_string())?;
+    let done = host.install(&query, &options).map_err(|e| e.to_string())?;
     drop(shown);
     let lock_path = crate::output::absolute(&args.lock);
     if !args.locked {
-        capability_core::index::assert_valid_lock(&done.lock).map_err(|e| e.to_string())?;
-        let text = serde_json::to_string_pretty(&done.lock).map_err(|e| e.to_string())?;
+        let lock = done.lock.to_value();
+        capability_core::index::assert_valid_lock(&lock).map_err(|e| e.to_string())?;
+        let text = serde_json::to_string_pretty(&lock).map_err(|e| e.to_string())?;
         std::fs::write(&args.lock, text + "\n")
             .map_err(|e| format!("cannot write {}: {e}", args.lock.display()))?;
     }
     let r = &done.record;
     print_json(&json!({
-        "installed": format!(
-            "{}@{}",
-            r.pointer("/package/name").and_then(Value::as_str).unwrap_or_default(),
-            r.pointer("/package/version").and_then(Value::as_str).unwrap_or_default()
-        ),
-        "capability": format!(
-            "{}@{}",
-            done.lock.pointer("/capability/id").and_then(Value::as_str).unwrap_or_default(),
-            done.lock.pointer("/capability/version").and_then(Value::as_str).unwrap_or_default()
-        ),
-        "integrity": r.pointer("/package/integrity"),
-        "registry": r.get("registry"),
-        "signatureKeyId": r.get("signatureKeyId"),
-        "provenanceVerified": r.get("provenanceVerified"),
-        "attestation": r.get("attestation"),
+        "installed": r.package_ref(),
+        "capability": format!("{}@{}", done.lock.capability.id, done.lock.capability.version),
+        "integrity": r.package.integrity,
+        "registry": r.registry,
+        "signatureKeyId": r.signature_key_id,
+        "provenanceVerified": r.provenance_verified,
+        "attestation": r.attestation,
         "store": done.store.display().to_string(),
         "lock": lock_path,
         "locked": args.locked,
@@ -191,131 +199,10 @@ pub fn install(args: InstallArgs) -> Result<i32, String> {
     Ok(0)
 }
 
-/// What `cap exec` acquired for an indexed capability that was not installed.
-#[derive(Debug)]
-pub struct Acquired {
-    /// The capability id that was installed.
-    pub id: String,
-    /// `name@version`.
-    pub package: String,
-    /// The trust assessment it passed.
-    pub trust: capability_runtime::trust::TrustAssessment,
-}
-
-/// The reference's `exec` of a capability that is not installed: resolve `query` against the
-/// configured indexes, install it with every check of `cap install` (signatures required
-/// when `trust` requires them), and assess it under `trust`. A package the trust policy
-/// refuses is removed again: nothing new is left in the store, and a record the install
-/// rewrote (a package installed before for another capability) is put back. `Ok(None)` when
-/// no index is configured (there is nothing to acquire from).
-pub fn acquire_for_exec(
-    home: &HomeArg,
-    query: &str,
-    index: &IndexOptions,
-    registry: Option<&str>,
-    trust: &capability_runtime::trust::TrustPolicy,
-) -> Result<Option<Acquired>, String> {
-    let home =
-        capability_host::Home::open_default(home.home.as_deref()).map_err(|e| e.to_string())?;
-    let roots =
-        capability_acquire::federation::configured_indexes(&index.indexes, Some(home.root()))
-            .map_err(|e| e.to_string())?;
-    if roots.is_empty() {
-        return Ok(None);
-    }
-    let packages = home.root().join(capability_host::installed::PACKAGES);
-    let listing = || -> Vec<PathBuf> {
-        std::fs::read_dir(&packages)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .collect()
-    };
-    let before = listing();
-    // The records as they were, to put back if the package is refused.
-    let records: Vec<(PathBuf, Vec<u8>)> = before
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .filter_map(|p| std::fs::read(p).ok().map(|b| (p.clone(), b)))
-        .collect();
-    let (progress, shown) = crate::progress::terminal();
-    let options = InstallOptions {
-        indexes: roots,
-        embedded: vec![capability_runtime::defaults::default_index()],
-        registry: registry.map(String::from),
-        bounds: index.bounds(),
-        fetch: index.fetch(),
-        offline: index.offline,
-        require_signatures: trust.require_registry_signature,
-        progress,
-        require_provenance: trust.require_provenance,
-        ..InstallOptions::default()
-    };
-    let done = capability_acquire::install(&home, query, &options).map_err(|e| e.to_string())?;
-    drop(shown);
-    let id = done
-        .lock
-        .pointer("/capability/id")
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    use capability_host::CapabilitySource as _;
-    let capability = capability_host::installed::Installed::from_home(&home)
-        .capabilities()
-        .map_err(|e| e.message)?
-        .into_iter()
-        .find(|c| c.id() == id);
-    let assessment = match &capability {
-        Some(c) => capability_runtime::trust::assess_trust_of(c, trust),
-        None => return Err(format!("{id} was installed but cannot be loaded")),
-    };
-    if !assessment.accepted {
-        for path in listing().into_iter().filter(|p| !before.contains(p)) {
-            let _ = if path.is_dir() {
-                std::fs::remove_dir_all(&path)
-            } else {
-                std::fs::remove_file(&path)
-            };
-        }
-        for (path, bytes) in &records {
-            if std::fs::read(path).ok().as_ref() != Some(bytes) {
-                let _ = std::fs::write(path, bytes);
-            }
-        }
-        return Err(format!(
-            "Capability trust check failed: {} (nothing was kept; see --trust-policy)",
-            assessment.failures.join("; ")
-        ));
-    }
-    let record = &done.record;
-    let package = format!(
-        "{}@{}",
-        record
-            .pointer("/package/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default(),
-        record
-            .pointer("/package/version")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-    );
-    Ok(Some(Acquired {
-        id,
-        package,
-        trust: assessment,
-    }))
-}
-
-/// Whether the trust policy file at `path` requires a registry signature.
-pub fn requires_signatures(path: &std::path::Path) -> Result<bool, String> {
-    Ok(read_trust_policy(path)?.require_registry_signature)
-}
-
 /// Reads a trust policy file.
 pub fn read_trust_policy(
     path: &std::path::Path,
-) -> Result<capability_runtime::trust::TrustPolicy, String> {
+) -> Result<capability_host::trust::TrustPolicy, String> {
     serde_json::from_value(crate::output::read_json(path)?)
         .map_err(|e| format!("{}: {e}", path.display()))
 }
@@ -338,7 +225,7 @@ pub fn probe(args: ProbeArgs) -> Result<i32, String> {
         ..FetchConfig::default()
     })
     .map_err(|e| e.to_string())?;
-    let report = capability_acquire::probe::probe(&fetcher, &args.site, !args.no_indexes)
+    let report = capability_host::acquire::probe::probe(&fetcher, &args.site, !args.no_indexes)
         .map_err(|e| e.to_string())?;
     print_json(&report)?;
     Ok(0)
@@ -358,8 +245,8 @@ pub struct NpmInspectArgs {
 
 pub fn npm_inspect(args: NpmInspectArgs) -> Result<i32, String> {
     let fetcher = Fetcher::new(FetchConfig::default()).map_err(|e| e.to_string())?;
-    let registry = capability_acquire::registry::registry_url(args.registry.as_deref());
-    let report = capability_acquire::registry::inspect(
+    let registry = capability_host::acquire::registry::registry_url(args.registry.as_deref());
+    let report = capability_host::acquire::registry::inspect(
         &fetcher,
         &registry,
         &args.package,
@@ -409,7 +296,7 @@ pub fn novelty(args: NoveltyArgs) -> Result<i32, String> {
             }
         }
     };
-    let embedded = capability_runtime::defaults::default_index();
+    let embedded = capability_host::defaults::default_index();
     let network = args
         .index
         .network(&args.home, std::slice::from_ref(&embedded))?
@@ -421,7 +308,7 @@ pub fn novelty(args: NoveltyArgs) -> Result<i32, String> {
         .flat_map(|p| p["capabilities"].as_array().into_iter().flatten())
         .filter_map(|c| c.get("manifest").cloned())
         .collect();
-    let assessment = capability_runtime::builtins::novelty_radar::assess(&proposed, &existing)
+    let assessment = capability_host::builtins::novelty_radar::assess(&proposed, &existing)
         .map_err(|e| e.to_string())?;
     let mut sources = vec![json!("embedded:index")];
     sources.extend(network.sources().into_iter().map(Value::from));
@@ -461,9 +348,10 @@ pub struct DoctorArgs {
 /// federated, not from the cache), and the registry pinged with its signing keys counted.
 /// `None` when neither an index nor a registry is configured.
 pub fn network_checks(args: &DoctorArgs) -> Result<Option<Value>, String> {
-    let root = capability_host::home::resolve(args.home.home.as_deref());
-    let indexes = capability_acquire::federation::configured_indexes(&args.indexes, Some(&root))
-        .map_err(|e| e.to_string())?;
+    let root = Home::at(&capability_host::home::resolve(args.home.home.as_deref()));
+    let indexes =
+        capability_host::acquire::federation::configured_indexes(&args.indexes, Some(&root))
+            .map_err(|e| e.to_string())?;
     let registry = args.registry.clone().or_else(|| {
         std::env::var("CAP_NPM_REGISTRY")
             .ok()
@@ -483,7 +371,7 @@ pub fn network_checks(args: &DoctorArgs) -> Result<Option<Value>, String> {
     let checked: Vec<Value> = indexes
         .iter()
         .map(
-            |url| match capability_acquire::federation::fetch_index(&fetcher, url) {
+            |url| match capability_host::acquire::federation::fetch_index(&fetcher, url) {
                 Ok(doc) => json!({
                     "url": url,
                     "ok": true,
@@ -498,12 +386,12 @@ pub fn network_checks(args: &DoctorArgs) -> Result<Option<Value>, String> {
         .collect();
     let mut out = json!({ "indexes": checked });
     if let Some(r) = registry {
-        let url = capability_acquire::registry::registry_url(Some(&r));
+        let url = capability_host::acquire::registry::registry_url(Some(&r));
         let ping = fetcher
             .document(&format!("{url}-/ping"))
             .and_then(|f| match f.status {
                 200..=299 => Ok(()),
-                s => Err(capability_acquire::AcquireError::Fetch(format!(
+                s => Err(capability_host::acquire::AcquireError::Fetch(format!(
                     "{url}-/ping: HTTP {s}"
                 ))),
             });
@@ -511,7 +399,7 @@ pub fn network_checks(args: &DoctorArgs) -> Result<Option<Value>, String> {
         match ping {
             Ok(()) => {
                 report["signingKeys"] =
-                    match capability_acquire::signatures::fetch_keys(&fetcher, &url) {
+                    match capability_host::acquire::signatures::fetch_keys(&fetcher, &url) {
                         Ok(Some(keys)) => json!(keys.keys.len()),
                         Ok(None) => Value::Null,
                         Err(e) => json!({"error": e.to_string()}),

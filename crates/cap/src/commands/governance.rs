@@ -1,25 +1,20 @@
 //! Governance commands and options: Cedar policy files for exec and run, approvals, the
 //! audit log, and policy tooling (schema, validate, test).
 
-use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 
-use capability_host::policy_files as expand_policy_files;
-use capability_policy::approvals::ApprovalFilter;
-use capability_policy::cedar::{self, SchemaOptions};
-use capability_policy::{
-    ApprovalStatus, CapabilityRegistry, Governance, GovernedCapability, audit,
+use capability_host::cedar::SchemaOptions;
+use capability_host::policies::validation_json;
+use capability_host::{
+    ApprovalDecision, ApprovalFilter, ApprovalStatus, Builtins, CapabilitySource, ExportFormat,
+    Governance, GovernedCapability, HostConfig, LocalPackage, Principal, Storage, approval_json,
 };
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
 use crate::commands::host::{HomeArg, open_home};
 use crate::output::{absolute, print_json, read_json};
-
-/// `*.cedar` files from files and directories (the host's expansion rule).
-pub fn policy_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
-    expand_policy_files(paths).map_err(|e| e.to_string())
-}
 
 #[derive(Args, Debug)]
 pub struct ApprovalsArgs {
@@ -62,15 +57,17 @@ pub enum ApprovalsCommand {
     },
 }
 
-fn approver(given: Option<String>) -> String {
-    given
-        .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
-        .unwrap_or_else(|| "cap-operator".into())
+/// The operator of the CLI: `--approver`, else `$USER`, else `cap-operator`.
+pub(crate) fn operator(given: Option<String>) -> Principal {
+    Principal::operator(
+        given
+            .or_else(|| std::env::var("USER").ok().filter(|u| !u.is_empty()))
+            .unwrap_or_else(|| "cap-operator".into()),
+    )
 }
 
 pub fn approvals_cmd(args: ApprovalsArgs) -> Result<i32, String> {
     let host = open_home(&args.home)?;
-    let manager = host.approvals();
     match args.command {
         ApprovalsCommand::List {
             status,
@@ -80,30 +77,38 @@ pub fn approvals_cmd(args: ApprovalsArgs) -> Result<i32, String> {
             let status = status
                 .map(|s| ApprovalStatus::parse(&s).map_err(|e| e.to_string()))
                 .transpose()?;
-            let (list, skipped) = manager
-                .list_checked(&ApprovalFilter {
-                    status,
-                    tenant,
-                    limit,
-                })
+            let list = host
+                .approvals(
+                    &operator(None),
+                    &ApprovalFilter {
+                        status,
+                        tenant,
+                        limit,
+                    },
+                )
                 .map_err(|e| e.to_string())?;
-            crate::commands::runtime::warn_skipped(&skipped);
-            print_json(&Value::Array(list.iter().map(|r| r.to_json()).collect()))?;
+            crate::commands::runtime::warn_skipped(&list.skipped);
+            print_json(&Value::Array(
+                list.approvals.iter().map(approval_json).collect(),
+            ))?;
         }
         ApprovalsCommand::Show { id } => {
-            print_json(&manager.get(&id).map_err(|e| e.to_string())?.to_json())?;
+            let record = host
+                .approval(&operator(None), &id)
+                .map_err(|e| e.to_string())?;
+            print_json(&approval_json(&record))?;
         }
         ApprovalsCommand::Approve {
             id,
             approver: who,
             note,
         } => {
-            let token = manager
-                .approve(&id, &approver(who), note)
+            let decided = host
+                .decide_approval(&operator(who), &id, ApprovalDecision::Approve, note)
                 .map_err(|e| e.to_string())?;
-            let record = manager.get(&id).map_err(|e| e.to_string())?;
+            let token = decided.token.map(|t| t.0).unwrap_or_default();
             print_json(
-                &json!({"approvalId": id, "token": token.0, "expiresAt": record.token_expires_at.map(capability_core::js::iso_from_millis)}),
+                &json!({"approvalId": id, "token": token, "expiresAt": decided.record.token_expires_at.map(capability_core::js::iso_from_millis)}),
             )?;
         }
         ApprovalsCommand::Deny {
@@ -111,10 +116,10 @@ pub fn approvals_cmd(args: ApprovalsArgs) -> Result<i32, String> {
             approver: who,
             note,
         } => {
-            let record = manager
-                .deny(&id, &approver(who), note)
+            let decided = host
+                .decide_approval(&operator(who), &id, ApprovalDecision::Deny, note)
                 .map_err(|e| e.to_string())?;
-            print_json(&record.to_json())?;
+            print_json(&approval_json(&decided.record))?;
         }
     }
     Ok(0)
@@ -172,32 +177,37 @@ pub enum AuditCommand {
 
 pub fn audit_cmd(args: AuditArgs) -> Result<i32, String> {
     let host = open_home(&args.home)?;
-    let store = host.audit();
+    let me = operator(None);
     match args.command {
         AuditCommand::Tail { tenant, limit } => {
-            let records = store
-                .tail(tenant.as_deref(), limit)
-                .map_err(|e| e.to_string())?;
-            print_json(&Value::Array(records.iter().map(|r| r.to_json()).collect()))?;
+            let query = capability_host::AuditFilter {
+                tenant,
+                limit: Some(limit.max(1)),
+                ..Default::default()
+            }
+            .query()
+            .map_err(|e| e.to_string())?;
+            let page = host.audit_query(&me, &query).map_err(|e| e.to_string())?;
+            print_json(&Value::Array(
+                page.events.iter().map(|r| r.to_json()).collect(),
+            ))?;
             Ok(0)
         }
-        AuditCommand::Show { event_id } => match store.get(&event_id).map_err(|e| e.to_string())? {
-            Some(r) => {
-                print_json(&r.to_json())?;
-                Ok(0)
-            }
-            None => Err(format!("audit event not found: {event_id}")),
-        },
+        AuditCommand::Show { event_id } => {
+            let record = host
+                .audit_event(&me, &event_id)
+                .map_err(|e| e.to_string())?;
+            print_json(&record.to_json())?;
+            Ok(0)
+        }
         AuditCommand::Verify {
             checkpoint: None,
             tenant,
         } => {
-            let report = match &tenant {
-                Some(t) => host.verify_audit_tenant(t),
-                None => host.verify_audit(),
-            }
-            .map_err(|e| e.to_string())?;
-            let mut out = verify_json(&report);
+            let report = host
+                .verify_audit(&me, tenant.as_deref())
+                .map_err(|e| e.to_string())?;
+            let mut out = report.to_json();
             if let Some(t) = tenant {
                 out["tenant"] = json!(t);
             }
@@ -210,22 +220,13 @@ pub fn audit_cmd(args: AuditArgs) -> Result<i32, String> {
         } => {
             let doc = read_json(&path)?;
             let report = host
-                .verify_audit_against(&doc)
+                .verify_audit_against(&me, &doc)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
-            let mut out = verify_json(&report.chain);
-            out["ok"] = Value::Bool(report.ok());
-            out["checkpoint"] = json!({
-                "seq": report.checkpoint.seq,
-                "counter": report.checkpoint.counter,
-                "createdAt": report.checkpoint.created_at,
-                "ok": report.problem.is_none(),
-                "problem": report.problem,
-            });
-            print_json(&out)?;
+            print_json(&capability_host::audit::checkpoint_report_json(&report))?;
             Ok(if report.ok() { 0 } else { 1 })
         }
         AuditCommand::Checkpoint => {
-            print_json(&host.audit_checkpoint()?)?;
+            print_json(&host.audit_checkpoint(&me).map_err(|e| e.to_string())?)?;
             Ok(0)
         }
         AuditCommand::Export {
@@ -233,60 +234,28 @@ pub fn audit_cmd(args: AuditArgs) -> Result<i32, String> {
             tenant,
             out,
         } => {
-            let mut records = Vec::new();
-            let mut from = 0u64;
-            loop {
-                let page = match &tenant {
-                    Some(t) => store.tenant_records(t, from, 1000),
-                    None => store.records(from, 1000),
-                }
-                .map_err(|e| e.to_string())?;
-                let Some(last) = page.last() else { break };
-                from = match (&tenant, &last.tenant_link) {
-                    (Some(_), Some(l)) => l.seq + 1,
-                    (Some(_), None) => break,
-                    (None, _) => last.seq + 1,
-                };
-                records.extend(page);
-            }
-            let mut buf = Vec::new();
-            match format {
-                AuditFormat::Jsonl => {
-                    audit::export_jsonl(&records, &mut buf).map_err(|e| e.to_string())?
-                }
-                AuditFormat::Otel => {
-                    let mut text = capability_core::json::to_pretty_string(&audit::export_otel(
-                        &records, "cap",
-                    ));
-                    text.push('\n');
-                    buf.extend_from_slice(text.as_bytes());
-                }
-            }
+            let format = match format {
+                AuditFormat::Jsonl => ExportFormat::Jsonl,
+                AuditFormat::Otel => ExportFormat::Otel,
+            };
             match out {
                 Some(path) => {
-                    std::fs::write(&path, &buf)
+                    let mut file = std::fs::File::create(&path)
                         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-                    print_json(&json!({"output": absolute(&path), "events": records.len()}))?;
+                    let n = host
+                        .export_audit(&me, tenant.as_deref(), format, "cap", &mut file)
+                        .map_err(|e| e.to_string())?;
+                    print_json(&json!({"output": absolute(&path), "events": n}))?;
                 }
                 None => {
                     let mut stdout = std::io::stdout().lock();
-                    stdout
-                        .write_all(&buf)
-                        .and_then(|_| stdout.flush())
+                    host.export_audit(&me, tenant.as_deref(), format, "cap", &mut stdout)
                         .map_err(|e| e.to_string())?;
                 }
             }
             Ok(0)
         }
     }
-}
-
-fn verify_json(report: &capability_policy::audit::VerifyReport) -> Value {
-    let mut out = json!({"ok": report.ok, "records": report.records, "headSeq": report.head_seq});
-    if let Some(bad) = &report.first_bad {
-        out["firstBad"] = json!({"seq": bad.seq, "eventId": bad.event_id, "problem": bad.problem});
-    }
-    out
 }
 
 #[derive(Args, Debug)]
@@ -305,25 +274,42 @@ pub struct CapabilitySources {
     /// A package.json whose exports to include (repeatable).
     #[arg(long = "package")]
     pub packages: Vec<PathBuf>,
+    /// A gateway config: its upstream servers are started and their tools (with their
+    /// input schemas) included.
+    #[arg(long)]
+    pub gateway: Option<PathBuf>,
+    #[command(flatten)]
+    pub home: HomeArg,
 }
 
 impl CapabilitySources {
-    /// The built-ins, the packages' exports and the named capabilities.
-    fn registry(&self) -> Result<CapabilityRegistry, String> {
-        let registry = CapabilityRegistry::new();
-        for m in capability_runtime::builtins::manifests() {
-            registry.register(GovernedCapability::from_manifest(m).map_err(|e| e.to_string())?);
-        }
+    /// A host with the built-ins, the packages' exports and the gateway's upstream tools
+    /// (nothing it does is kept: in-memory stores), and the named registrations.
+    fn open(&self) -> Result<(capability_host::Host, Vec<GovernedCapability>), String> {
+        let mut sources: Vec<Arc<dyn CapabilitySource>> = vec![Arc::new(Builtins)];
         for p in &self.packages {
-            let pkg = crate::commands::core::read_package(p)?;
-            for (id, export) in &pkg.exports {
-                if let Some(m) = export.get("manifest") {
-                    let g = GovernedCapability::from_manifest(m)
-                        .map_err(|e| format!("{}: {id}: {e}", p.display()))?;
-                    registry.register(g);
-                }
-            }
+            sources.push(Arc::new(
+                LocalPackage::open(p).map_err(|e| format!("{}: {}", p.display(), e.message))?,
+            ));
         }
+        let gateway = self
+            .gateway
+            .as_deref()
+            .map(capability_host::upstream::GatewayConfig::load)
+            .transpose()
+            .map_err(|e| e.to_string())?;
+        let host = capability_host::Host::open(HostConfig {
+            home: self.home.home.clone(),
+            storage: Storage::Memory,
+            sources,
+            gateway,
+            ..HostConfig::default()
+        })
+        .map_err(|e| e.to_string())?;
+        for (what, problem) in host.upstream_problems() {
+            crate::output::error_line(&format!("warning: upstream {what}: {problem}"));
+        }
+        let mut extra = Vec::new();
         if let Some(path) = &self.capabilities {
             let doc = read_json(path)?;
             let Some(map) = doc.as_object() else {
@@ -335,13 +321,13 @@ impl CapabilitySources {
             for (name, g) in map {
                 let governance = Governance::from_json(g, name)
                     .map_err(|e| format!("{}: {e}", path.display()))?;
-                registry.register(GovernedCapability::with_governance(
+                extra.push(GovernedCapability::with_governance(
                     name.clone(),
                     governance,
                 ));
             }
         }
-        Ok(registry)
+        Ok((host, extra))
     }
 }
 
@@ -358,7 +344,9 @@ pub enum PolicyCommand {
         #[arg(long = "label")]
         labels: Vec<String>,
     },
-    /// Validate policy files against the generated schema; errors name file and line.
+    /// Validate policy files against the known capabilities (each policy against the
+    /// types of every capability it can apply to); errors name file, line, policy, the
+    /// expression and a fix when one is known.
     Validate {
         #[arg(required = true)]
         files: Vec<PathBuf>,
@@ -386,13 +374,10 @@ pub fn policy_cmd(args: PolicyArgs) -> Result<i32, String> {
             json: as_json,
             labels,
         } => {
-            let registry = sources.registry()?;
-            let caps = registry.all();
-            let schema = cedar::generate_schema(
-                caps.iter().map(|c| c.as_ref()),
-                &SchemaOptions { label_keys: labels },
-            )
-            .map_err(|e| e.to_string())?;
+            let (host, extra) = sources.open()?;
+            let schema = host
+                .policy_schema(&extra, &SchemaOptions { label_keys: labels })
+                .map_err(|e| e.to_string())?;
             if as_json {
                 print_json(&schema.json)?;
             } else {
@@ -407,47 +392,27 @@ pub fn policy_cmd(args: PolicyArgs) -> Result<i32, String> {
             Ok(0)
         }
         PolicyCommand::Validate { files, sources } => {
-            let registry = sources.registry()?;
-            let caps = registry.all();
-            let schema =
-                cedar::generate_schema(caps.iter().map(|c| c.as_ref()), &SchemaOptions::default())
-                    .map_err(|e| e.to_string())?;
-            let files = policy_files(&files)?;
-            let report =
-                cedar::validate_paths(&files, Some(&schema.schema)).map_err(|e| e.to_string())?;
-            let diagnostics: Vec<Value> = report
-                .diagnostics
-                .iter()
-                .map(|d| {
-                    json!({
-                        "file": d.file, "line": d.line, "column": d.column,
-                        "severity": format!("{:?}", d.severity).to_lowercase(),
-                        "message": d.message, "policy": d.policy_id,
-                    })
-                })
-                .collect();
-            let ok = report.is_ok();
-            print_json(
-                &json!({"valid": ok, "policies": report.policies, "diagnostics": diagnostics}),
-            )?;
+            let (host, extra) = sources.open()?;
+            let report = host
+                .validate_policies(&files, &extra)
+                .map_err(|e| e.to_string())?;
+            print_json(&validation_json(&report))?;
             for d in &report.diagnostics {
-                crate::output::error_line(&format!(
-                    "{}:{}:{}: {}",
-                    d.file, d.line, d.column, d.message
-                ));
+                crate::output::error_line(&d.to_string());
             }
-            Ok(if ok { 0 } else { 1 })
+            Ok(if report.is_ok() { 0 } else { 1 })
         }
         PolicyCommand::Test {
             files,
             fixtures,
             sources,
         } => {
-            let registry = sources.registry()?;
-            let files = policy_files(&files)?;
-            let report =
-                capability_policy::fixtures::test_policy_files(&files, &fixtures, &registry)
-                    .map_err(|e| e.to_string())?;
+            let (host, extra) = sources.open()?;
+            let text = std::fs::read(&fixtures)
+                .map_err(|e| format!("cannot read {}: {e}", fixtures.display()))?;
+            let report = host
+                .test_policies(&files, &text, &fixtures.display().to_string(), &extra)
+                .map_err(|e| e.to_string())?;
             print!("{}", report.render());
             Ok(if report.ok() { 0 } else { 1 })
         }

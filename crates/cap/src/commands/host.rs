@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capability_core::authorization::Preset;
+use capability_host::Environment;
+use capability_host::upstream::GatewayConfig;
 use capability_host::{
     Actor, Caller, CapabilitySource, ExecutorChoice, Host, HostConfig, HostGrants, OciImages,
 };
-use capability_policy::Environment;
 use clap::{Args, ValueEnum};
 
 /// Effect-policy presets.
@@ -125,6 +126,9 @@ pub struct RunOptions {
     pub allow_env: Vec<String>,
     #[command(flatten)]
     pub home: HomeArg,
+    /// Set by a long-running surface from its own flag (`--max-calls-per-principal`).
+    #[arg(skip)]
+    pub max_calls_per_principal: Option<usize>,
 }
 
 fn parse_environment(s: &str) -> Result<Environment, String> {
@@ -167,6 +171,7 @@ impl Default for RunOptions {
             allow_write: Vec::new(),
             allow_env: Vec::new(),
             home: HomeArg::default(),
+            max_calls_per_principal: None,
         }
     }
 }
@@ -227,6 +232,7 @@ impl RunOptions {
             },
             oci_images: images,
             sources,
+            max_calls_per_principal: self.max_calls_per_principal,
             ..HostConfig::default()
         })
     }
@@ -236,12 +242,17 @@ impl RunOptions {
         Host::open(self.config(sources)?).map_err(|e| e.to_string())
     }
 
-    /// Opens the host of a long-running surface: as [`RunOptions::open`], with the sandbox
-    /// pool (`--sandbox-pool`, default [`DEFAULT_SANDBOX_POOL`]) warmed for the module
-    /// capabilities it serves.
-    pub fn open_serving(&self, sources: Vec<Arc<dyn CapabilitySource>>) -> Result<Host, String> {
+    /// Opens the host of a long-running surface: as [`RunOptions::open`] (with the MCP
+    /// upstreams of `gateway`), with the sandbox pool (`--sandbox-pool`, default
+    /// [`DEFAULT_SANDBOX_POOL`]) warmed for the module capabilities it serves.
+    pub fn open_serving(
+        &self,
+        sources: Vec<Arc<dyn CapabilitySource>>,
+        gateway: Option<GatewayConfig>,
+    ) -> Result<Host, String> {
         let config = HostConfig {
             sandbox_pool: self.sandbox_pool.unwrap_or(DEFAULT_SANDBOX_POOL),
+            gateway,
             ..self.config(sources)?
         };
         let host = Host::open(config).map_err(|e| e.to_string())?;

@@ -4,10 +4,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use capability_host::guard::HttpGuard;
 use capability_host::tokens::{now_ms, parse_duration};
-use capability_host::{Builtins, CapabilitySource, LocalPackage, Role, TokenSpec};
+use capability_host::upstream::GatewayConfig;
+use capability_host::{Builtins, CapabilitySource, FileStamp, LocalPackage, Role, TokenSpec};
 use capability_mcp::{HttpLimits, McpServer, ServeOptions};
-use capability_sandbox::stamp::FileStamp;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
@@ -96,7 +97,9 @@ pub fn mcp_serve(args: McpServeArgs) -> Result<i32, String> {
         );
     }
     check_anonymous(&args.anonymous_agent, &args.listen).map_err(|e| format!("mcp-serve: {e}"))?;
-    let host = Arc::new(args.options.open_serving(sources(&args.packages)?)?);
+    let mut run_options = args.options.clone();
+    run_options.max_calls_per_principal = Some(args.max_calls_per_principal.max(1));
+    let host = Arc::new(run_options.open_serving(sources(&args.packages)?, None)?);
     let options = ServeOptions {
         expose: args.expose.clone(),
         expose_all: args.expose_installed,
@@ -107,18 +110,14 @@ pub fn mcp_serve(args: McpServeArgs) -> Result<i32, String> {
             .clone()
             .map(capability_host::Actor::agent),
         http: HttpLimits {
-            max_body_bytes: args.max_body_bytes,
+            guard: http_guard(&args.allow_hosts, &args.allow_origins, args.max_body_bytes),
             max_sessions: args.max_sessions,
-            max_calls_per_principal: args.max_calls_per_principal.max(1),
-            allowed_hosts: args.allow_hosts.clone(),
-            allowed_origins: args.allow_origins.clone(),
             ..HttpLimits::default()
         },
     };
     let server = McpServer::new(host, options);
     let watcher = server.clone();
     let packages = args.packages.clone();
-    let run_options = args.options.clone();
     serve_surface(
         "mcp-serve",
         args.listen.as_deref(),
@@ -143,7 +142,7 @@ fn watch_packages(server: McpServer, packages: Vec<PathBuf>, run_options: RunOpt
                 continue;
             }
             seen = now;
-            match sources(&packages).and_then(|s| run_options.open_serving(s)) {
+            match sources(&packages).and_then(|s| run_options.open_serving(s, None)) {
                 Ok(host) => {
                     server.set_host(Arc::new(host)).await;
                 }
@@ -328,8 +327,22 @@ pub struct McpGatewayArgs {
     /// Most tool calls in flight per principal.
     #[arg(long, default_value_t = 64)]
     pub max_calls_per_principal: usize,
+    /// Largest HTTP request body, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
     #[command(flatten)]
     pub options: RunOptions,
+}
+
+/// The host's HTTP guard of an MCP surface: browser tools on this machine are accepted
+/// (the MCP Inspector), and the hosts and origins given.
+fn http_guard(hosts: &[String], origins: &[String], max_body_bytes: usize) -> HttpGuard {
+    HttpGuard {
+        allowed_hosts: hosts.to_vec(),
+        allowed_origins: origins.to_vec(),
+        loopback_origins: true,
+        max_body_bytes,
+    }
 }
 
 fn check_anonymous(anonymous: &Option<String>, listen: &Option<String>) -> Result<(), String> {
@@ -347,14 +360,16 @@ fn check_anonymous(anonymous: &Option<String>, listen: &Option<String>) -> Resul
 }
 
 pub fn mcp_gateway(args: McpGatewayArgs) -> Result<i32, String> {
-    use capability_mcp::{Gateway, GatewayConfig, GatewayServer};
+    use capability_mcp::{Gateway, GatewayServer};
     check_anonymous(&args.anonymous_agent, &args.listen)
         .map_err(|e| format!("mcp-gateway: {e}"))?;
-    let config = GatewayConfig::load(&args.config)?;
+    let config = GatewayConfig::load(&args.config).map_err(|e| e.to_string())?;
     let mut options = args.options.clone();
-    options.policies.extend(config.policy.iter().cloned());
-    options.shadow |= config.shadow;
-    let host = Arc::new(options.open_serving(vec![Arc::new(Builtins)])?);
+    options.max_calls_per_principal = Some(args.max_calls_per_principal.max(1));
+    let host = Arc::new(options.open_serving(vec![Arc::new(Builtins)], Some(config))?);
+    for (what, problem) in host.upstream_problems() {
+        eprintln!("mcp-gateway: upstream {what}: {problem}");
+    }
     let serve = ServeOptions {
         stdio_actor: args.options.caller().actor,
         anonymous: args
@@ -362,18 +377,12 @@ pub fn mcp_gateway(args: McpGatewayArgs) -> Result<i32, String> {
             .clone()
             .map(capability_host::Actor::agent),
         http: HttpLimits {
-            max_calls_per_principal: args.max_calls_per_principal.max(1),
-            allowed_hosts: args.allow_hosts.clone(),
-            allowed_origins: args.allow_origins.clone(),
+            guard: http_guard(&args.allow_hosts, &args.allow_origins, args.max_body_bytes),
             ..HttpLimits::default()
         },
         ..ServeOptions::default()
     };
-    let gateway = Gateway::open(host, config, serve)?;
-    for (server, problem) in gateway.problems() {
-        eprintln!("mcp-gateway: upstream {server}: {problem}");
-    }
-    let server = GatewayServer(Arc::new(gateway));
+    let server = GatewayServer(Arc::new(Gateway::new(host, serve)));
     serve_surface(
         "mcp-gateway",
         args.listen.as_deref(),
@@ -410,14 +419,15 @@ pub fn mcp_pins(args: McpPinsArgs) -> Result<i32, String> {
         Some(p) => p.clone(),
         None => capability_host::Home::open_default(args.home.home.as_deref())
             .map_err(|e| e.to_string())?
-            .root()
-            .join("mcp-pins.json"),
+            .mcp_pins(),
     };
-    let mut pins = capability_mcp::pins::Pins::open(&path)?;
+    let mut pins = capability_host::upstream::Pins::open(&path).map_err(|e| e.to_string())?;
     match args.command {
         McpPinsCommand::List => print_json(&pins.to_json())?,
         McpPinsCommand::Accept { server, tool } => {
-            let accepted = pins.accept(&server, tool.as_deref())?;
+            let accepted = pins
+                .accept(&server, tool.as_deref())
+                .map_err(|e| e.to_string())?;
             print_json(&json!({"server": server, "accepted": accepted}))?;
         }
     }
@@ -450,7 +460,7 @@ pub fn mcp_import(args: McpImportArgs) -> Result<i32, String> {
         .command
         .split_first()
         .ok_or("mcp-import: a server command is required")?;
-    let manifests = capability_mcp::gateway::import_stdio(
+    let manifests = capability_host::upstream::import_stdio(
         command,
         rest,
         args.namespace.as_deref(),
@@ -475,62 +485,5 @@ pub fn mcp_import(args: McpImportArgs) -> Result<i32, String> {
         "tools": tools,
         "capabilities": inspections,
     }))?;
-    Ok(0)
-}
-
-/// `cap exec mcp.<server>.<tool> <input> --gateway <config>`: one governed upstream call.
-/// Exit 0 with `{capability, result}`, 3 with `{approval}` when a human must approve first
-/// (repeat with `--approval <token>`), 1 with `{error}`.
-pub fn exec_through_gateway(
-    config: &std::path::Path,
-    capability: &str,
-    input: Value,
-    options: &RunOptions,
-) -> Result<i32, String> {
-    use capability_mcp::{Gateway, GatewayConfig};
-    let config = GatewayConfig::load(config)?;
-    let mut run = options.clone();
-    run.policies.extend(config.policy.iter().cloned());
-    run.shadow |= config.shadow;
-    run.approval = None;
-    let host = Arc::new(run.open(vec![Arc::new(Builtins)])?);
-    let gateway = Gateway::open(host, config, ServeOptions::default())?;
-    let Some(name) = gateway.downstream_of(capability) else {
-        let problems: Vec<String> = gateway
-            .problems()
-            .into_iter()
-            .map(|(s, p)| format!("{s}: {p}"))
-            .collect();
-        return Err(format!(
-            "{capability}: no such upstream tool in the gateway config{}",
-            if problems.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", problems.join("; "))
-            }
-        ));
-    };
-    let meta = options
-        .approval
-        .as_ref()
-        .map(|t| json!({"approvalToken": t}));
-    let result = gateway.call(&name, input, meta.as_ref(), &options.caller().actor);
-    if result["isError"] == json!(true) {
-        if let Some(approval) = result.pointer("/structuredContent/approval") {
-            print_json(&json!({"approval": approval}))?;
-            return Ok(3);
-        }
-        let message = result
-            .pointer("/content/0/text")
-            .and_then(Value::as_str)
-            .unwrap_or("the upstream call failed");
-        let code = result
-            .pointer("/_meta/errorCode")
-            .and_then(Value::as_str)
-            .unwrap_or("EXECUTION_FAILED");
-        print_json(&json!({"error": {"code": code, "message": message}}))?;
-        return Ok(1);
-    }
-    print_json(&json!({"capability": {"id": capability, "tool": name}, "result": result}))?;
     Ok(0)
 }

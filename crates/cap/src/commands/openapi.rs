@@ -3,8 +3,8 @@
 //! whose operations `cap find` and `cap exec` see.
 
 use capability_host::home::Home;
-use capability_openapi::store::{Entry, Store, namespace_slug, read_source};
-use capability_openapi::{ImportOptions, SecretRef, import};
+use capability_host::openapi::store::{Entry, Store, namespace_slug, read_source};
+use capability_host::openapi::{ImportOptions, SecretRef, import};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
@@ -111,7 +111,7 @@ pub fn openapi_cmd(args: OpenapiArgs) -> Result<i32, String> {
                 .list()?
                 .iter()
                 .map(|e| {
-                    let ops = capability_openapi::import(&e.document, &ImportOptions {
+                    let ops = capability_host::openapi::import(&e.document, &ImportOptions {
                         namespace: Some(e.namespace.clone()),
                         base_url: e.base_url.clone(),
                     })

@@ -5,8 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use capability_core::{CapabilityError, ErrorCode};
-use capability_host::{CapabilitySource, Host, LocalPackage, PackageFile, Request};
-use capability_runtime::capability::Capability;
+use capability_host::{Capability, CapabilitySource, Host, LocalPackage, PackageFile, Request};
 use clap::Args;
 use serde_json::{Value, json};
 
@@ -115,35 +114,15 @@ pub struct AcquireArgs {
 /// `cap acquire`: safe acquisition — the module path must stay inside the package root and
 /// its bytes must match the declared integrity; nothing is imported or run.
 pub fn acquire(args: AcquireArgs) -> Result<i32, String> {
-    let capability = match module_capability(&args.package, &args.id) {
-        Ok(c) => c,
-        Err(e) => return fail(&e),
-    };
-    let capability_runtime::capability::Implementation::Module(source) =
-        capability.implementation()
-    else {
-        return Err("not a module-backed capability".into());
-    };
-    let spec = capability_sandbox::ModuleSpec {
-        package_root: source.package_root.clone(),
-        install_root: None,
-        module: source.module.clone(),
-        integrity: source.integrity.clone(),
-        manifest: capability.manifest().to_value(),
-    };
-    if let Err(e) = capability_sandbox::resolve_module(&spec) {
-        let hook = capability_sandbox::hook_error(capability.id(), e);
-        let err = match hook {
-            capability_runtime::HookError::Capability(c) => c,
-            other => CapabilityError::new(
-                ErrorCode::InvalidPackageDeclaration,
-                other.message().to_string(),
-            ),
-        };
-        return fail(&err);
+    match capability_host::packages::check_package_module(&args.package, &args.id) {
+        Ok(capability) => {
+            print_json(
+                &json!({"manifest": capability.inspect(), "provenance": capability.provenance()}),
+            )?;
+            Ok(0)
+        }
+        Err(e) => fail(&e),
     }
-    print_json(&json!({"manifest": capability.inspect(), "provenance": capability.provenance()}))?;
-    Ok(0)
 }
 
 #[derive(Args, Debug)]
@@ -157,7 +136,7 @@ pub struct FindLocalArgs {
 
 /// `cap find-local`: lexical discovery over the inert manifests of local packages.
 pub fn find_local(args: FindLocalArgs) -> Result<i32, String> {
-    let registry = capability_runtime::CapabilityRegistry::new();
+    let registry = capability_host::CapabilityRegistry::new();
     let mut locators = std::collections::HashMap::new();
     for path in &args.packages {
         let pkg = PackageFile::read(path).map_err(|e| e.message)?;
@@ -206,20 +185,22 @@ pub struct EvalArgs {
 
 /// `cap eval`: runs eval cases through the governed runtime; exits 1 when any case fails.
 pub fn eval(args: EvalArgs) -> Result<i32, String> {
-    let cases: Vec<capability_runtime::evals::EvalCase> =
+    let cases: Vec<capability_host::evals::EvalCase> =
         serde_json::from_value(crate::output::read_json(&args.cases)?)
             .map_err(|e| format!("{}: {e}", args.cases.display()))?;
     let host = match open(&args.package, &args.id, &args.options) {
         Ok(h) => h,
         Err(e) => return fail(&e),
     };
-    let options = capability_runtime::ExecuteOptions {
-        approved: args.options.approve,
-        caller: Some(args.options.caller()),
-        ..Default::default()
+    let report = match host.run_evals(
+        &args.id,
+        &cases,
+        &args.options.caller(),
+        args.options.approve,
+    ) {
+        Ok(report) => report,
+        Err(e) => return fail(&e),
     };
-    let report =
-        capability_runtime::evals::run_capability_evals(host.runtime(), &args.id, &cases, &options);
     print_json(&serde_json::to_value(&report).map_err(|e| e.to_string())?)?;
     Ok(if report.failed == 0 { 0 } else { 1 })
 }
@@ -242,12 +223,12 @@ pub fn trust(args: TrustArgs) -> Result<i32, String> {
         Ok(c) => c,
         Err(e) => return fail(&e),
     };
-    let policy: capability_runtime::trust::TrustPolicy = match &args.policy {
+    let policy: capability_host::trust::TrustPolicy = match &args.policy {
         Some(p) => serde_json::from_value(crate::output::read_json(p)?)
             .map_err(|e| format!("{}: {e}", p.display()))?,
         None => Default::default(),
     };
-    let assessment = capability_runtime::trust::assess_trust_of(&capability, &policy);
+    let assessment = capability_host::trust::assess_trust_of(&capability, &policy);
     print_json(&serde_json::to_value(&assessment).map_err(|e| e.to_string())?)?;
     Ok(if assessment.accepted { 0 } else { 1 })
 }

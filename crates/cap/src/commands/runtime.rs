@@ -5,9 +5,9 @@ use std::path::PathBuf;
 
 use capability_core::CapabilityError;
 use capability_core::discovery::DiscoveryQuery;
-use capability_core::receipt::ReceiptStatus;
-use capability_host::{Outcome, Request, approval_document, error_document};
-use capability_runtime::store::{ReceiptQuery, export_jsonl};
+use capability_host::{
+    Outcome, ReceiptFilter as Filter, Request, approval_document, error_document,
+};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
@@ -27,8 +27,8 @@ pub fn print_outcome(
     completed: impl FnOnce(Value) -> Value,
 ) -> Result<i32, String> {
     match outcome {
-        Outcome::Completed(receipt) => {
-            print_json(&completed(receipt.to_value()))?;
+        Outcome::Completed(done) => {
+            print_json(&completed(done.receipt.to_value()))?;
             Ok(0)
         }
         Outcome::NeedsApproval(pending) => {
@@ -54,7 +54,8 @@ pub struct ExecArgs {
     /// The input, as JSON text.
     pub input: String,
     /// Run an upstream MCP tool, `mcp.<server>.<tool>`, through the servers and policies of
-    /// this gateway config (see `cap mcp-gateway`).
+    /// this gateway config (see `cap mcp-gateway`): a governed call like any other, with a
+    /// receipt.
     #[arg(long)]
     pub gateway: Option<std::path::PathBuf>,
     /// The npm registry an indexed capability that is not installed is acquired from
@@ -69,41 +70,45 @@ pub struct ExecArgs {
 
 pub fn exec(args: ExecArgs) -> Result<i32, String> {
     let input = parse_json_arg(&args.input, "input")?;
-    if let Some(config) = &args.gateway {
-        return crate::commands::mcp::exec_through_gateway(config, &args.id, input, &args.options);
+    let gateway = args
+        .gateway
+        .as_deref()
+        .map(capability_host::upstream::GatewayConfig::load)
+        .transpose()
+        .map_err(|e| e.to_string())?;
+    let mut config = args
+        .options
+        .config(vec![std::sync::Arc::new(capability_host::Builtins)])?;
+    config.gateway = gateway;
+    let host = capability_host::Host::open(config).map_err(|e| e.to_string())?;
+    for (what, problem) in host.upstream_problems() {
+        crate::output::error_line(&format!("warning: upstream {what}: {problem}"));
     }
-    let sources = || -> Vec<std::sync::Arc<dyn capability_host::CapabilitySource>> {
-        vec![std::sync::Arc::new(capability_host::Builtins)]
-    };
-    let mut host = args.options.open(sources())?;
     // An id-shaped argument must match exactly: never run a different capability because
     // its words happen to be similar. Other arguments are queries, resolved as the reference.
     // One that is in a configured index but not installed is acquired first, as the
     // reference's exec: every check of `cap install`, under the strict npm trust policy
-    // unless --trust-policy names another.
+    // unless --trust-policy names another. The same host runs it.
     let mut acquired = None;
     let id = match host.resolve(&args.id) {
         Ok(id) => id,
         Err(e) if e.code == capability_core::ErrorCode::NotFound => {
-            let mut config = args.options.config(sources())?;
-            let trust = config
-                .trust
-                .get_or_insert_with(capability_runtime::trust::strict_npm_trust_policy)
-                .clone();
-            let Some(a) = crate::commands::acquire::acquire_for_exec(
-                &args.options.home,
-                &args.id,
-                &args.index,
-                args.registry.as_deref(),
-                &trust,
-            )?
-            else {
-                return fail(&e);
+            let trust = match &args.options.trust_policy {
+                Some(p) => crate::commands::acquire::read_trust_policy(p)?,
+                None => capability_host::trust::strict_npm_trust_policy(),
             };
-            host = capability_host::Host::open(config).map_err(|e| e.to_string())?;
-            let id = a.id.clone();
-            acquired = Some(a);
-            id
+            let options = args.index.install_options(args.registry.clone());
+            match host
+                .acquire(&args.id, &options, &trust)
+                .map_err(|e| e.to_string())?
+            {
+                Some(a) => {
+                    let id = a.installation.capability_id().to_string();
+                    acquired = Some(a);
+                    id
+                }
+                None => return fail(&e),
+            }
         }
         Err(e) => return fail(&e),
     };
@@ -115,7 +120,7 @@ pub fn exec(args: ExecArgs) -> Result<i32, String> {
     print_outcome(outcome, |receipt| match acquired {
         Some(a) => json!({
             "capability": inspection,
-            "package": a.package,
+            "package": a.installation.record.package_ref(),
             "trust": a.trust,
             "receipt": receipt,
         }),
@@ -169,7 +174,7 @@ pub fn info(args: InfoArgs) -> Result<i32, String> {
     let network = args.index.entries(&args.home)?;
     if network.is_empty() {
         let r = host.info(&args.id_or_query).map_err(|e| e.message)?;
-        print_json(&r.to_json())?;
+        print_json(&r)?;
         return Ok(0);
     }
     let mut entries = host.index_entries().to_vec();
@@ -227,25 +232,16 @@ pub struct ReceiptFilter {
 }
 
 impl ReceiptFilter {
-    fn query(&self) -> Result<ReceiptQuery, String> {
-        let status = match &self.status {
-            None => None,
-            Some(s) => Some(ReceiptStatus::parse(s).ok_or_else(|| {
-                format!("unknown status {s:?} (succeeded, failed, rolled_back, rollback_failed)")
-            })?),
-        };
-        for t in [&self.since, &self.until].into_iter().flatten() {
-            if !capability_core::dates::is_date_string(t) {
-                return Err(format!("not a date: {t:?}"));
-            }
-        }
-        Ok(ReceiptQuery {
+    fn query(&self) -> Result<capability_host::receipts::ReceiptQuery, String> {
+        Filter {
             capability: self.capability.clone(),
-            status,
+            status: self.status.clone(),
             since: self.since.clone(),
             until: self.until.clone(),
             limit: self.limit,
-        })
+        }
+        .query()
+        .map_err(|e| e.to_string())
     }
 }
 
@@ -258,11 +254,11 @@ pub(crate) fn warn_skipped(skipped: &[String]) {
 
 pub fn receipts(args: ReceiptsArgs) -> Result<i32, String> {
     let host = open_home(&args.home)?;
-    let store = host.receipts();
+    let me = crate::commands::governance::operator(None);
     match args.command {
         ReceiptsCommand::List(filter) => {
-            let listing = store
-                .list_checked(&filter.query()?)
+            let listing = host
+                .receipts(&me, &filter.query()?)
                 .map_err(|e| e.to_string())?;
             warn_skipped(&listing.skipped);
             print_json(&Value::Array(
@@ -271,13 +267,9 @@ pub fn receipts(args: ReceiptsArgs) -> Result<i32, String> {
             Ok(0)
         }
         ReceiptsCommand::Show { receipt_id } => {
-            match store.get(&receipt_id).map_err(|e| e.to_string())? {
-                Some(r) => {
-                    print_json(&r.to_value())?;
-                    Ok(0)
-                }
-                None => Err(format!("receipt not found: {receipt_id}")),
-            }
+            let receipt = host.receipt(&me, &receipt_id).map_err(|e| e.to_string())?;
+            print_json(&receipt.to_value())?;
+            Ok(0)
         }
         ReceiptsCommand::Export { filter, out } => {
             let query = filter.query()?;
@@ -285,7 +277,8 @@ pub fn receipts(args: ReceiptsArgs) -> Result<i32, String> {
                 Some(path) => {
                     let mut file = std::fs::File::create(&path)
                         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-                    let (n, skipped) = export_jsonl(store.as_ref(), &query, &mut file)
+                    let (n, skipped) = host
+                        .export_receipts(&me, &query, &mut file)
                         .map_err(|e| e.to_string())?;
                     warn_skipped(&skipped);
                     print_json(
@@ -294,7 +287,8 @@ pub fn receipts(args: ReceiptsArgs) -> Result<i32, String> {
                 }
                 None => {
                     let mut stdout = std::io::stdout().lock();
-                    let (_, skipped) = export_jsonl(store.as_ref(), &query, &mut stdout)
+                    let (_, skipped) = host
+                        .export_receipts(&me, &query, &mut stdout)
                         .map_err(|e| e.to_string())?;
                     stdout.flush().map_err(|e| e.to_string())?;
                     warn_skipped(&skipped);

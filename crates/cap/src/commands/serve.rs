@@ -2,10 +2,11 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use capability_host::Builtins;
-use capability_server::{Server, ServerOptions, Webhook};
+use capability_host::guard::HttpGuard;
+use capability_host::webhook::Webhook;
+use capability_server::{Server, ServerOptions};
 use clap::Args;
 
 use crate::commands::host::RunOptions;
@@ -63,29 +64,34 @@ fn webhook(args: &ServeArgs) -> Result<Option<Webhook>, String> {
             "--webhook needs a secret: --webhook-secret-file or $CAP_WEBHOOK_SECRET".to_string()
         })?,
     };
-    Webhook::new(url, secret).map(Some)
+    Webhook::new(url, secret)
+        .map(Some)
+        .map_err(|e| e.to_string())
 }
 
 pub fn serve(args: ServeArgs) -> Result<i32, String> {
     if args.options.approve || args.options.approval.is_some() {
         return Err("serve: --approve and --approval do not apply to a server".into());
     }
-    let policy_files = crate::commands::governance::policy_files(&args.options.policies)?
-        .into_iter()
-        .map(|p| std::path::absolute(&p).unwrap_or(p))
-        .collect();
     let options = ServerOptions {
-        allowed_hosts: args.allow_hosts.clone(),
-        allowed_origins: args.allow_origins.clone(),
+        guard: HttpGuard {
+            allowed_hosts: args.allow_hosts.clone(),
+            allowed_origins: args.allow_origins.clone(),
+            loopback_origins: false,
+            max_body_bytes: args.max_body_bytes,
+        },
         secure_cookies: !is_loopback(&args.listen),
-        policy_files,
         policy_fixtures: args.policy_fixtures.clone(),
         webhook: webhook(&args).map_err(|e| format!("serve: {e}"))?,
-        max_body_bytes: args.max_body_bytes,
-        poll_interval: Duration::from_millis(250),
         ..ServerOptions::default()
     };
-    let host = Arc::new(args.options.open_serving(vec![Arc::new(Builtins)])?);
+    let mut run_options = args.options.clone();
+    run_options.policies = run_options
+        .policies
+        .iter()
+        .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
+        .collect();
+    let host = Arc::new(run_options.open_serving(vec![Arc::new(Builtins)], None)?);
     host.tokens().map_err(|e| format!("serve: {e}"))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

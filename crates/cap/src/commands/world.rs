@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use capability_acquire::world::{ExternalOptions, GithubApi, SourceError, discover_external};
-use capability_acquire::{FetchConfig, Fetcher};
 use capability_core::discovery::DiscoveryQuery;
+use capability_host::acquire::world::{ExternalOptions, GithubApi, SourceError, discover_external};
+use capability_host::acquire::{FetchConfig, Fetcher};
 use clap::Args;
 use serde_json::{Value, json};
 
@@ -47,10 +47,12 @@ pub struct WorldArgs {
 
 /// The capability part: discovery over the configured network, else the embedded index.
 fn native(args: &WorldArgs) -> Result<Vec<Value>, String> {
-    let embedded = capability_runtime::defaults::default_index();
-    let network = if capability_acquire::federation::configured_indexes(
+    let embedded = capability_host::defaults::default_index();
+    let network = if capability_host::acquire::federation::configured_indexes(
         &args.index.indexes,
-        Some(&capability_host::home::resolve(args.home.home.as_deref())),
+        Some(&capability_host::Home::at(&capability_host::home::resolve(
+            args.home.home.as_deref(),
+        ))),
     )
     .map_err(|e| e.to_string())?
     .is_empty()
@@ -106,7 +108,7 @@ pub fn world(args: WorldArgs) -> Result<i32, String> {
         .filter(|s| !s.is_empty());
     let options = ExternalOptions {
         npm_registry: (!args.no_npm)
-            .then(|| capability_acquire::registry::registry_url(args.registry.as_deref())),
+            .then(|| capability_host::acquire::registry::registry_url(args.registry.as_deref())),
         github: github_base
             .filter(|_| !args.no_github)
             .map(|base| GithubApi {

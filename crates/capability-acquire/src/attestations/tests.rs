@@ -386,15 +386,16 @@ fn trusted_roots_are_parsed_strictly_and_replaced_from_the_home() {
     assert!(e.to_string().contains("not DER X.509"), "{e}");
     // The home's replacement is used (this test does not set the environment variable).
     if std::env::var_os(TRUSTED_ROOT_ENV).is_none() {
-        let home = tempfile::tempdir().unwrap();
-        assert_eq!(TrustedRoot::load(home.path()).unwrap().origin, "embedded");
-        let path = home.path().join(TRUSTED_ROOT_FILE);
+        let dir = tempfile::tempdir().unwrap();
+        let home = capability_exec::home::Home::at(dir.path());
+        assert_eq!(TrustedRoot::load(&home).unwrap().origin, "embedded");
+        let path = home.sigstore_trusted_root();
         std::fs::write(&path, serde_json::to_vec(&f.root_document()).unwrap()).unwrap();
-        let loaded = TrustedRoot::load(home.path()).unwrap();
+        let loaded = TrustedRoot::load(&home).unwrap();
         assert_eq!(loaded.origin, path.display().to_string());
         std::fs::write(&path, b"{").unwrap();
         assert!(
-            TrustedRoot::load(home.path()).is_err(),
+            TrustedRoot::load(&home).is_err(),
             "a broken replacement is an error"
         );
     }

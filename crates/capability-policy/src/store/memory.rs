@@ -10,8 +10,8 @@ use std::sync::Mutex;
 
 use crate::approvals::{ApprovalFilter, ApprovalRecord, ApprovalStatus, ApprovalStore};
 use crate::audit::{
-    AuditError, AuditEvent, AuditRecord, AuditSink, AuditStore, GENESIS_HASH, TenantLink,
-    chain_hash_text,
+    AuditError, AuditEvent, AuditQuery, AuditRecord, AuditSink, AuditStore, GENESIS_HASH,
+    TenantLink, chain_hash_text,
 };
 
 use super::StoreError;
@@ -27,6 +27,8 @@ struct Inner {
     /// The head of each tenant's chain.
     tenant_heads: std::collections::HashMap<String, (u64, String)>,
     approvals: Vec<ApprovalRecord>,
+    /// The approval id of every change, the first at position 1.
+    approval_changes: Vec<String>,
     checkpoints: u64,
 }
 
@@ -129,6 +131,18 @@ impl AuditStore for MemoryStore {
             let first = i.chain(events.iter());
             Ok(i.records[first..].to_vec())
         })
+    }
+
+    fn query(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError> {
+        Ok(self.settled(|i| {
+            i.records
+                .iter()
+                .rev()
+                .filter(|r| query.before.is_none_or(|b| r.seq < b) && query.matches(r))
+                .take(query.limit)
+                .cloned()
+                .collect()
+        }))
     }
 
     fn tail(&self, tenant: Option<&str>, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
@@ -238,8 +252,35 @@ impl AuditSink for MemoryStore {
 
 impl ApprovalStore for MemoryStore {
     fn insert_approval(&self, record: &ApprovalRecord) -> Result<(), StoreError> {
-        self.with(|i| i.approvals.push(record.clone()));
+        self.with(|i| {
+            i.approvals.push(record.clone());
+            i.approval_changes.push(record.approval_id.clone());
+        });
         Ok(())
+    }
+
+    fn approval_changes(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, ApprovalRecord)>, StoreError> {
+        Ok(self.with(|i| {
+            let start = usize::try_from(after).unwrap_or(usize::MAX);
+            i.approval_changes
+                .iter()
+                .enumerate()
+                .skip(start)
+                .take(limit)
+                .filter_map(|(n, id)| {
+                    let record = i.approvals.iter().find(|a| &a.approval_id == id)?;
+                    Some((n as u64 + 1, record.clone()))
+                })
+                .collect()
+        }))
+    }
+
+    fn approval_change_head(&self) -> Result<u64, StoreError> {
+        Ok(self.with(|i| i.approval_changes.len() as u64))
     }
 
     fn get_approval(&self, id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
@@ -281,6 +322,7 @@ impl ApprovalStore for MemoryStore {
             {
                 Some(slot) if slot.status == expected => {
                     *slot = record.clone();
+                    i.approval_changes.push(record.approval_id.clone());
                     true
                 }
                 _ => false,

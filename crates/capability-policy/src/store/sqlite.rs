@@ -26,8 +26,8 @@ use serde_json::Value;
 
 use crate::approvals::{ApprovalFilter, ApprovalRecord, ApprovalStatus, ApprovalStore};
 use crate::audit::{
-    AuditError, AuditEvent, AuditRecord, AuditSink, AuditStore, GENESIS_HASH, TenantLink,
-    chain_hash_text,
+    AuditError, AuditEvent, AuditQuery, AuditRecord, AuditSink, AuditStore, GENESIS_HASH,
+    TenantLink, chain_hash_text,
 };
 
 use super::StoreError;
@@ -81,6 +81,10 @@ CREATE TABLE IF NOT EXISTS approval_requests (
     record TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS approval_requests_by_status ON approval_requests (status, created_at);
+CREATE TABLE IF NOT EXISTS approval_changes (
+    position INTEGER PRIMARY KEY,
+    approval_id TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS audit_checkpoints (
     counter INTEGER PRIMARY KEY,
     seq INTEGER NOT NULL,
@@ -108,6 +112,29 @@ fn migrate(conn: &mut Connection) -> rusqlite::Result<()> {
     tx.execute_batch(
         "CREATE INDEX IF NOT EXISTS audit_events_by_tenant_seq ON audit_events (tenant, tenant_seq);",
     )?;
+    // The columns audit queries filter on (added to databases made before them, and filled
+    // from the events once).
+    let queryable: bool = tx.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('audit_events') WHERE name = 'decision'",
+        [],
+        |r| r.get::<_, i64>(0).map(|n| n > 0),
+    )?;
+    if !queryable {
+        tx.execute_batch(
+            "ALTER TABLE audit_events ADD COLUMN agent_id TEXT;
+             ALTER TABLE audit_events ADD COLUMN capability TEXT;
+             ALTER TABLE audit_events ADD COLUMN decision TEXT;
+             UPDATE audit_events SET agent_id = json_extract(event, '$.agent_id'),
+                 capability = json_extract(event, '$.capability_name'),
+                 decision = json_extract(event, '$.decision');",
+        )?;
+    }
+    tx.execute_batch(
+        "CREATE INDEX IF NOT EXISTS audit_events_by_agent ON audit_events (agent_id, seq);
+         CREATE INDEX IF NOT EXISTS audit_events_by_capability ON audit_events (capability, seq);
+         CREATE INDEX IF NOT EXISTS audit_events_by_decision ON audit_events (decision, seq);
+         CREATE INDEX IF NOT EXISTS audit_events_by_time ON audit_events (timestamp);",
+    )?;
     tx.commit()
 }
 
@@ -123,6 +150,9 @@ struct Entry {
     event_id: String,
     tenant: Option<String>,
     timestamp: String,
+    agent_id: String,
+    capability: String,
+    decision: &'static str,
     text: String,
 }
 
@@ -132,7 +162,23 @@ impl Entry {
             event_id: e.event_id.clone(),
             tenant: e.tenant_id.clone(),
             timestamp: e.timestamp.clone(),
+            agent_id: e.agent_id.clone(),
+            capability: e.capability_name.clone(),
+            decision: e.decision.as_str(),
             text: e.to_canonical(),
+        }
+    }
+
+    fn owned(e: AuditEvent) -> Self {
+        let text = e.to_canonical();
+        Entry {
+            decision: e.decision.as_str(),
+            event_id: e.event_id,
+            tenant: e.tenant_id,
+            timestamp: e.timestamp,
+            agent_id: e.agent_id,
+            capability: e.capability_name,
+            text,
         }
     }
 }
@@ -288,7 +334,7 @@ impl SqliteStore {
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .unwrap_or(Path::new("."))
-            .join("journal");
+            .join(capability_exec::home::Home::JOURNALS);
         Self::on(Arc::new(database), &journal_dir)
     }
 
@@ -560,8 +606,9 @@ fn chain<'a>(
     {
         let mut insert = tx.prepare_cached(
             "INSERT INTO audit_events (seq, event_id, tenant, timestamp, prev_hash, hash, event,
-                                       tenant_seq, tenant_prev_hash, tenant_hash)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+                                       tenant_seq, tenant_prev_hash, tenant_hash,
+                                       agent_id, capability, decision)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)",
         )?;
         let mut read_head =
             tx.prepare_cached("SELECT seq, hash FROM audit_tenant_heads WHERE tenant = ?1")?;
@@ -597,6 +644,9 @@ fn chain<'a>(
                     .map(|l| i64::try_from(l.seq).unwrap_or(i64::MAX)),
                 tenant_link.as_ref().map(|l| l.prev_hash.as_str()),
                 tenant_link.as_ref().map(|l| l.hash.as_str()),
+                e.agent_id,
+                e.capability,
+                e.decision,
             ])?;
             records.push(Chained {
                 seq,
@@ -661,6 +711,51 @@ impl AuditStore for SqliteStore {
                 tenant_link: c.tenant_link,
             })
             .collect())
+    }
+
+    fn query(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError> {
+        if self.columns == LEGACY_RECORD_COLUMNS {
+            // A read-only database made before the query columns: filter the events.
+            let mut out = Vec::new();
+            let mut before = query.before;
+            while out.len() < query.limit {
+                let mut rest = String::from("WHERE 1");
+                if let Some(b) = before {
+                    rest.push_str(&format!(" AND seq < {b}"));
+                }
+                rest.push_str(" ORDER BY seq DESC LIMIT 1000");
+                let page = self.query_records(&rest, &[])?;
+                let Some(last) = page.last() else { break };
+                before = Some(last.seq);
+                out.extend(page.into_iter().filter(|r| query.matches(r)));
+            }
+            out.truncate(query.limit);
+            return Ok(out);
+        }
+        let mut rest = String::from("WHERE 1");
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::new();
+        for (column, op, value) in [
+            ("tenant", "=", &query.tenant),
+            ("agent_id", "=", &query.agent),
+            ("capability", "=", &query.capability),
+            ("decision", "=", &query.decision),
+            ("timestamp", ">=", &query.since),
+            ("timestamp", "<", &query.until),
+        ] {
+            if let Some(v) = value {
+                values.push(v);
+                rest.push_str(&format!(" AND {column} {op} ?{}", values.len()));
+            }
+        }
+        let before = query.before.map(|b| i64::try_from(b).unwrap_or(i64::MAX));
+        if let Some(b) = &before {
+            values.push(b);
+            rest.push_str(&format!(" AND seq < ?{}", values.len()));
+        }
+        let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
+        values.push(&limit);
+        rest.push_str(&format!(" ORDER BY seq DESC LIMIT ?{}", values.len()));
+        self.query_records(&rest, &values)
     }
 
     fn tail(&self, tenant: Option<&str>, limit: usize) -> Result<Vec<AuditRecord>, StoreError> {
@@ -770,13 +865,7 @@ impl AuditSink for SqliteStore {
     }
 
     fn emit_owned(&self, event: AuditEvent) -> Result<(), AuditError> {
-        let text = event.to_canonical();
-        self.journal_and_queue(vec![Entry {
-            event_id: event.event_id,
-            tenant: event.tenant_id,
-            timestamp: event.timestamp,
-            text,
-        }])?;
+        self.journal_and_queue(vec![Entry::owned(event)])?;
         Ok(())
     }
 }
@@ -806,15 +895,64 @@ impl ApprovalStore for SqliteStore {
         let (created, expires) = (record.created_at, record.expires_at);
         self.db
             .call(move |conn| {
-                conn.execute(
+                let tx = conn.transaction()?;
+                tx.execute(
                     "INSERT INTO approval_requests (approval_id, status, tenant, created_at, expires_at, record)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                     params![id, status, tenant, created, expires, text],
-                )
+                )?;
+                tx.execute(
+                    "INSERT INTO approval_changes (approval_id) VALUES (?1)",
+                    params![id],
+                )?;
+                tx.commit()
             })
             .map_err(|_| StoreError::WriterGone)?
             .map_err(|e| self.db(e))?;
         Ok(())
+    }
+
+    fn approval_changes(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, ApprovalRecord)>, StoreError> {
+        let conn = lock(&self.conn);
+        let after = i64::try_from(after).unwrap_or(i64::MAX);
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT c.position, r.record FROM approval_changes c
+                 JOIN approval_requests r ON r.approval_id = c.approval_id
+                 WHERE c.position > ?1 ORDER BY c.position LIMIT ?2",
+            )
+            .map_err(|e| self.db(e))?;
+        let rows = stmt
+            .query_map(params![after, limit], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(|e| self.db(e))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (position, text) = row.map_err(|e| self.db(e))?;
+            // A record that cannot be read is left out (the list reports it).
+            if let Ok(record) = record_from_text(&text) {
+                out.push((u64::try_from(position).unwrap_or(0), record));
+            }
+        }
+        Ok(out)
+    }
+
+    fn approval_change_head(&self) -> Result<u64, StoreError> {
+        let conn = lock(&self.conn);
+        let head: i64 = conn
+            .query_row(
+                "SELECT COALESCE(MAX(position), 0) FROM approval_changes",
+                [],
+                |r| r.get(0),
+            )
+            .map_err(|e| self.db(e))?;
+        Ok(u64::try_from(head).unwrap_or(0))
     }
 
     fn get_approval(&self, id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
@@ -890,11 +1028,19 @@ impl ApprovalStore for SqliteStore {
         let changed = self
             .db
             .call(move |conn| {
-                conn.execute(
+                let tx = conn.transaction()?;
+                let changed = tx.execute(
                     "UPDATE approval_requests SET status = ?1, expires_at = ?2, record = ?3
                      WHERE approval_id = ?4 AND status = ?5",
                     params![status, expires, text, id, expected],
-                )
+                )?;
+                if changed == 1 {
+                    tx.execute(
+                        "INSERT INTO approval_changes (approval_id) VALUES (?1)",
+                        params![id],
+                    )?;
+                }
+                tx.commit().map(|()| changed)
             })
             .map_err(|_| StoreError::WriterGone)?
             .map_err(|e| self.db(e))?;

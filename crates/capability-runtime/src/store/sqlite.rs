@@ -182,8 +182,9 @@ impl SqliteReceiptStore {
         durability: Durability,
     ) -> Result<SqliteReceiptStore, StoreError> {
         std::fs::create_dir_all(home)?;
-        let db = Database::open(&home.join("capability.db")).map_err(db_err)?;
-        SqliteReceiptStore::on(Arc::new(db), &home.join("journal"), durability)
+        let home = capability_exec::home::Home::at(home);
+        let db = Database::open(&home.database()).map_err(db_err)?;
+        SqliteReceiptStore::on(Arc::new(db), &home.journals(), durability)
     }
 
     /// The store on a shared database (its writer is shared with the other stores in the

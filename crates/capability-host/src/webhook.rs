@@ -1,7 +1,9 @@
-//! The webhook called on each new pending approval.
+//! The webhook called on each new pending approval ([`Host::serve_webhook`]: a thread
+//! that consumes the host's approval events, see [`crate::events`]).
 //!
-//! `POST <url>` with `{"type": "approval.pending", "approval": {...}}` (the API's approval
-//! JSON), `X-Capability-Timestamp: <unix seconds>` and
+//! `POST <url>` with `{"type": "approval.pending", "approval": {...}}` (the approval as
+//! every surface shows it, [`crate::approvals::approval_json`]),
+//! `X-Capability-Timestamp: <unix seconds>` and
 //! `X-Capability-Signature: sha256=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`. A
 //! receiver recomputes the HMAC over the timestamp, a dot and the raw body, compares in
 //! constant time and rejects old timestamps. A failed delivery (an error or a status other
@@ -13,11 +15,24 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use axum::body::Bytes;
 use capability_openapi::http::{HttpClient, HttpConfig, Origin, Outgoing, Resolver, origin_of};
+use capability_policy::ApprovalStatus;
 use capability_policy::approvals::ApprovalRecord;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+
+use crate::Host;
+
+/// Why a webhook could not be set up, or a delivery failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WebhookError {
+    #[error("webhook URL {url:?}: {reason}")]
+    Url { url: String, reason: String },
+    #[error("the webhook secret must not be empty")]
+    NoSecret,
+    #[error("webhook {url}: {reason}")]
+    Delivery { url: String, reason: String },
+}
 
 /// Where and how pending approvals are announced.
 #[derive(Clone)]
@@ -56,7 +71,7 @@ pub fn signature(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
 
 impl Webhook {
     /// A webhook to an `http://` or `https://` URL, signed with `secret`.
-    pub fn new(url: &str, secret: impl Into<Vec<u8>>) -> Result<Webhook, String> {
+    pub fn new(url: &str, secret: impl Into<Vec<u8>>) -> Result<Webhook, WebhookError> {
         Webhook::with_roots(url, secret, None)
     }
 
@@ -66,16 +81,18 @@ impl Webhook {
         url: &str,
         secret: impl Into<Vec<u8>>,
         extra_roots_pem: Option<String>,
-    ) -> Result<Webhook, String> {
-        let parsed = url::Url::parse(url).map_err(|e| format!("webhook URL {url:?}: {e}"))?;
+    ) -> Result<Webhook, WebhookError> {
+        let bad = |reason: String| WebhookError::Url {
+            url: url.to_string(),
+            reason,
+        };
+        let parsed = url::Url::parse(url).map_err(|e| bad(e.to_string()))?;
         let origin = origin_of(&parsed)
             .filter(|_| matches!(parsed.scheme(), "http" | "https"))
-            .ok_or_else(|| {
-                format!("webhook URL {url:?}: only http(s)://host[:port]/path URLs are supported")
-            })?;
+            .ok_or_else(|| bad("only http(s)://host[:port]/path URLs are supported".into()))?;
         let secret = secret.into();
         if secret.is_empty() {
-            return Err("the webhook secret must not be empty".into());
+            return Err(WebhookError::NoSecret);
         }
         let config = HttpConfig {
             timeout: Duration::from_secs(10),
@@ -86,7 +103,7 @@ impl Webhook {
             extra_roots_pem,
             ..HttpConfig::default()
         };
-        let client = HttpClient::new(config, Resolver::System).map_err(|e| e.to_string())?;
+        let client = HttpClient::new(config, Resolver::System).map_err(|e| bad(e.to_string()))?;
         Ok(Webhook {
             url: parsed,
             origin,
@@ -97,7 +114,7 @@ impl Webhook {
         })
     }
 
-    async fn post_once(&self, body: &Bytes, timestamp: u64) -> Result<(), String> {
+    fn post_once(&self, body: &[u8], timestamp: u64) -> Result<(), String> {
         let request = Outgoing {
             method: "POST".into(),
             url: self.url.clone(),
@@ -111,14 +128,11 @@ impl Webhook {
             ],
             body: Some(("application/json".into(), body.to_vec())),
         };
-        let client = Arc::clone(&self.client);
         let allowed = [self.origin.clone()];
-        // The shared client blocks its caller: run it off the async workers.
-        let response =
-            tokio::task::spawn_blocking(move || client.send(request, &allowed, None, &|| false))
-                .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())?;
+        let response = self
+            .client
+            .send(request, &allowed, None, &|| false)
+            .map_err(|e| e.to_string())?;
         if (200..300).contains(&response.status) {
             Ok(())
         } else {
@@ -126,13 +140,14 @@ impl Webhook {
         }
     }
 
-    /// Delivers one pending approval; returns the attempts it took, or the last error.
-    pub async fn deliver(&self, record: &ApprovalRecord) -> Result<u32, String> {
+    /// Delivers one pending approval (blocking: retries sleep); returns the attempts it
+    /// took, or the last error.
+    pub fn deliver(&self, record: &ApprovalRecord) -> Result<u32, WebhookError> {
         let body = serde_json::json!({
             "type": "approval.pending",
-            "approval": crate::api::approval_json(record),
+            "approval": crate::approvals::approval_json(record),
         });
-        let body = Bytes::from(body.to_string());
+        let body = body.to_string().into_bytes();
         let mut wait = self.backoff;
         let mut last = String::new();
         for attempt in 1..=self.attempts.max(1) {
@@ -140,20 +155,53 @@ impl Webhook {
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0);
-            match self.post_once(&body, timestamp).await {
+            match self.post_once(&body, timestamp) {
                 Ok(()) => return Ok(attempt),
                 Err(e) => last = e,
             }
             if attempt < self.attempts {
-                tokio::time::sleep(wait).await;
+                std::thread::sleep(wait);
                 wait = wait.saturating_mul(2);
             }
         }
-        eprintln!(
-            "cap serve: webhook {} failed for {}: {last}",
-            self.url, record.approval_id
-        );
-        Err(last)
+        Err(WebhookError::Delivery {
+            url: self.url.to_string(),
+            reason: format!("{} for {}", last, record.approval_id),
+        })
+    }
+}
+
+impl Host {
+    /// Delivers each approval that becomes pending from now on to `webhook`, each in a
+    /// thread of its own (a slow receiver delays no other delivery); a delivery that fails
+    /// every attempt is reported on stderr. Runs until the host is dropped.
+    pub fn serve_webhook(&self, webhook: Webhook) {
+        let mut events = self.approval_events();
+        let webhook = Arc::new(webhook);
+        let spawned = std::thread::Builder::new()
+            .name("capability-webhook".into())
+            .spawn(move || {
+                use tokio::sync::broadcast::error::RecvError;
+                loop {
+                    let change = match events.blocking_recv() {
+                        Ok(change) => change,
+                        Err(RecvError::Lagged(_)) => continue,
+                        Err(RecvError::Closed) => return,
+                    };
+                    if change.record.status != ApprovalStatus::Pending {
+                        continue;
+                    }
+                    let webhook = Arc::clone(&webhook);
+                    std::thread::spawn(move || {
+                        if let Err(e) = webhook.deliver(&change.record) {
+                            eprintln!("cap: {e}");
+                        }
+                    });
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!("cap: the webhook cannot start: {e}");
+        }
     }
 }
 

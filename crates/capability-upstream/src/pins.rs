@@ -59,6 +59,17 @@ pub enum PinState {
     },
 }
 
+/// Why the pins file could not be read, written or changed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PinsError {
+    #[error("pins file `{}`: {reason}", path.display())]
+    File { path: PathBuf, reason: String },
+    #[error("no pins for server `{server}`")]
+    NoServer { server: String },
+    #[error("`{server}/{tool}` has no pending definition")]
+    NothingPending { server: String, tool: String },
+}
+
 /// The pins file.
 #[derive(Debug)]
 pub struct Pins {
@@ -73,7 +84,7 @@ fn now_iso() -> String {
 
 impl Pins {
     /// Opens (or starts) the pins file at `path`.
-    pub fn open(path: &Path) -> Result<Pins, String> {
+    pub fn open(path: &Path) -> Result<Pins, PinsError> {
         let mut pins = Pins {
             path: path.to_path_buf(),
             doc: BTreeMap::new(),
@@ -88,7 +99,7 @@ impl Pins {
     }
 
     /// Re-reads the file when it changed on disk (another process accepted a pin).
-    pub fn reload(&mut self) -> Result<(), String> {
+    pub fn reload(&mut self) -> Result<(), PinsError> {
         let modified = self.modified();
         if modified.is_some() && modified == self.read_at {
             return Ok(());
@@ -96,9 +107,9 @@ impl Pins {
         self.doc.clear();
         match std::fs::read(&self.path) {
             Ok(bytes) => {
-                let value = parse(&bytes).map_err(|e| format!("{}: {e}", self.path.display()))?;
+                let value = parse(&bytes).map_err(|e| self.failed(e))?;
                 let Value::Object(servers) = value else {
-                    return Err(format!("{}: not a JSON object", self.path.display()));
+                    return Err(self.failed("not a JSON object"));
                 };
                 for (server, tools) in servers {
                     if let Value::Object(tools) = tools {
@@ -107,32 +118,39 @@ impl Pins {
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(format!("{}: {e}", self.path.display())),
+            Err(e) => return Err(self.failed(e)),
         }
         self.read_at = modified;
         Ok(())
     }
 
-    fn save(&mut self) -> Result<(), String> {
+    fn failed(&self, reason: impl std::fmt::Display) -> PinsError {
+        PinsError::File {
+            path: self.path.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn save(&mut self) -> Result<(), PinsError> {
         let doc: Map<String, Value> = self
             .doc
             .iter()
             .map(|(k, v)| (k.clone(), Value::Object(v.clone())))
             .collect();
-        let text = serde_json::to_string_pretty(&Value::Object(doc)).map_err(|e| e.to_string())?;
+        let text = capability_core::json::to_pretty_string(&Value::Object(doc));
         let tmp = self
             .path
             .with_extension(format!("tmp{}", std::process::id()));
         std::fs::write(&tmp, text + "\n")
             .and_then(|()| std::fs::rename(&tmp, &self.path))
-            .map_err(|e| format!("{}: {e}", self.path.display()))?;
+            .map_err(|e| self.failed(e))?;
         self.read_at = self.modified();
         Ok(())
     }
 
     /// Checks a tool against its pin: pins it on first sight, records a changed definition
     /// as pending.
-    pub fn check(&mut self, server: &str, tool: &Value) -> Result<PinState, String> {
+    pub fn check(&mut self, server: &str, tool: &Value) -> Result<PinState, PinsError> {
         let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
         let hash = definition_hash(tool);
         let tools = self.doc.entry(server.to_string()).or_default();
@@ -174,10 +192,12 @@ impl Pins {
 
     /// Accepts the pending definitions of a server's tools (all, or one); returns the tools
     /// accepted.
-    pub fn accept(&mut self, server: &str, tool: Option<&str>) -> Result<Vec<String>, String> {
+    pub fn accept(&mut self, server: &str, tool: Option<&str>) -> Result<Vec<String>, PinsError> {
         self.reload()?;
         let Some(tools) = self.doc.get_mut(server) else {
-            return Err(format!("no pins for server {server}"));
+            return Err(PinsError::NoServer {
+                server: server.to_string(),
+            });
         };
         let mut accepted = Vec::new();
         for (name, entry) in tools.iter_mut() {
@@ -199,7 +219,10 @@ impl Pins {
         if let Some(t) = tool
             && accepted.is_empty()
         {
-            return Err(format!("{server}/{t} has no pending definition"));
+            return Err(PinsError::NothingPending {
+                server: server.to_string(),
+                tool: t.to_string(),
+            });
         }
         self.save()?;
         Ok(accepted)
