@@ -1434,14 +1434,35 @@ fn cap_exec_runs_an_upstream_tool_through_a_gateway_config() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // A governed call like any other: a receipt, and an audit event that names it.
     let doc = stdout_json(&out);
-    assert!(
-        doc["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap()
-            .contains('5'),
+    let receipt = &doc["receipt"];
+    assert_eq!(
+        receipt["capability"]["id"], "mcp.everything.get-sum",
         "{doc}"
     );
+    assert_eq!(receipt["status"], "succeeded", "{doc}");
+    assert!(receipt["output"].to_string().contains('5'), "{doc}");
+    assert!(receipt["outputHash"].is_string(), "{doc}");
+    let receipt_id = receipt["receiptId"].as_str().unwrap();
+    let listed = stdout_json(&cap(&home, &["receipts", "list"]));
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["receiptId"] == receipt_id),
+        "{listed}"
+    );
+    let events = stdout_json(&cap(&home, &["audit", "tail"]));
+    let event = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["receipt_id"] == receipt_id)
+        .unwrap_or_else(|| panic!("no audit event names {receipt_id}: {events}"));
+    assert_eq!(event["outcome"], "executed");
+    assert!(event["plan_fingerprint"].is_string(), "{event}");
     let out = run(r#"{"a": 500, "b": 3}"#, &[]);
     assert_eq!(out.status.code(), Some(3));
     let id = stdout_json(&out)["approval"]["id"]
@@ -1461,9 +1482,8 @@ fn cap_exec_runs_an_upstream_tool_through_a_gateway_config() {
         String::from_utf8_lossy(&out.stdout)
     );
     assert!(
-        stdout_json(&out)["result"]["content"][0]["text"]
-            .as_str()
-            .unwrap()
+        stdout_json(&out)["receipt"]["output"]
+            .to_string()
             .contains("503")
     );
     let out = cap(
@@ -1485,7 +1505,7 @@ fn cap_exec_runs_an_upstream_tool_through_a_gateway_config() {
         &["exec", "mcp.everything.nope", "{}", "--gateway", c],
     );
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no such upstream tool"));
+    assert_eq!(stdout_json(&out)["error"]["code"], "NOT_FOUND");
 }
 
 /// Per-tenant policy files apply to that tenant's callers only.
@@ -1606,7 +1626,11 @@ fn a_sandboxed_server_everything_lists_and_answers_through_the_gateway() {
         String::from_utf8_lossy(&exec.stdout),
         String::from_utf8_lossy(&exec.stderr)
     );
-    assert!(stdout_json(&exec)["result"].to_string().contains('3'));
+    assert!(
+        stdout_json(&exec)["receipt"]["output"]
+            .to_string()
+            .contains('3')
+    );
 
     let import = cap(
         &home,
@@ -2330,9 +2354,10 @@ fn gateway_limits_calls_in_flight_per_principal() {
     };
     assert_eq!(refused["isError"], true);
     assert_eq!(
-        refused["structuredContent"]["error"], "rate limited",
+        refused["structuredContent"]["error"]["details"]["code"], "rate_limited",
         "{refused}"
     );
+    assert_eq!(refused["_meta"]["errorCode"], "RATE_LIMITED", "{refused}");
     // Bob is not Alice.
     let r = call(&bob, "bad__ok", json!({"text": "bob"}));
     assert_eq!(r["content"][0]["text"], "bob", "{r}");

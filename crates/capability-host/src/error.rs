@@ -197,7 +197,7 @@ impl StoreError {
 
 /// The trust policy refused a capability.
 #[derive(Debug, thiserror::Error)]
-#[error("the trust policy does not accept `{capability}`: {}", failures.join("; "))]
+#[error("Capability trust check failed for `{capability}`: {} (nothing was kept)", failures.join("; "))]
 pub struct TrustRefused {
     capability: String,
     failures: Vec<String>,

@@ -670,13 +670,16 @@ impl Host {
     }
 
     /// Runs the exact plan the approval `token` was granted for. The request must name the
-    /// same capability and input (a changed input is refused); the token is single use.
+    /// same capability and input (a changed input is refused, and the refusal audited); the
+    /// token is single use.
     pub fn resume(&self, request: &Request, token: &str) -> Outcome {
+        // A token refused here is audited as the governor audits one it refuses.
         let refused = |m: String| {
-            Outcome::Failed(CapabilityError::new(
-                ErrorCode::PermissionDenied,
+            self.refuse(
+                request,
                 format!("approval refused: {m}"),
-            ))
+                "approval_invalid",
+            )
         };
         let _slot = match self.admit(request) {
             Ok(slot) => slot,

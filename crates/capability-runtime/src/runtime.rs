@@ -754,6 +754,16 @@ impl CapabilityRuntime {
                     redacted: done.after.obligations.redact.clone(),
                     ..Default::default()
                 };
+                // What policies said to redact is kept nowhere: not in the receipt's input
+                // either (its `inputHash` still binds the input as given).
+                let redact = done
+                    .before
+                    .iter()
+                    .chain(std::iter::once(&done.after))
+                    .flat_map(|v| v.obligations.redact.iter());
+                for pointer in redact {
+                    let _ = capability_policy::pointer::redact(&mut ran.plan.input, pointer);
+                }
                 if let Ok((executed, _)) = &mut ran.run.outcome {
                     // The delivered output: transformed and redacted by policy. The
                     // executor's own answer holds the output as it was: it goes back only
