@@ -94,9 +94,11 @@
 //!   `riskLevel` (0 = none … 4 = critical), `effects` (set: primary effect, side effects,
 //!   declared Capability 1.x effects), `scopes` (required), `owner`, `dataNamespace`,
 //!   `tenant`, `environment` (strings, `""` when unset).
-//! * `context`: `input` (the input as a record; `null` members are omitted; integers are
-//!   `Long` unless the capability's input schema says `number`, other numbers `decimal`
-//!   with 4 places), `environment`, `tenant`, `stage`, `labels` (record of strings),
+//! * `context`: `input` (the input as a record; `null` members are omitted; a number is a
+//!   `Long` where the capability's input schema says `integer` (`150.0` too), a `decimal`
+//!   with 4 places where it says `number` (`150` too, also when the type is `["number",
+//!   "null"]`), and by its value where it says neither), `environment`, `tenant`, `stage`,
+//!   `labels` (record of strings),
 //!   `costSoFarUsd` (decimal), `estimatedCostUsd` (decimal, absent when unknown), and `output`
 //!   in the after stage.
 //! * `permit` grants, `forbid` denies. `@decision("approval_required" | "redact" |

@@ -856,26 +856,72 @@ pub(crate) fn decimal_literal(x: f64) -> Option<String> {
     Some(s)
 }
 
-/// The JSON Schema `type` of a value's schema, when it is a single type name.
+/// The JSON Schema type a schema gives its values, when it is one type: `"t"`, or
+/// `["t", "null"]` (`null` members are omitted from Cedar values, so a nullable type is the
+/// type). The generated Cedar schema reads types the same way ([`super::schema`]).
 pub(crate) fn schema_type(schema: Option<&Value>) -> Option<&str> {
-    schema?.get("type")?.as_str()
+    match schema?.get("type")? {
+        Value::String(t) => Some(t),
+        Value::Array(types) => {
+            let mut non_null = types
+                .iter()
+                .filter_map(Value::as_str)
+                .filter(|t| *t != "null");
+            let first = non_null.next()?;
+            non_null.next().is_none().then_some(first)
+        }
+        _ => None,
+    }
+}
+
+/// How a JSON number is given to Cedar.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum NumberForm {
+    Long(i64),
+    Decimal(f64),
+}
+
+/// The Cedar form of a JSON number, decided by its schema so that a field has one Cedar type
+/// whatever its value, as the generated schema declares: `number` is always a `decimal`
+/// (`150` too), `integer` always a `Long` (`150.0` too). Without a declared type the value
+/// decides (integers `Long`, others `decimal`).
+pub(crate) fn number_form(n: &serde_json::Number, schema: Option<&Value>) -> Option<NumberForm> {
+    // i64 bounds as f64: -2^63 is exact, 2^63 is the first value beyond.
+    const MIN: f64 = -9_223_372_036_854_775_808.0;
+    const END: f64 = 9_223_372_036_854_775_808.0;
+    match schema_type(schema) {
+        Some("number") => n.as_f64().map(NumberForm::Decimal),
+        Some("integer") => match n.as_i64() {
+            Some(i) => Some(NumberForm::Long(i)),
+            None => {
+                let x = n.as_f64()?;
+                if x.fract() == 0.0 && (MIN..END).contains(&x) {
+                    // Integral and in range: the conversion is exact.
+                    Some(NumberForm::Long(x as i64))
+                } else {
+                    Some(NumberForm::Decimal(x))
+                }
+            }
+        },
+        _ => match n.as_i64() {
+            Some(i) => Some(NumberForm::Long(i)),
+            None => n.as_f64().map(NumberForm::Decimal),
+        },
+    }
 }
 
 /// JSON → Cedar value. `null` has no Cedar form and yields `None` (the member is omitted).
-/// Integers become `Long` unless the schema says `number`; other numbers become `decimal`
-/// (rounded to 4 places); arrays become sets; objects become records.
+/// Numbers take the form [`number_form`] gives them (decimals rounded to 4 places); arrays
+/// become sets; objects become records.
 pub(crate) fn to_cedar(v: &Value, schema: Option<&Value>) -> Option<RestrictedExpression> {
     match v {
         Value::Null => None,
         Value::Bool(b) => Some(RestrictedExpression::new_bool(*b)),
         Value::String(s) => Some(RestrictedExpression::new_string(s.clone())),
-        Value::Number(n) => {
-            let wants_decimal = schema_type(schema) == Some("number");
-            match n.as_i64() {
-                Some(i) if !wants_decimal => Some(RestrictedExpression::new_long(i)),
-                _ => decimal(n.as_f64()?),
-            }
-        }
+        Value::Number(n) => match number_form(n, schema)? {
+            NumberForm::Long(i) => Some(RestrictedExpression::new_long(i)),
+            NumberForm::Decimal(x) => decimal(x),
+        },
         Value::Array(items) => {
             let item_schema = schema.and_then(|s| s.get("items"));
             Some(RestrictedExpression::new_set(
@@ -1130,6 +1176,45 @@ mod tests {
             answered_natively > checked * 10,
             "only {answered_natively} evaluations answered natively"
         );
+    }
+
+    #[test]
+    fn a_number_takes_the_cedar_type_its_schema_declares() {
+        use serde_json::json;
+        let form = |v: Value, schema: Value| match v {
+            Value::Number(n) => number_form(&n, Some(&schema)),
+            _ => None,
+        };
+        let number = json!({"type": "number"});
+        let integer = json!({"type": "integer"});
+        let nullable = json!({"type": ["null", "number"]});
+        let untyped = json!({});
+        assert_eq!(form(json!(150), number), Some(NumberForm::Decimal(150.0)));
+        assert_eq!(form(json!(150), nullable), Some(NumberForm::Decimal(150.0)));
+        assert_eq!(
+            form(json!(150.0), integer.clone()),
+            Some(NumberForm::Long(150))
+        );
+        assert_eq!(
+            form(json!(-2.0), integer.clone()),
+            Some(NumberForm::Long(-2))
+        );
+        // Not an integer after all (the input did not validate): kept as it is.
+        assert_eq!(
+            form(json!(1.5), integer.clone()),
+            Some(NumberForm::Decimal(1.5))
+        );
+        assert_eq!(form(json!(1e19), integer), Some(NumberForm::Decimal(1e19)));
+        assert_eq!(
+            form(json!(150), untyped.clone()),
+            Some(NumberForm::Long(150))
+        );
+        assert_eq!(
+            form(json!(150.5), untyped),
+            Some(NumberForm::Decimal(150.5))
+        );
+        let union = json!({"type": ["integer", "number"]});
+        assert_eq!(form(json!(150), union), Some(NumberForm::Long(150)));
     }
 
     #[test]

@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::eval::{decimal_literal, schema_type};
+use super::eval::{NumberForm, decimal_literal, number_form};
 use super::{ACTION_TYPE, AGENT_TYPE, CAPABILITY_TYPE};
 use crate::policy::{PolicyContext, Stage};
 
@@ -480,13 +480,10 @@ fn json<'a>(v: &'a Value, schema: Option<&'a Value>) -> Option<Val<'a>> {
         Value::Null => return None,
         Value::Bool(b) => Val::Bool(*b),
         Value::String(s) => Val::Str(s),
-        Value::Number(n) => {
-            let wants_decimal = schema_type(schema) == Some("number");
-            match n.as_i64() {
-                Some(i) if !wants_decimal => Val::Long(i),
-                _ => Val::Decimal(decimal_of(n.as_f64()?)?),
-            }
-        }
+        Value::Number(n) => match number_form(n, schema)? {
+            NumberForm::Long(i) => Val::Long(i),
+            NumberForm::Decimal(x) => Val::Decimal(decimal_of(x)?),
+        },
         Value::Array(items) => {
             let item_schema = schema.and_then(|s| s.get("items"));
             Val::Set(items.iter().filter_map(|i| json(i, item_schema)).collect())
