@@ -14,8 +14,8 @@ use serde_json::Value;
 
 use super::fast::{Data, FastPolicy};
 use super::{
-    ACTION_TYPE, AGENT_TYPE, CAPABILITY_TYPE, CedarError, CedarRule, PolicyFile, RuleEffect, load,
-    read_paths,
+    ACTION_TYPE, AGENT_TYPE, CAPABILITY_TYPE, CedarError, CedarRule, GeneratedSchema, PolicyFile,
+    RuleEffect, ValidationReport, check_sources, load, read_paths,
 };
 use crate::action::ActionType;
 use crate::decision::{Decision, DecisionType};
@@ -88,6 +88,8 @@ struct PartResult {
 /// read no per-call data (only principal, resource, action, environment, tenant, stage).
 /// Caches are bounded (4096 entries each, then cleared).
 pub struct CedarPolicies {
+    /// The files the policies were loaded from, for [`CedarPolicies::check`].
+    files: Vec<PolicyFile>,
     rules: Vec<CedarRule>,
     index: HashMap<String, usize>,
     /// Per rule: the policy as Cedar evaluates it (annotated forbids become permits).
@@ -161,6 +163,7 @@ impl CedarPolicies {
             .map(|(i, r)| (r.id.clone(), i))
             .collect();
         Ok(CedarPolicies {
+            files: files.to_vec(),
             rules: loaded.rules,
             index,
             compiled,
@@ -195,6 +198,14 @@ impl CedarPolicies {
     /// The rule with that id.
     pub fn rule(&self, id: &str) -> Option<&CedarRule> {
         self.index.get(id).map(|&i| &self.rules[i])
+    }
+
+    /// Validates these policies against the types of the capabilities the schema was
+    /// generated for ([`check_sources`] on the files they were loaded from): run it at
+    /// startup and again when capabilities are added (MCP upstream tools listed), so that a
+    /// comparison that cannot type-check is reported before the first call.
+    pub fn check(&self, schema: &GeneratedSchema) -> ValidationReport {
+        check_sources(&self.files, schema)
     }
 
     fn slice(&self, action: ActionType, capability: &str) -> Arc<Slice> {
@@ -303,55 +314,7 @@ impl CedarPolicies {
             HashSet::new(),
         )
         .map_err(|e| e.to_string())?;
-        let g = &cap.governance;
-        let s =
-            |v: &Option<String>| RestrictedExpression::new_string(v.clone().unwrap_or_default());
-        let set = |items: Vec<String>| {
-            RestrictedExpression::new_set(items.into_iter().map(RestrictedExpression::new_string))
-        };
-        let capability = Entity::new(
-            resource.clone(),
-            HashMap::from([
-                (
-                    "name".to_string(),
-                    RestrictedExpression::new_string(cap.name.clone()),
-                ),
-                (
-                    "kind".to_string(),
-                    RestrictedExpression::new_string(g.kind.as_str().into()),
-                ),
-                (
-                    "risk".to_string(),
-                    RestrictedExpression::new_string(g.risk.as_str().into()),
-                ),
-                (
-                    "riskLevel".to_string(),
-                    RestrictedExpression::new_long(g.risk as i64),
-                ),
-                ("effects".to_string(), set(cap.effect_names())),
-                (
-                    "scopes".to_string(),
-                    set(cap.required_scopes().map(str::to_string).collect()),
-                ),
-                ("owner".to_string(), s(&g.owner)),
-                ("dataNamespace".to_string(), s(&g.data_namespace)),
-                ("tenant".to_string(), s(&g.tenant)),
-                (
-                    "environment".to_string(),
-                    RestrictedExpression::new_string(
-                        g.environment
-                            .map(|e| e.as_str().to_string())
-                            .unwrap_or_default(),
-                    ),
-                ),
-                ("method".to_string(), fact(g, "method")),
-                ("path".to_string(), fact(g, "path")),
-                ("operationId".to_string(), fact(g, "operationId")),
-                ("server".to_string(), fact(g, "server")),
-            ]),
-            HashSet::new(),
-        )
-        .map_err(|e| e.to_string())?;
+        let capability = capability_entity(cap, resource.clone())?;
         let entities = Arc::new(
             Entities::from_entities([agent, capability], None).map_err(|e| e.to_string())?,
         );
@@ -688,11 +651,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Which context attributes a policy reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct ContextUse {
+pub(crate) struct ContextUse {
     /// `context` used as a whole (e.g. compared): every attribute is needed.
-    all: bool,
-    input: bool,
-    output: bool,
+    pub all: bool,
+    pub input: bool,
+    pub output: bool,
     environment: bool,
     tenant: bool,
     stage: bool,
@@ -738,7 +701,7 @@ impl ContextUse {
 /// and `context has x` all become `.`/`has` nodes whose left side is the `context` variable).
 /// Any other use of `context` needs the whole record. A policy that cannot be converted
 /// uses everything.
-fn context_use(policy: &Policy) -> ContextUse {
+pub(crate) fn context_use(policy: &Policy) -> ContextUse {
     let mut uses = ContextUse::default();
     match policy.to_json() {
         Ok(json) => walk_context_use(&json, &mut uses),
@@ -810,6 +773,9 @@ fn as_permit(policy: &Policy, rule: &CedarRule) -> Result<Policy, CedarError> {
             severity: super::Severity::Error,
             message,
             policy_id: Some(rule.id.clone()),
+            expression: None,
+            fix: None,
+            capabilities: Vec::new(),
         }],
     };
     let mut json = policy.to_json().map_err(|e| invalid(e.to_string()))?;
@@ -823,6 +789,61 @@ fn empty_record() -> RestrictedExpression {
     // A record with no fields cannot fail to build.
     RestrictedExpression::new_record(std::iter::empty())
         .unwrap_or_else(|_| RestrictedExpression::new_bool(false))
+}
+
+/// The Cedar entity of a capability (see the crate docs, "The Cedar contract").
+pub(crate) fn capability_entity(
+    cap: &GovernedCapability,
+    uid: EntityUid,
+) -> Result<Entity, String> {
+    let g = &cap.governance;
+    let s = |v: &Option<String>| RestrictedExpression::new_string(v.clone().unwrap_or_default());
+    let set = |items: Vec<String>| {
+        RestrictedExpression::new_set(items.into_iter().map(RestrictedExpression::new_string))
+    };
+    Entity::new(
+        uid,
+        HashMap::from([
+            (
+                "name".to_string(),
+                RestrictedExpression::new_string(cap.name.clone()),
+            ),
+            (
+                "kind".to_string(),
+                RestrictedExpression::new_string(g.kind.as_str().into()),
+            ),
+            (
+                "risk".to_string(),
+                RestrictedExpression::new_string(g.risk.as_str().into()),
+            ),
+            (
+                "riskLevel".to_string(),
+                RestrictedExpression::new_long(g.risk as i64),
+            ),
+            ("effects".to_string(), set(cap.effect_names())),
+            (
+                "scopes".to_string(),
+                set(cap.required_scopes().map(str::to_string).collect()),
+            ),
+            ("owner".to_string(), s(&g.owner)),
+            ("dataNamespace".to_string(), s(&g.data_namespace)),
+            ("tenant".to_string(), s(&g.tenant)),
+            (
+                "environment".to_string(),
+                RestrictedExpression::new_string(
+                    g.environment
+                        .map(|e| e.as_str().to_string())
+                        .unwrap_or_default(),
+                ),
+            ),
+            ("method".to_string(), fact(g, "method")),
+            ("path".to_string(), fact(g, "path")),
+            ("operationId".to_string(), fact(g, "operationId")),
+            ("server".to_string(), fact(g, "server")),
+        ]),
+        HashSet::new(),
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// A string fact of the capability kept in its governance metadata (`""` when absent).

@@ -410,7 +410,7 @@ fn expr(v: &Value) -> Option<Expr> {
 
 /// Cedar's decimal parsing (`-?digits.digits`, at most 4 decimals, scaled by 10^4), on
 /// ASCII digits only (anything else is left to Cedar).
-fn parse_decimal(s: &str) -> Option<i64> {
+pub(crate) fn parse_decimal(s: &str) -> Option<i64> {
     let (int, frac) = s.split_once('.')?;
     let digits = int.strip_prefix('-').unwrap_or(int);
     if digits.is_empty()
