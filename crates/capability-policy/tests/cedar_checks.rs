@@ -1,7 +1,7 @@
 //! Policy errors found before the first call: policies are validated against the types of
-//! each capability they can apply to (MCP upstream tools included), and a comparison
-//! between a `decimal` and a `Long` is reported with the policy id, the expression and its
-//! fix.
+//! each capability they can apply to (MCP upstream tools included), a comparison between a
+//! `decimal` and a `Long` is reported with the policy id, the expression and its fix, and
+//! the same fix is in the error of a call that reaches such a policy anyway.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -189,6 +189,48 @@ fn the_suggested_fix_validates_and_evaluates() {
             assert!(v.decision.code.is_none(), "a = {a}: {:?}", v.decision);
         }
     }
+}
+
+#[test]
+fn a_call_that_reaches_the_comparison_anyway_gets_the_fix_in_its_error() {
+    // Loaded without checking: the forbid fails at evaluation and denies (fail closed), for
+    // an integral value as much as for a fractional one (a `number` is always a decimal).
+    for annotations in ["", "@decision(\"approval_required\") "] {
+        let text = format!(
+            "{ALLOW_ALL}@id(\"big-sum\") {annotations}forbid(principal, action, resource == Capability::\"mcp.calc.add\") when {{ context.input.a > 100 }};"
+        );
+        let engine = cedar_engine("limits.cedar", &text);
+        for a in [json!(150.5), json!(50)] {
+            let v = verdict(&engine, call("mcp.calc.add", json!({"a": a, "b": 1})));
+            assert_eq!(v.kind, DecisionType::Deny, "{annotations}a = {a}");
+            assert_eq!(v.decision.code.as_deref(), Some("policy_error"));
+            let reason = v.decision.reason.clone().unwrap_or_default();
+            assert!(
+                reason.contains("type error: expected long, got decimal; `context.input.a` is a decimal: write `context.input.a.greaterThan(decimal(\"100.0\"))` instead of `context.input.a > 100`"),
+                "{reason}"
+            );
+        }
+    }
+    // The Cedar error list names the fix too.
+    let cedar = cedar::CedarPolicies::from_sources(&[PolicyFile::new(
+        "limits.cedar",
+        "permit(principal, action, resource) when { context.input.a.greaterThan(decimal(\"1.5\")) };",
+    )])
+    .unwrap();
+    let out = cedar
+        .evaluate(&PolicyContext::new(
+            call("mcp.calc.count", json!({"a": 7})),
+            Stage::BeforeCapability,
+        ))
+        .unwrap();
+    assert_eq!(out.errors.len(), 1, "{:?}", out.errors);
+    assert!(
+        out.errors[0].contains(
+            "write `context.input.a > 1` instead of `context.input.a.greaterThan(decimal(\"1.5\"))`"
+        ),
+        "{}",
+        out.errors[0]
+    );
 }
 
 #[test]

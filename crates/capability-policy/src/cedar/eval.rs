@@ -12,7 +12,8 @@ use cedar_policy::{
 };
 use serde_json::Value;
 
-use super::fast::{Data, FastPolicy};
+use super::fast::{Data, FastPolicy, path_kind};
+use super::fix::{NumKind, NumberFix, number_fixes};
 use super::{
     ACTION_TYPE, AGENT_TYPE, CAPABILITY_TYPE, CedarError, CedarRule, GeneratedSchema, PolicyFile,
     RuleEffect, ValidationReport, check_sources, load, read_paths,
@@ -91,6 +92,9 @@ pub struct CedarPolicies {
     /// The files the policies were loaded from, for [`CedarPolicies::check`].
     files: Vec<PolicyFile>,
     rules: Vec<CedarRule>,
+    /// Per rule: the fixes its comparisons would need if an operand had the other number
+    /// type, to explain a type error at evaluation.
+    fixes: Vec<Vec<NumberFix>>,
     index: HashMap<String, usize>,
     /// Per rule: the policy as Cedar evaluates it (annotated forbids become permits).
     compiled: Vec<Policy>,
@@ -131,6 +135,12 @@ impl CedarPolicies {
     /// Loads policies from texts.
     pub fn from_sources(files: &[PolicyFile]) -> Result<Self, CedarError> {
         let loaded = load(files).map_err(|diagnostics| CedarError::Invalid { diagnostics })?;
+        // From the source text (a policy rewritten as a permit below has none).
+        let fixes = loaded
+            .policies
+            .iter()
+            .map(|p| number_fixes(&p.to_string()))
+            .collect();
         let mut compiled = Vec::with_capacity(loaded.policies.len());
         for (rule, policy) in loaded.rules.iter().zip(loaded.policies) {
             if !rule.authorizes && rule.effect == RuleEffect::Forbid {
@@ -165,6 +175,7 @@ impl CedarPolicies {
         Ok(CedarPolicies {
             files: files.to_vec(),
             rules: loaded.rules,
+            fixes,
             index,
             compiled,
             uses,
@@ -206,6 +217,35 @@ impl CedarPolicies {
     /// comparison that cannot type-check is reported before the first call.
     pub fn check(&self, schema: &GeneratedSchema) -> ValidationReport {
         check_sources(&self.files, schema)
+    }
+
+    /// What to write instead, when rule `i` failed with a type error between `Long` and
+    /// `decimal`: the fixes of its comparisons whose operand has the offending type in this
+    /// request.
+    fn number_hint(&self, i: usize, error: &str, ctx: &PolicyContext) -> Option<String> {
+        if !(error.contains("expected long, got decimal")
+            || error.contains("expected decimal, got long"))
+        {
+            return None;
+        }
+        let data = Data::new(ctx);
+        let hints: Vec<String> = self
+            .fixes
+            .get(i)?
+            .iter()
+            .filter(|f| path_kind(&data, &f.operand) == Some(f.operand_kind))
+            .map(|f| {
+                let kind = match f.operand_kind {
+                    NumKind::Decimal => "a decimal",
+                    NumKind::Long => "a Long",
+                };
+                format!(
+                    "`{}` is {kind}: write `{}` instead of `{}`",
+                    f.operand, f.fix, f.expression
+                )
+            })
+            .collect();
+        (!hints.is_empty()).then(|| hints.join("; "))
     }
 
     fn slice(&self, action: ActionType, capability: &str) -> Arc<Slice> {
@@ -554,7 +594,7 @@ impl CedarPolicies {
             None,
         )
         .map_err(|e| PolicyFault::new(e.to_string()))?;
-        Ok(self.run_part(part, &request, entities))
+        Ok(self.run_part(part, &request, entities, ctx))
     }
 
     /// Evaluates a part natively: the result Cedar would give (a forbid that matched hides
@@ -583,7 +623,13 @@ impl CedarPolicies {
     /// Runs Cedar on one part. Cedar reports, for an `Allow`, every permit that matched, and
     /// for a `Deny`, every forbid that matched; since any matched forbid denies, that is all
     /// the combination needs. Annotated policies are all permits, so all their matches show.
-    fn run_part(&self, part: &Part, request: &Request, entities: &Entities) -> PartResult {
+    fn run_part(
+        &self,
+        part: &Part,
+        request: &Request,
+        entities: &Entities,
+        ctx: &PolicyContext,
+    ) -> PartResult {
         let mut r = PartResult::default();
         for set in [&part.authorize, &part.annotated] {
             if set.is_empty() {
@@ -596,10 +642,19 @@ impl CedarPolicies {
                 }
             }
             for e in response.diagnostics().errors() {
-                r.errors.push(e.to_string());
                 let cedar_policy::AuthorizationError::PolicyEvaluationError(pe) = e;
-                if let Some(&i) = self.index.get(AsRef::<str>::as_ref(pe.policy_id())) {
-                    r.errored.push((i, pe.inner().to_string()));
+                let rule = self
+                    .index
+                    .get(AsRef::<str>::as_ref(pe.policy_id()))
+                    .copied();
+                let inner = pe.inner().to_string();
+                let hint = rule
+                    .and_then(|i| self.number_hint(i, &inner, ctx))
+                    .map(|h| format!("; {h}"))
+                    .unwrap_or_default();
+                r.errors.push(format!("{e}{hint}"));
+                if let Some(i) = rule {
+                    r.errored.push((i, format!("{inner}{hint}")));
                 }
             }
         }

@@ -27,6 +27,13 @@ use std::ops::Range;
 
 use super::fast::parse_decimal;
 
+/// Cedar's two number types.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum NumKind {
+    Long,
+    Decimal,
+}
+
 /// A comparison operator, or a decimal comparison method.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Op {
@@ -118,6 +125,10 @@ impl Comparison {
 pub(crate) struct NumberFix {
     /// The comparison as written.
     pub expression: String,
+    /// Its operand that is not a literal.
+    pub operand: String,
+    /// The type that operand has when the comparison is wrong.
+    pub operand_kind: NumKind,
     /// The expression to write instead.
     pub fix: String,
 }
@@ -456,30 +467,47 @@ pub(crate) fn fix_for(text: &str, c: &Comparison) -> Option<NumberFix> {
         (Some(l), None) if !c.method => (right, l, c.op.mirrored(), true),
         _ => return None,
     };
-    let fix = match (lit, c.method) {
+    let (operand_kind, fix) = match (lit, c.method) {
         // A decimal compared with a Long literal.
         (Literal::Long(n), false) => {
             let d = decimal_of_long(n)?;
-            match op.method_name() {
+            let fix = match op.method_name() {
                 Some(m) if is_member(operand) => format!("{operand}.{m}({d})"),
                 Some(m) => format!("({operand}).{m}({d})"),
                 None if literal_first => format!("{d} {} {operand}", op.symbol()),
                 None => format!("{operand} {} {d}", op.symbol()),
-            }
+            };
+            (NumKind::Decimal, fix)
         }
         // A Long compared with a decimal literal.
         (Literal::Decimal(scaled), _) => {
             let m = integer_bound(op, scaled)?;
-            if literal_first && matches!(op, Op::Eq | Op::Ne) {
+            let fix = if literal_first && matches!(op, Op::Eq | Op::Ne) {
                 format!("{m} {} {operand}", op.symbol())
             } else {
                 format!("{operand} {} {m}", op.symbol())
-            }
+            };
+            (NumKind::Long, fix)
         }
         // `a.greaterThan(100)`: the argument must be a decimal whatever `a` is.
         (Literal::Long(_), true) => return None,
     };
-    Some(NumberFix { expression, fix })
+    Some(NumberFix {
+        expression,
+        operand: operand.to_string(),
+        operand_kind,
+        fix,
+    })
+}
+
+/// Every fix the comparisons of a text could need (the runtime picks those whose operand
+/// has the wrong type in the request at hand).
+pub(crate) fn number_fixes(text: &str) -> Vec<NumberFix> {
+    comparisons(text)
+        .iter()
+        .filter(|c| !matches!(c.op, Op::Eq | Op::Ne))
+        .filter_map(|c| fix_for(text, c))
+        .collect()
 }
 
 #[cfg(test)]
@@ -636,5 +664,18 @@ mod tests {
         }
         // An integer never equals 2.5: nothing to propose.
         assert_eq!(fix_of(r#"context.input.n == decimal("2.5")"#), None);
+    }
+
+    #[test]
+    fn runtime_candidates_are_the_ordering_comparisons() {
+        let t = r#"permit(principal, action, resource) when { context.input.a > 100 && context.input.b == 3 && context.input.n.greaterThan(decimal("1.0")) };"#;
+        let fixes = number_fixes(t);
+        assert_eq!(fixes.len(), 2, "{fixes:#?}");
+        assert_eq!(fixes[0].operand, "context.input.a");
+        assert_eq!(fixes[0].operand_kind, NumKind::Decimal);
+        assert_eq!(fixes[0].expression, "context.input.a > 100");
+        assert_eq!(fixes[1].operand, "context.input.n");
+        assert_eq!(fixes[1].operand_kind, NumKind::Long);
+        assert_eq!(fixes[1].fix, "context.input.n > 1");
     }
 }

@@ -57,6 +57,12 @@
 //! | --- | --- |
 //! | `context.input.n > decimal("1.5")`, `context.input.n.greaterThan(decimal("1.5"))` | `context.input.n > 1` (exact: `n > 1.5` iff `n > 1`) |
 //! | `context.input.n == decimal("2.0")` | `context.input.n == 2` |
+//!
+//! A policy loaded without being checked still fails at its first such call; its error (in
+//! [`crate::engine::SourceDecisions::errors`], and in the reason of the `deny` a failing
+//! `forbid` yields) ends with the same fix: ``type error: expected long, got decimal;
+//! `context.input.a` is a decimal: write `context.input.a.greaterThan(decimal("100.0"))`
+//! instead of `context.input.a > 100` ``.
 
 mod check;
 mod eval;
