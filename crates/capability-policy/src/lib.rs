@@ -39,7 +39,8 @@
 //! same flow for actions the runtime does not execute (a model call, a memory write).
 //!
 //! CLI entry points: `cap policy schema` → [`cedar::generate_schema`]; `cap policy validate`
-//! → [`cedar::validate_paths`]; `cap policy test` → [`fixtures::test_policy_files`] and
+//! → [`cedar::check_paths`] (each policy against the types of the capabilities it applies
+//! to; [`cedar::validate_paths`] checks against one schema); `cap policy test` → [`fixtures::test_policy_files`] and
 //! [`fixtures::FixtureReport::render`]; `cap approvals list|show|approve|deny` →
 //! [`ApprovalManager::list`], [`ApprovalManager::get`], [`ApprovalManager::approve`],
 //! [`ApprovalManager::deny`]; `cap audit tail|show|verify|export` → [`AuditStore::tail`],
@@ -94,9 +95,11 @@
 //!   `riskLevel` (0 = none … 4 = critical), `effects` (set: primary effect, side effects,
 //!   declared Capability 1.x effects), `scopes` (required), `owner`, `dataNamespace`,
 //!   `tenant`, `environment` (strings, `""` when unset).
-//! * `context`: `input` (the input as a record; `null` members are omitted; integers are
-//!   `Long` unless the capability's input schema says `number`, other numbers `decimal`
-//!   with 4 places), `environment`, `tenant`, `stage`, `labels` (record of strings),
+//! * `context`: `input` (the input as a record; `null` members are omitted; a number is a
+//!   `Long` where the capability's input schema says `integer` (`150.0` too), a `decimal`
+//!   with 4 places where it says `number` (`150` too, also when the type is `["number",
+//!   "null"]`), and by its value where it says neither: see [`cedar`], "Numbers"),
+//!   `environment`, `tenant`, `stage`, `labels` (record of strings),
 //!   `costSoFarUsd` (decimal), `estimatedCostUsd` (decimal, absent when unknown), and `output`
 //!   in the after stage.
 //! * `permit` grants, `forbid` denies. `@decision("approval_required" | "redact" |
@@ -124,7 +127,7 @@
 //! @id("refund-limit") @reason("Refund above $100 requires approval")
 //! @decision("approval_required")
 //! forbid(principal, action == Action::"tool_call", resource == Capability::"refund_customer")
-//! when { context.input has amount_usd && context.input.amount_usd > 100 };
+//! when { context.input has amount_usd && context.input.amount_usd.greaterThan(decimal("100.0")) };
 //!
 //! @id("no-high-risk-mcp-in-prod") @reason("High-risk MCP action blocked in prod")
 //! forbid(principal, action, resource)

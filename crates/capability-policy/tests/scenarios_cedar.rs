@@ -90,15 +90,20 @@ fn scenario_policies_validate_against_the_generated_schema() {
         cedar::generate_schema(caps.iter().map(|c| c.as_ref()), &SchemaOptions::default()).unwrap();
     let files = cedar::read_paths(&[fixture_path("scenarios")]).unwrap();
     assert!(files.len() >= 15);
-    let report = cedar::validate_sources(&files, Some(&schema.schema));
-    let errors: Vec<String> = report
-        .diagnostics
-        .iter()
-        .filter(|d| d.severity == Severity::Error)
-        .map(|d| d.to_string())
-        .collect();
-    assert!(errors.is_empty(), "{}", errors.join("\n"));
-    assert!(report.policies >= 30);
+    // Against the union schema, and against each capability's own types.
+    for report in [
+        cedar::validate_sources(&files, Some(&schema.schema)),
+        cedar::check_sources(&files, &schema),
+    ] {
+        let errors: Vec<String> = report
+            .diagnostics
+            .iter()
+            .filter(|d| d.severity == Severity::Error)
+            .map(|d| d.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{}", errors.join("\n"));
+        assert!(report.policies >= 30);
+    }
 }
 
 #[test]

@@ -12,10 +12,11 @@ use cedar_policy::{
 };
 use serde_json::Value;
 
-use super::fast::{Data, FastPolicy};
+use super::fast::{Data, FastPolicy, path_kind};
+use super::fix::{NumKind, NumberFix, number_fixes};
 use super::{
-    ACTION_TYPE, AGENT_TYPE, CAPABILITY_TYPE, CedarError, CedarRule, PolicyFile, RuleEffect, load,
-    read_paths,
+    ACTION_TYPE, AGENT_TYPE, CAPABILITY_TYPE, CedarError, CedarRule, GeneratedSchema, PolicyFile,
+    RuleEffect, ValidationReport, check_sources, load, read_paths,
 };
 use crate::action::ActionType;
 use crate::decision::{Decision, DecisionType};
@@ -88,7 +89,12 @@ struct PartResult {
 /// read no per-call data (only principal, resource, action, environment, tenant, stage).
 /// Caches are bounded (4096 entries each, then cleared).
 pub struct CedarPolicies {
+    /// The files the policies were loaded from, for [`CedarPolicies::check`].
+    files: Vec<PolicyFile>,
     rules: Vec<CedarRule>,
+    /// Per rule: the fixes its comparisons would need if an operand had the other number
+    /// type, to explain a type error at evaluation.
+    fixes: Vec<Vec<NumberFix>>,
     index: HashMap<String, usize>,
     /// Per rule: the policy as Cedar evaluates it (annotated forbids become permits).
     compiled: Vec<Policy>,
@@ -129,6 +135,12 @@ impl CedarPolicies {
     /// Loads policies from texts.
     pub fn from_sources(files: &[PolicyFile]) -> Result<Self, CedarError> {
         let loaded = load(files).map_err(|diagnostics| CedarError::Invalid { diagnostics })?;
+        // From the source text (a policy rewritten as a permit below has none).
+        let fixes = loaded
+            .policies
+            .iter()
+            .map(|p| number_fixes(&p.to_string()))
+            .collect();
         let mut compiled = Vec::with_capacity(loaded.policies.len());
         for (rule, policy) in loaded.rules.iter().zip(loaded.policies) {
             if !rule.authorizes && rule.effect == RuleEffect::Forbid {
@@ -161,7 +173,9 @@ impl CedarPolicies {
             .map(|(i, r)| (r.id.clone(), i))
             .collect();
         Ok(CedarPolicies {
+            files: files.to_vec(),
             rules: loaded.rules,
+            fixes,
             index,
             compiled,
             uses,
@@ -195,6 +209,43 @@ impl CedarPolicies {
     /// The rule with that id.
     pub fn rule(&self, id: &str) -> Option<&CedarRule> {
         self.index.get(id).map(|&i| &self.rules[i])
+    }
+
+    /// Validates these policies against the types of the capabilities the schema was
+    /// generated for ([`check_sources`] on the files they were loaded from): run it at
+    /// startup and again when capabilities are added (MCP upstream tools listed), so that a
+    /// comparison that cannot type-check is reported before the first call.
+    pub fn check(&self, schema: &GeneratedSchema) -> ValidationReport {
+        check_sources(&self.files, schema)
+    }
+
+    /// What to write instead, when rule `i` failed with a type error between `Long` and
+    /// `decimal`: the fixes of its comparisons whose operand has the offending type in this
+    /// request.
+    fn number_hint(&self, i: usize, error: &str, ctx: &PolicyContext) -> Option<String> {
+        if !(error.contains("expected long, got decimal")
+            || error.contains("expected decimal, got long"))
+        {
+            return None;
+        }
+        let data = Data::new(ctx);
+        let hints: Vec<String> = self
+            .fixes
+            .get(i)?
+            .iter()
+            .filter(|f| path_kind(&data, &f.operand) == Some(f.operand_kind))
+            .map(|f| {
+                let kind = match f.operand_kind {
+                    NumKind::Decimal => "a decimal",
+                    NumKind::Long => "a Long",
+                };
+                format!(
+                    "`{}` is {kind}: write `{}` instead of `{}`",
+                    f.operand, f.fix, f.expression
+                )
+            })
+            .collect();
+        (!hints.is_empty()).then(|| hints.join("; "))
     }
 
     fn slice(&self, action: ActionType, capability: &str) -> Arc<Slice> {
@@ -303,55 +354,7 @@ impl CedarPolicies {
             HashSet::new(),
         )
         .map_err(|e| e.to_string())?;
-        let g = &cap.governance;
-        let s =
-            |v: &Option<String>| RestrictedExpression::new_string(v.clone().unwrap_or_default());
-        let set = |items: Vec<String>| {
-            RestrictedExpression::new_set(items.into_iter().map(RestrictedExpression::new_string))
-        };
-        let capability = Entity::new(
-            resource.clone(),
-            HashMap::from([
-                (
-                    "name".to_string(),
-                    RestrictedExpression::new_string(cap.name.clone()),
-                ),
-                (
-                    "kind".to_string(),
-                    RestrictedExpression::new_string(g.kind.as_str().into()),
-                ),
-                (
-                    "risk".to_string(),
-                    RestrictedExpression::new_string(g.risk.as_str().into()),
-                ),
-                (
-                    "riskLevel".to_string(),
-                    RestrictedExpression::new_long(g.risk as i64),
-                ),
-                ("effects".to_string(), set(cap.effect_names())),
-                (
-                    "scopes".to_string(),
-                    set(cap.required_scopes().map(str::to_string).collect()),
-                ),
-                ("owner".to_string(), s(&g.owner)),
-                ("dataNamespace".to_string(), s(&g.data_namespace)),
-                ("tenant".to_string(), s(&g.tenant)),
-                (
-                    "environment".to_string(),
-                    RestrictedExpression::new_string(
-                        g.environment
-                            .map(|e| e.as_str().to_string())
-                            .unwrap_or_default(),
-                    ),
-                ),
-                ("method".to_string(), fact(g, "method")),
-                ("path".to_string(), fact(g, "path")),
-                ("operationId".to_string(), fact(g, "operationId")),
-                ("server".to_string(), fact(g, "server")),
-            ]),
-            HashSet::new(),
-        )
-        .map_err(|e| e.to_string())?;
+        let capability = capability_entity(cap, resource.clone())?;
         let entities = Arc::new(
             Entities::from_entities([agent, capability], None).map_err(|e| e.to_string())?,
         );
@@ -591,7 +594,7 @@ impl CedarPolicies {
             None,
         )
         .map_err(|e| PolicyFault::new(e.to_string()))?;
-        Ok(self.run_part(part, &request, entities))
+        Ok(self.run_part(part, &request, entities, ctx))
     }
 
     /// Evaluates a part natively: the result Cedar would give (a forbid that matched hides
@@ -620,7 +623,13 @@ impl CedarPolicies {
     /// Runs Cedar on one part. Cedar reports, for an `Allow`, every permit that matched, and
     /// for a `Deny`, every forbid that matched; since any matched forbid denies, that is all
     /// the combination needs. Annotated policies are all permits, so all their matches show.
-    fn run_part(&self, part: &Part, request: &Request, entities: &Entities) -> PartResult {
+    fn run_part(
+        &self,
+        part: &Part,
+        request: &Request,
+        entities: &Entities,
+        ctx: &PolicyContext,
+    ) -> PartResult {
         let mut r = PartResult::default();
         for set in [&part.authorize, &part.annotated] {
             if set.is_empty() {
@@ -633,10 +642,19 @@ impl CedarPolicies {
                 }
             }
             for e in response.diagnostics().errors() {
-                r.errors.push(e.to_string());
                 let cedar_policy::AuthorizationError::PolicyEvaluationError(pe) = e;
-                if let Some(&i) = self.index.get(AsRef::<str>::as_ref(pe.policy_id())) {
-                    r.errored.push((i, pe.inner().to_string()));
+                let rule = self
+                    .index
+                    .get(AsRef::<str>::as_ref(pe.policy_id()))
+                    .copied();
+                let inner = pe.inner().to_string();
+                let hint = rule
+                    .and_then(|i| self.number_hint(i, &inner, ctx))
+                    .map(|h| format!("; {h}"))
+                    .unwrap_or_default();
+                r.errors.push(format!("{e}{hint}"));
+                if let Some(i) = rule {
+                    r.errored.push((i, format!("{inner}{hint}")));
                 }
             }
         }
@@ -688,11 +706,11 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// Which context attributes a policy reads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct ContextUse {
+pub(crate) struct ContextUse {
     /// `context` used as a whole (e.g. compared): every attribute is needed.
-    all: bool,
-    input: bool,
-    output: bool,
+    pub all: bool,
+    pub input: bool,
+    pub output: bool,
     environment: bool,
     tenant: bool,
     stage: bool,
@@ -738,7 +756,7 @@ impl ContextUse {
 /// and `context has x` all become `.`/`has` nodes whose left side is the `context` variable).
 /// Any other use of `context` needs the whole record. A policy that cannot be converted
 /// uses everything.
-fn context_use(policy: &Policy) -> ContextUse {
+pub(crate) fn context_use(policy: &Policy) -> ContextUse {
     let mut uses = ContextUse::default();
     match policy.to_json() {
         Ok(json) => walk_context_use(&json, &mut uses),
@@ -810,6 +828,9 @@ fn as_permit(policy: &Policy, rule: &CedarRule) -> Result<Policy, CedarError> {
             severity: super::Severity::Error,
             message,
             policy_id: Some(rule.id.clone()),
+            expression: None,
+            fix: None,
+            capabilities: Vec::new(),
         }],
     };
     let mut json = policy.to_json().map_err(|e| invalid(e.to_string()))?;
@@ -823,6 +844,61 @@ fn empty_record() -> RestrictedExpression {
     // A record with no fields cannot fail to build.
     RestrictedExpression::new_record(std::iter::empty())
         .unwrap_or_else(|_| RestrictedExpression::new_bool(false))
+}
+
+/// The Cedar entity of a capability (see the crate docs, "The Cedar contract").
+pub(crate) fn capability_entity(
+    cap: &GovernedCapability,
+    uid: EntityUid,
+) -> Result<Entity, String> {
+    let g = &cap.governance;
+    let s = |v: &Option<String>| RestrictedExpression::new_string(v.clone().unwrap_or_default());
+    let set = |items: Vec<String>| {
+        RestrictedExpression::new_set(items.into_iter().map(RestrictedExpression::new_string))
+    };
+    Entity::new(
+        uid,
+        HashMap::from([
+            (
+                "name".to_string(),
+                RestrictedExpression::new_string(cap.name.clone()),
+            ),
+            (
+                "kind".to_string(),
+                RestrictedExpression::new_string(g.kind.as_str().into()),
+            ),
+            (
+                "risk".to_string(),
+                RestrictedExpression::new_string(g.risk.as_str().into()),
+            ),
+            (
+                "riskLevel".to_string(),
+                RestrictedExpression::new_long(g.risk as i64),
+            ),
+            ("effects".to_string(), set(cap.effect_names())),
+            (
+                "scopes".to_string(),
+                set(cap.required_scopes().map(str::to_string).collect()),
+            ),
+            ("owner".to_string(), s(&g.owner)),
+            ("dataNamespace".to_string(), s(&g.data_namespace)),
+            ("tenant".to_string(), s(&g.tenant)),
+            (
+                "environment".to_string(),
+                RestrictedExpression::new_string(
+                    g.environment
+                        .map(|e| e.as_str().to_string())
+                        .unwrap_or_default(),
+                ),
+            ),
+            ("method".to_string(), fact(g, "method")),
+            ("path".to_string(), fact(g, "path")),
+            ("operationId".to_string(), fact(g, "operationId")),
+            ("server".to_string(), fact(g, "server")),
+        ]),
+        HashSet::new(),
+    )
+    .map_err(|e| e.to_string())
 }
 
 /// A string fact of the capability kept in its governance metadata (`""` when absent).
@@ -856,26 +932,72 @@ pub(crate) fn decimal_literal(x: f64) -> Option<String> {
     Some(s)
 }
 
-/// The JSON Schema `type` of a value's schema, when it is a single type name.
+/// The JSON Schema type a schema gives its values, when it is one type: `"t"`, or
+/// `["t", "null"]` (`null` members are omitted from Cedar values, so a nullable type is the
+/// type). The generated Cedar schema reads types the same way ([`super::schema`]).
 pub(crate) fn schema_type(schema: Option<&Value>) -> Option<&str> {
-    schema?.get("type")?.as_str()
+    match schema?.get("type")? {
+        Value::String(t) => Some(t),
+        Value::Array(types) => {
+            let mut non_null = types
+                .iter()
+                .filter_map(Value::as_str)
+                .filter(|t| *t != "null");
+            let first = non_null.next()?;
+            non_null.next().is_none().then_some(first)
+        }
+        _ => None,
+    }
+}
+
+/// How a JSON number is given to Cedar.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum NumberForm {
+    Long(i64),
+    Decimal(f64),
+}
+
+/// The Cedar form of a JSON number, decided by its schema so that a field has one Cedar type
+/// whatever its value, as the generated schema declares: `number` is always a `decimal`
+/// (`150` too), `integer` always a `Long` (`150.0` too). Without a declared type the value
+/// decides (integers `Long`, others `decimal`).
+pub(crate) fn number_form(n: &serde_json::Number, schema: Option<&Value>) -> Option<NumberForm> {
+    // i64 bounds as f64: -2^63 is exact, 2^63 is the first value beyond.
+    const MIN: f64 = -9_223_372_036_854_775_808.0;
+    const END: f64 = 9_223_372_036_854_775_808.0;
+    match schema_type(schema) {
+        Some("number") => n.as_f64().map(NumberForm::Decimal),
+        Some("integer") => match n.as_i64() {
+            Some(i) => Some(NumberForm::Long(i)),
+            None => {
+                let x = n.as_f64()?;
+                if x.fract() == 0.0 && (MIN..END).contains(&x) {
+                    // Integral and in range: the conversion is exact.
+                    Some(NumberForm::Long(x as i64))
+                } else {
+                    Some(NumberForm::Decimal(x))
+                }
+            }
+        },
+        _ => match n.as_i64() {
+            Some(i) => Some(NumberForm::Long(i)),
+            None => n.as_f64().map(NumberForm::Decimal),
+        },
+    }
 }
 
 /// JSON → Cedar value. `null` has no Cedar form and yields `None` (the member is omitted).
-/// Integers become `Long` unless the schema says `number`; other numbers become `decimal`
-/// (rounded to 4 places); arrays become sets; objects become records.
+/// Numbers take the form [`number_form`] gives them (decimals rounded to 4 places); arrays
+/// become sets; objects become records.
 pub(crate) fn to_cedar(v: &Value, schema: Option<&Value>) -> Option<RestrictedExpression> {
     match v {
         Value::Null => None,
         Value::Bool(b) => Some(RestrictedExpression::new_bool(*b)),
         Value::String(s) => Some(RestrictedExpression::new_string(s.clone())),
-        Value::Number(n) => {
-            let wants_decimal = schema_type(schema) == Some("number");
-            match n.as_i64() {
-                Some(i) if !wants_decimal => Some(RestrictedExpression::new_long(i)),
-                _ => decimal(n.as_f64()?),
-            }
-        }
+        Value::Number(n) => match number_form(n, schema)? {
+            NumberForm::Long(i) => Some(RestrictedExpression::new_long(i)),
+            NumberForm::Decimal(x) => decimal(x),
+        },
         Value::Array(items) => {
             let item_schema = schema.and_then(|s| s.get("items"));
             Some(RestrictedExpression::new_set(
@@ -1130,6 +1252,45 @@ mod tests {
             answered_natively > checked * 10,
             "only {answered_natively} evaluations answered natively"
         );
+    }
+
+    #[test]
+    fn a_number_takes_the_cedar_type_its_schema_declares() {
+        use serde_json::json;
+        let form = |v: Value, schema: Value| match v {
+            Value::Number(n) => number_form(&n, Some(&schema)),
+            _ => None,
+        };
+        let number = json!({"type": "number"});
+        let integer = json!({"type": "integer"});
+        let nullable = json!({"type": ["null", "number"]});
+        let untyped = json!({});
+        assert_eq!(form(json!(150), number), Some(NumberForm::Decimal(150.0)));
+        assert_eq!(form(json!(150), nullable), Some(NumberForm::Decimal(150.0)));
+        assert_eq!(
+            form(json!(150.0), integer.clone()),
+            Some(NumberForm::Long(150))
+        );
+        assert_eq!(
+            form(json!(-2.0), integer.clone()),
+            Some(NumberForm::Long(-2))
+        );
+        // Not an integer after all (the input did not validate): kept as it is.
+        assert_eq!(
+            form(json!(1.5), integer.clone()),
+            Some(NumberForm::Decimal(1.5))
+        );
+        assert_eq!(form(json!(1e19), integer), Some(NumberForm::Decimal(1e19)));
+        assert_eq!(
+            form(json!(150), untyped.clone()),
+            Some(NumberForm::Long(150))
+        );
+        assert_eq!(
+            form(json!(150.5), untyped),
+            Some(NumberForm::Decimal(150.5))
+        );
+        let union = json!({"type": ["integer", "number"]});
+        assert_eq!(form(json!(150), union), Some(NumberForm::Long(150)));
     }
 
     #[test]

@@ -23,7 +23,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
-use super::eval::{decimal_literal, schema_type};
+use super::eval::{NumberForm, decimal_literal, number_form};
+use super::fix::NumKind;
 use super::{ACTION_TYPE, AGENT_TYPE, CAPABILITY_TYPE};
 use crate::policy::{PolicyContext, Stage};
 
@@ -410,7 +411,7 @@ fn expr(v: &Value) -> Option<Expr> {
 
 /// Cedar's decimal parsing (`-?digits.digits`, at most 4 decimals, scaled by 10^4), on
 /// ASCII digits only (anything else is left to Cedar).
-fn parse_decimal(s: &str) -> Option<i64> {
+pub(crate) fn parse_decimal(s: &str) -> Option<i64> {
     let (int, frac) = s.split_once('.')?;
     let digits = int.strip_prefix('-').unwrap_or(int);
     if digits.is_empty()
@@ -436,6 +437,51 @@ fn parse_decimal(s: &str) -> Option<i64> {
 /// A Cedar decimal for a double, as the request holds it (see [`super::decimal`]).
 fn decimal_of(x: f64) -> Option<i64> {
     parse_decimal(&decimal_literal(x)?)
+}
+
+/// The Cedar number type of an attribute path (`context.input.a`,
+/// `context["input"]["a"]`, `resource.riskLevel`) in the request at hand; `None` when the
+/// text is not such a path, or the attribute is absent or not a number.
+pub(crate) fn path_kind(data: &Data<'_>, path: &str) -> Option<NumKind> {
+    let expr = parse_path(path)?;
+    match eval(&expr, data).ok()? {
+        Val::Long(_) => Some(NumKind::Long),
+        Val::Decimal(_) => Some(NumKind::Decimal),
+        _ => None,
+    }
+}
+
+/// `root(.name | ["name"])*` with root `principal`, `resource` or `context`.
+fn parse_path(text: &str) -> Option<Expr> {
+    let s = text.trim();
+    let end = s.find(['.', '[']).unwrap_or(s.len());
+    let mut e = Expr::Var(match s[..end].trim() {
+        "principal" => Var::Principal,
+        "resource" => Var::Resource,
+        "context" => Var::Context,
+        _ => return None,
+    });
+    let mut rest = s[end..].trim_start();
+    while !rest.is_empty() {
+        let (name, after) = if let Some(r) = rest.strip_prefix('.') {
+            let r = r.trim_start();
+            let n = r
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(r.len());
+            (&r[..n], &r[n..])
+        } else {
+            let r = rest.strip_prefix('[')?.trim_start().strip_prefix('"')?;
+            let close = r.find('"')?;
+            let after = r[close + 1..].trim_start().strip_prefix(']')?;
+            (&r[..close], after)
+        };
+        if name.is_empty() || name.contains('\\') {
+            return None;
+        }
+        e = Expr::Attr(Box::new(e), name.to_string());
+        rest = after.trim_start();
+    }
+    Some(e)
 }
 
 /// What one evaluation reads: the policy context, with the capability's effects computed
@@ -480,13 +526,10 @@ fn json<'a>(v: &'a Value, schema: Option<&'a Value>) -> Option<Val<'a>> {
         Value::Null => return None,
         Value::Bool(b) => Val::Bool(*b),
         Value::String(s) => Val::Str(s),
-        Value::Number(n) => {
-            let wants_decimal = schema_type(schema) == Some("number");
-            match n.as_i64() {
-                Some(i) if !wants_decimal => Val::Long(i),
-                _ => Val::Decimal(decimal_of(n.as_f64()?)?),
-            }
-        }
+        Value::Number(n) => match number_form(n, schema)? {
+            NumberForm::Long(i) => Val::Long(i),
+            NumberForm::Decimal(x) => Val::Decimal(decimal_of(x)?),
+        },
         Value::Array(items) => {
             let item_schema = schema.and_then(|s| s.get("items"));
             Val::Set(items.iter().filter_map(|i| json(i, item_schema)).collect())

@@ -9,25 +9,79 @@
 //!   [`crate::engine::PolicyEngine`].
 //! * [`validate_sources`] / [`validate_paths`] report problems as [`Diagnostic`]s that name
 //!   file, line and column, optionally checking against a schema from [`schema`].
+//! * [`check_sources`] / [`check_paths`] (and [`CedarPolicies::check`]) validate each policy
+//!   against the types of every capability it can apply to, from [`generate_schema`]: what
+//!   the host runs at startup and whenever capabilities change (MCP upstream tools listed),
+//!   and what `cap policy validate` reports.
+//!
+//! # Checking before the first call
+//!
+//! Cedar types `context` per action, and every action applies to every capability, so a
+//! single schema cannot say that `a` is a `number` for one MCP tool and an `integer` for
+//! another. [`check_sources`] therefore validates each policy that reads `context.input` or
+//! `context.output` once per capability it can apply to, with a schema whose context is that
+//! capability's (see [`schema`]): the policy's scope decides (`resource ==
+//! Capability::"mcp.calc.add"`), and so do the conditions on `resource` alone that open its
+//! `when` clause (`resource.server == "calc" && ...`), since Cedar never evaluates the rest
+//! for a capability they reject. Capabilities registered by name ([`GovernedCapability::with_governance`](crate::GovernedCapability::with_governance),
+//! as the MCP gateway registers upstream tools with their `inputSchema`) are covered like
+//! manifests. Entity-typed resources (one Cedar entity type per capability) were not chosen:
+//! the contract's `Capability::"name"` would change for every policy written.
+//!
+//! Each problem is a [`Diagnostic`]: file, line, column, the policy id, the source text of
+//! the expression, Cedar's message, the capabilities concerned, and a fix when one is known.
+//!
+//! # Numbers: `Long` and `decimal`
+//!
+//! A JSON number enters Cedar as its capability's schema says, the same way in the generated
+//! schema and in the request: JSON Schema `integer` is a `Long` (`150.0` too), `number` is a
+//! `decimal` with 4 places (`150` too, as `decimal("150.0000")`); `["number", "null"]` is an
+//! optional `decimal`. A number without a declared type is a `Long` when integral, else a
+//! `decimal` (give the field a type to have one Cedar type).
+//!
+//! **An integral value of a `number` field compared with `>` does not "just work", on
+//! purpose.** A field must have one Cedar type: if `150` were a `Long` and `150.5` a
+//! `decimal`, `context.input.a > 100` would validate, pass every test written with round
+//! numbers, and fail in production on the first fractional value. Cedar's `<`, `<=`, `>`,
+//! `>=` take `Long`s only (the `decimal` extension does not overload them, unlike
+//! `datetime`), Cedar has no conversion between the two types, and rewriting a policy to
+//! make it type-check would make it mean something other than what Cedar's own validator
+//! and tools say it means. Instead the problem is reported before traffic, with the fix:
+//!
+//! | Written, `a` a `number` | Reported fix |
+//! | --- | --- |
+//! | `context.input.a > 100` (also `>=`, `<`, `<=`, either side) | `context.input.a.greaterThan(decimal("100.0"))` |
+//! | `context.input.a == 100` (always false) | `context.input.a == decimal("100.0")` |
+//!
+//! | Written, `n` an `integer` | Reported fix |
+//! | --- | --- |
+//! | `context.input.n > decimal("1.5")`, `context.input.n.greaterThan(decimal("1.5"))` | `context.input.n > 1` (exact: `n > 1.5` iff `n > 1`) |
+//! | `context.input.n == decimal("2.0")` | `context.input.n == 2` |
+//!
+//! A policy loaded without being checked still fails at its first such call; its error (in
+//! [`crate::engine::SourceDecisions::errors`], and in the reason of the `deny` a failing
+//! `forbid` yields) ends with the same fix: ``type error: expected long, got decimal;
+//! `context.input.a` is a decimal: write `context.input.a.greaterThan(decimal("100.0"))`
+//! instead of `context.input.a > 100` ``.
 
+mod check;
 mod eval;
 mod fast;
+mod fix;
 pub mod schema;
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::ops::Range;
 use std::path::Path;
 use std::str::FromStr;
 
-use cedar_policy::{
-    ActionConstraint, Effect, Policy, PolicyId, PolicySet, ResourceConstraint, ValidationMode,
-    Validator,
-};
-use miette::Diagnostic as _;
+use cedar_policy::{ActionConstraint, Effect, Policy, PolicyId, PolicySet, ResourceConstraint};
 
 use crate::decision::{DecisionType, IsolationTier, SandboxRequirement};
 use crate::pointer::{self, Mutation};
 
+pub use check::{check_paths, check_sources, validate_paths, validate_sources};
 pub use eval::{CedarPolicies, applies_at};
 pub use schema::{GeneratedSchema, SchemaOptions, generate_schema, parse_schema};
 
@@ -55,24 +109,77 @@ impl fmt::Display for Severity {
 }
 
 /// A problem in a policy file, located by file, line and column (1-based).
+///
+/// Problems found by validating against a schema also carry the policy's id, the source
+/// text of the expression concerned, the capabilities whose types the problem was found with
+/// (see [`check_sources`]), and, when one is known, the expression to write instead: for a
+/// comparison between a `decimal` and a `Long`, `context.input.a > 100` becomes
+/// `context.input.a.greaterThan(decimal("100.0"))`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Diagnostic {
     pub file: String,
     pub line: usize,
     pub column: usize,
     pub severity: Severity,
+    /// What is wrong (Cedar's message for a validation error).
     pub message: String,
-    /// The policy concerned, when known.
+    /// The policy concerned, when known: its `@id`, else `<file>:<line>` (the id its
+    /// decisions are reported under).
     pub policy_id: Option<String>,
+    /// The source text of the offending expression (the whole comparison when the problem is
+    /// one of its operands).
+    pub expression: Option<String>,
+    /// The expression to write instead of [`Diagnostic::expression`], when known.
+    pub fix: Option<String>,
+    /// The capabilities whose input or output types show the problem (empty: it does not
+    /// depend on the capability).
+    pub capabilities: Vec<String>,
 }
 
+/// How many capability names a rendered diagnostic lists.
+const LISTED_CAPABILITIES: usize = 3;
+
 impl fmt::Display for Diagnostic {
+    /// `file:line:column: severity: message`, then, when known, `(for capability `x`)`,
+    /// `; in policy `id`: `expression``, and `; fix: `expression``, on one line.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
             "{}:{}:{}: {}: {}",
             self.file, self.line, self.column, self.severity, self.message
-        )
+        )?;
+        if !self.capabilities.is_empty() {
+            let names: Vec<String> = self
+                .capabilities
+                .iter()
+                .take(LISTED_CAPABILITIES)
+                .map(|c| format!("`{c}`"))
+                .collect();
+            let plural = if self.capabilities.len() == 1 {
+                "y"
+            } else {
+                "ies"
+            };
+            write!(f, " (for capabilit{plural} {}", names.join(", "))?;
+            if self.capabilities.len() > LISTED_CAPABILITIES {
+                write!(
+                    f,
+                    " and {} more",
+                    self.capabilities.len() - LISTED_CAPABILITIES
+                )?;
+            }
+            f.write_str(")")?;
+        }
+        if let Some(expression) = &self.expression {
+            match &self.policy_id {
+                Some(id) => write!(f, "; in policy `{id}`: `{expression}`")?,
+                None => write!(f, "; in `{expression}`")?,
+            }
+        }
+        if let Some(fix) = &self.fix {
+            write!(f, "; fix: `{fix}`")?;
+        }
+        Ok(())
     }
 }
 
@@ -218,11 +325,21 @@ fn diag_at(
         severity: Severity::Error,
         message,
         policy_id,
+        expression: None,
+        fix: None,
+        capabilities: Vec::new(),
     }
 }
 
 fn first_label_offset(d: &dyn miette::Diagnostic) -> Option<usize> {
-    d.labels().and_then(|mut l| l.next()).map(|l| l.offset())
+    first_label(d).map(|l| l.start)
+}
+
+/// The span of a Cedar diagnostic's first label.
+fn first_label(d: &dyn miette::Diagnostic) -> Option<Range<usize>> {
+    d.labels()
+        .and_then(|mut l| l.next())
+        .map(|l| l.offset()..l.offset() + l.len())
 }
 
 /// A parsed policy with where it was found.
@@ -594,97 +711,6 @@ impl ValidationReport {
     }
 }
 
-/// Checks policy files: syntax, annotations, duplicate ids, and — when a schema is given —
-/// Cedar's strict validation against it. Each problem names file, line and column.
-pub fn validate_sources(
-    files: &[PolicyFile],
-    schema: Option<&cedar_policy::Schema>,
-) -> ValidationReport {
-    let (parsed, mut diagnostics) = parse_files(files);
-    let count = parsed.len();
-    // Annotation problems and duplicate ids.
-    let mut seen: HashMap<String, (String, usize)> = HashMap::new();
-    let mut set = PolicySet::new();
-    let mut where_is: HashMap<String, (usize, usize)> = HashMap::new();
-    let mut display_ids: HashMap<String, String> = HashMap::new();
-    for (i, p) in parsed.iter().enumerate() {
-        let file = &files[p.file];
-        let (line, column) = line_col(&file.text, p.offset);
-        let vid = format!("p{i}");
-        match rule_from(&p.policy, &file.name, line, column) {
-            Err(message) => {
-                display_ids.insert(vid.clone(), format!("{}:{line}", file.name));
-                diagnostics.push(diag_at(file, p.offset, message, None));
-            }
-            Ok(rule) => {
-                display_ids.insert(vid.clone(), rule.id.clone());
-                if let Some((f, l)) = seen.get(&rule.id) {
-                    diagnostics.push(diag_at(
-                        file,
-                        p.offset,
-                        format!("duplicate policy id `{}` (first used at {f}:{l})", rule.id),
-                        Some(rule.id.clone()),
-                    ));
-                } else {
-                    seen.insert(rule.id.clone(), (file.name.clone(), line));
-                }
-            }
-        }
-        // Validation uses synthetic unique ids so that duplicates do not hide errors.
-        let id = match PolicyId::from_str(&vid) {
-            Ok(id) => id,
-            Err(e) => match e {},
-        };
-        if set.add(p.policy.new_id(id)).is_ok() {
-            where_is.insert(vid, (p.file, p.offset));
-        }
-    }
-    if let Some(schema) = schema {
-        let validator = Validator::new(schema.clone());
-        let result = validator.validate(&set, ValidationMode::Strict);
-        for e in result.validation_errors() {
-            let pid = e.policy_id().to_string();
-            let Some(&(fi, policy_offset)) = where_is.get(&pid) else {
-                continue;
-            };
-            let file = &files[fi];
-            // Spans are offsets into the text the policy was parsed from (its file).
-            let offset = first_label_offset(e).unwrap_or(policy_offset);
-            let mut message = clean_message(&e.to_string(), &pid);
-            if let Some(help) = e.help() {
-                message = format!("{message} ({help})");
-            }
-            diagnostics.push(diag_at(
-                file,
-                offset,
-                message,
-                display_ids.get(&pid).cloned(),
-            ));
-        }
-        for w in result.validation_warnings() {
-            let pid = w.policy_id().to_string();
-            let Some(&(fi, policy_offset)) = where_is.get(&pid) else {
-                continue;
-            };
-            let file = &files[fi];
-            let offset = first_label_offset(w).unwrap_or(policy_offset);
-            let mut d = diag_at(
-                file,
-                offset,
-                clean_message(&w.to_string(), &pid),
-                display_ids.get(&pid).cloned(),
-            );
-            d.severity = Severity::Warning;
-            diagnostics.push(d);
-        }
-    }
-    sort_diagnostics(&mut diagnostics);
-    ValidationReport {
-        policies: count,
-        diagnostics,
-    }
-}
-
 /// Sorts by file, line and column, and drops repeats.
 fn sort_diagnostics(diagnostics: &mut Vec<Diagnostic>) {
     diagnostics.sort_by(|a, b| {
@@ -709,14 +735,6 @@ fn clean_message(message: &str, synthetic_id: &str) -> String {
         }
     }
     m
-}
-
-/// [`validate_sources`] over files and directories on disk.
-pub fn validate_paths<P: AsRef<Path>>(
-    paths: &[P],
-    schema: Option<&cedar_policy::Schema>,
-) -> Result<ValidationReport, CedarError> {
-    Ok(validate_sources(&read_paths(paths)?, schema))
 }
 
 #[cfg(test)]

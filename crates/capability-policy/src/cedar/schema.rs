@@ -1,18 +1,32 @@
 //! A Cedar schema generated from the registered capabilities (`cap policy schema`).
 //!
 //! The schema declares the public contract: entity types `Agent` and `Capability`, the 14
-//! actions, and one `Context` type shared by all actions. Because every action type may be
-//! used with every capability, `context.input` (and `context.output`) is the union of the
-//! properties of every capability's input (output) JSON Schema, each attribute optional:
-//! policies test `context.input has amount` before reading it, which Cedar's validator
-//! enforces. A property whose JSON Schema types conflict between capabilities, or has no
-//! Cedar equivalent, is left out and reported as a warning.
-
-use std::collections::BTreeMap;
+//! actions, and one `Context` type shared by all actions. JSON Schema types map to Cedar
+//! types as the request builder converts values (see [`super`], "Numbers"): `string` →
+//! `String`, `integer` → `Long`, `number` → `decimal`, `boolean` → `Boolean`, `array` with
+//! `items` → `Set`, `object` → record (its `required` properties required, the others
+//! optional), `["t", "null"]` → the type of `t`, optional. A property with no Cedar
+//! equivalent (a union of types, an array without `items`, no `type`) is left out and
+//! reported as a warning.
+//!
+//! Cedar types the context per action, and every action applies to every capability, so one
+//! schema can only give `context.input` (and `context.output`) the union of the properties
+//! of every capability's schema, each optional: that is [`GeneratedSchema::schema`], what
+//! `cap policy schema` prints. It cannot tell that `a` is a `number` for one tool and an
+//! `integer` for another (a property whose types conflict is left out of the union). So
+//! the generator also keeps each capability's own types, and [`super::check_sources`]
+//! validates each policy that reads `context.input` or `context.output` against a schema
+//! whose context is typed by each capability it can apply to
+//! ([`GeneratedSchema::capability_json`] shows one). Capabilities whose types agree on the
+//! attributes the policies read share one schema, so that checking costs one validation per
+//! distinct typing, not per capability.
+use std::collections::{BTreeMap, BTreeSet};
+use std::str::FromStr;
 
 use serde_json::{Map, Value, json};
 
-use super::{ACTION_TYPE, AGENT_TYPE, CAPABILITY_TYPE, CedarError};
+use super::eval::capability_entity;
+use super::{AGENT_TYPE, CAPABILITY_TYPE, CedarError};
 use crate::action::ActionType;
 use crate::model::GovernedCapability;
 
@@ -24,21 +38,120 @@ pub struct SchemaOptions {
     pub label_keys: Vec<String>,
 }
 
-/// The generated schema in both of Cedar's formats, parsed.
+/// The generated schema in both of Cedar's formats, parsed, and the types of each
+/// capability's own context.
 #[derive(Clone, Debug)]
 pub struct GeneratedSchema {
     /// Cedar's JSON schema format.
     pub json: Value,
     /// Cedar's human-readable schema format.
     pub text: String,
-    /// The parsed schema, for validation.
+    /// The parsed schema, for validation: `context.input` and `context.output` are the union
+    /// of every capability's (see the module docs).
     pub schema: cedar_policy::Schema,
     /// Properties left out, and why.
     pub warnings: Vec<String>,
+    /// The union types.
+    input: CType,
+    output: CType,
+    labels: CType,
+    capabilities: Vec<CapabilityTyping>,
+}
+
+/// One capability's own context types and entity.
+#[derive(Clone, Debug)]
+pub(crate) struct CapabilityTyping {
+    pub name: String,
+    /// Its input and output record types; `None`: the union's.
+    input: Option<CType>,
+    output: Option<CType>,
+    /// Its Cedar entity, to evaluate the conditions on `resource` that open a policy.
+    pub entity: Option<cedar_policy::Entity>,
+}
+
+/// Which attributes of a record the checked policies read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Attrs {
+    /// The record is used as a whole (compared, or `context` itself is).
+    All,
+    Named(BTreeSet<String>),
+}
+
+impl Attrs {
+    pub(crate) fn none() -> Self {
+        Attrs::Named(BTreeSet::new())
+    }
+
+    pub(crate) fn add(&mut self, attr: &str) {
+        if let Attrs::Named(set) = self {
+            set.insert(attr.to_string());
+        }
+    }
+}
+
+/// What the checked policies read of `context.input` and `context.output`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Reads {
+    pub input: Attrs,
+    pub output: Attrs,
+}
+
+/// A context typing, reduced to the attributes the policies read: capabilities whose
+/// typings are equal share one schema (validation gives the same result for them).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ContextTypes {
+    input: CType,
+    output: CType,
+}
+
+impl GeneratedSchema {
+    /// The schema, in Cedar's JSON format, whose `context.input` and `context.output` are
+    /// the named capability's own input and output types (the union's for one without
+    /// schemas): what [`super::check_sources`] validates the policies that apply to it
+    /// against. `None` for a capability that was not given to [`generate_schema`].
+    pub fn capability_json(&self, name: &str) -> Option<Value> {
+        let cap = self.capabilities.iter().find(|c| c.name == name)?;
+        let all = Reads {
+            input: Attrs::All,
+            output: Attrs::All,
+        };
+        let t = self.context_types(cap, &all);
+        Some(schema_json(&t.input, &t.output, &self.labels))
+    }
+
+    /// The capabilities the schema was generated for, in order.
+    pub(crate) fn capabilities(&self) -> &[CapabilityTyping] {
+        &self.capabilities
+    }
+
+    /// A capability's context types, reduced to what is read.
+    pub(crate) fn context_types(&self, cap: &CapabilityTyping, reads: &Reads) -> ContextTypes {
+        let project = |own: &Option<CType>, union: &CType, attrs: &Attrs| {
+            let t = own.as_ref().unwrap_or(union);
+            match (t, attrs) {
+                (CType::Record(all), Attrs::Named(names)) => CType::Record(
+                    all.iter()
+                        .filter(|(k, _)| names.contains(*k))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                ),
+                _ => t.clone(),
+            }
+        };
+        ContextTypes {
+            input: project(&cap.input, &self.input, &reads.input),
+            output: project(&cap.output, &self.output, &reads.output),
+        }
+    }
+
+    /// The schema for a context typing.
+    pub(crate) fn schema_for(&self, t: &ContextTypes) -> Result<cedar_policy::Schema, CedarError> {
+        parsed(&schema_json(&t.input, &t.output, &self.labels))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
-enum CType {
+pub(crate) enum CType {
     String,
     Long,
     Bool,
@@ -189,58 +302,48 @@ fn merge_records(
     }
 }
 
+/// A capability's own input (or output) record type; `None` when it has no schema or one
+/// that is not an object.
+fn own_type(
+    name: &str,
+    schema: Option<&Value>,
+    root: &str,
+    warnings: &mut Vec<String>,
+) -> Option<CType> {
+    match from_json_schema(schema?, &format!("{name}: {root}"), warnings)? {
+        t @ CType::Record(_) => Some(t),
+        _ => {
+            warnings.push(format!(
+                "`{name}`: its {root} schema is not an object; only object {root}s are typed"
+            ));
+            None
+        }
+    }
+}
+
+/// The union of record types, every attribute optional.
 fn union_of<'a>(
-    schemas: impl Iterator<Item = (&'a str, Option<&'a Value>)>,
+    types: impl Iterator<Item = Option<&'a CType>>,
     root: &str,
     warnings: &mut Vec<String>,
 ) -> CType {
     let mut acc: BTreeMap<String, (CType, bool)> = BTreeMap::new();
     let mut dropped = Vec::new();
-    for (name, schema) in schemas {
-        let Some(schema) = schema else { continue };
-        match from_json_schema(schema, &format!("{name}: {root}"), warnings) {
-            Some(CType::Record(attrs)) => {
-                let attrs = attrs
-                    .into_iter()
-                    .map(|(k, (t, _))| (k, (t, false)))
-                    .collect();
-                merge_records(&mut acc, attrs, root, warnings, &mut dropped);
-            }
-            Some(_) => warnings.push(format!(
-                "`{name}`: its {root} schema is not an object; only object {root}s are typed"
-            )),
-            None => {}
-        }
+    for t in types {
+        let Some(CType::Record(attrs)) = t else {
+            continue;
+        };
+        let attrs = attrs
+            .iter()
+            .map(|(k, (t, _))| (k.clone(), (t.clone(), false)))
+            .collect();
+        merge_records(&mut acc, attrs, root, warnings, &mut dropped);
     }
     CType::Record(acc)
 }
 
-/// Generates the schema for the given capabilities.
-pub fn generate_schema<'a>(
-    capabilities: impl IntoIterator<Item = &'a GovernedCapability>,
-    options: &SchemaOptions,
-) -> Result<GeneratedSchema, CedarError> {
-    let caps: Vec<&GovernedCapability> = capabilities.into_iter().collect();
-    let mut warnings = Vec::new();
-    let input = union_of(
-        caps.iter()
-            .map(|c| (c.name.as_str(), c.governance.input_schema.as_ref())),
-        "input",
-        &mut warnings,
-    );
-    let output = union_of(
-        caps.iter()
-            .map(|c| (c.name.as_str(), c.governance.output_schema.as_ref())),
-        "output",
-        &mut warnings,
-    );
-    let labels = CType::Record(
-        options
-            .label_keys
-            .iter()
-            .map(|k| (k.clone(), (CType::String, false)))
-            .collect(),
-    );
+/// The schema's JSON for given input, output and labels types.
+fn schema_json(input: &CType, output: &CType, labels: &CType) -> Value {
     let string = || json!({"type": "String"});
     let strings = || json!({"type": "Set", "element": {"type": "String"}});
     let decimal =
@@ -269,7 +372,7 @@ pub fn generate_schema<'a>(
             }}),
         );
     }
-    let json = json!({"": {
+    json!({"": {
         "commonTypes": {
             "Input": input.to_json(),
             "Output": output.to_json(),
@@ -301,12 +404,44 @@ pub fn generate_schema<'a>(
             }}},
         },
         "actions": actions,
-    }});
-    let _ = ACTION_TYPE;
-    let schema =
-        cedar_policy::Schema::from_json_value(json.clone()).map_err(|e| CedarError::Schema {
-            message: e.to_string(),
-        })?;
+    }})
+}
+
+fn parsed(json: &Value) -> Result<cedar_policy::Schema, CedarError> {
+    cedar_policy::Schema::from_json_value(json.clone()).map_err(|e| CedarError::Schema {
+        message: e.to_string(),
+    })
+}
+
+/// Generates the schema for the given capabilities: the union schema, and each
+/// capability's own types for [`super::check_sources`] (see the module docs).
+pub fn generate_schema<'a>(
+    capabilities: impl IntoIterator<Item = &'a GovernedCapability>,
+    options: &SchemaOptions,
+) -> Result<GeneratedSchema, CedarError> {
+    let caps: Vec<&GovernedCapability> = capabilities.into_iter().collect();
+    let mut warnings = Vec::new();
+    let own: Vec<(Option<CType>, Option<CType>)> = caps
+        .iter()
+        .map(|c| {
+            let g = &c.governance;
+            (
+                own_type(&c.name, g.input_schema.as_ref(), "input", &mut warnings),
+                own_type(&c.name, g.output_schema.as_ref(), "output", &mut warnings),
+            )
+        })
+        .collect();
+    let input = union_of(own.iter().map(|(i, _)| i.as_ref()), "input", &mut warnings);
+    let output = union_of(own.iter().map(|(_, o)| o.as_ref()), "output", &mut warnings);
+    let labels = CType::Record(
+        options
+            .label_keys
+            .iter()
+            .map(|k| (k.clone(), (CType::String, false)))
+            .collect(),
+    );
+    let json = schema_json(&input, &output, &labels);
+    let schema = parsed(&json)?;
     let text = cedar_policy::SchemaFragment::from_json_value(json.clone())
         .map_err(|e| CedarError::Schema {
             message: e.to_string(),
@@ -316,11 +451,37 @@ pub fn generate_schema<'a>(
             message: e.to_string(),
         })?
         .replace("__cedar::", "");
+
+    let capability_type = cedar_policy::EntityTypeName::from_str(CAPABILITY_TYPE).map_err(|e| {
+        CedarError::Schema {
+            message: e.to_string(),
+        }
+    })?;
+    let capabilities = caps
+        .iter()
+        .zip(own)
+        .map(|(cap, (input, output))| {
+            let uid = cedar_policy::EntityUid::from_type_name_and_id(
+                capability_type.clone(),
+                cedar_policy::EntityId::new(&cap.name),
+            );
+            CapabilityTyping {
+                name: cap.name.clone(),
+                input,
+                output,
+                entity: capability_entity(cap, uid).ok(),
+            }
+        })
+        .collect();
     Ok(GeneratedSchema {
         json,
         text,
         schema,
         warnings,
+        input,
+        output,
+        labels,
+        capabilities,
     })
 }
 
