@@ -606,3 +606,260 @@ fn a_signed_checkpoint_catches_truncation_and_a_rebuilt_chain() {
     let problem = report["checkpoint"]["problem"].as_str().unwrap();
     assert!(problem.contains("edited"), "{problem}");
 }
+
+/// A token made with `cap tokens add` (its secret).
+fn add_token(home: &Path, args: &[&str], password: Option<&str>) -> String {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cap"))
+        .env("CAP_HOME", home)
+        .args(["tokens", "add"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin
+        .write_all(format!("{}\n", password.unwrap_or_default()).as_bytes())
+        .unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    stdout_json(&out)["token"].as_str().unwrap().to_string()
+}
+
+/// A pending approval for `text` requested by `cap exec --agent <agent>`.
+fn pending_by_agent(home: &Path, policy: &str, agent: &str, text: &str) -> String {
+    let input = json!({"text": text}).to_string();
+    let out = cap(
+        home,
+        &[
+            "exec",
+            "text/slugify",
+            &input,
+            "--policy",
+            policy,
+            "--agent",
+            agent,
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout_json(&out)["approval"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// A console session of a login: its cookie (`name=value`).
+fn console_login(addr: &str, login: &str, password: &str) -> String {
+    let (_, head, page) = common::http(addr, "GET", "/login", &[], "");
+    let csrf_cookie = common::set_cookies(&head)
+        .into_iter()
+        .find(|c| c.starts_with("cap_login_csrf="))
+        .unwrap();
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap()
+        .to_string();
+    let form = format!("csrf={csrf}&login={login}&password={password}");
+    let (status, head, _) = common::http(
+        addr,
+        "POST",
+        "/login",
+        &[
+            ("Cookie", &csrf_cookie),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        &form,
+    );
+    assert_eq!(status, 303, "{head}");
+    common::set_cookies(&head)
+        .into_iter()
+        .find(|c| c.starts_with("cap_session="))
+        .unwrap()
+}
+
+/// The console's approve form for `id` as the session `cookie`: status and page.
+fn console_approve(addr: &str, cookie: &str, id: &str) -> (u16, String) {
+    let (status, _, page) = common::http(
+        addr,
+        "GET",
+        &format!("/console/approvals/{id}"),
+        &[("Cookie", cookie)],
+        "",
+    );
+    assert_eq!(status, 200, "{page}");
+    let csrf = page
+        .split("name=\"csrf\" value=\"")
+        .nth(1)
+        .and_then(|s| s.split('"').next())
+        .unwrap_or_default()
+        .to_string();
+    let (status, _, page) = common::http(
+        addr,
+        "POST",
+        &format!("/console/approvals/{id}/approve"),
+        &[
+            ("Cookie", cookie),
+            ("Content-Type", "application/x-www-form-urlencoded"),
+        ],
+        &format!("csrf={csrf}&comment="),
+    );
+    (status, page)
+}
+
+/// The one approval rule, on every surface: a principal never decides a request it made —
+/// compared by its principal id (the same token asked), its name (an agent named as its
+/// login asked) and its agent id (its own agent asked) — whether it decides with the CLI
+/// (`--token`), the HTTP API or the console; a principal that did not ask decides.
+#[test]
+fn one_rule_refuses_self_approval_on_every_surface() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    let policy = write_policy(h);
+    let p = policy.to_str().unwrap();
+    let root = add_token(
+        h,
+        &[
+            "--role",
+            "admin",
+            "--agent",
+            "root-agent",
+            "--login",
+            "root",
+        ],
+        Some("root password"),
+    );
+    let carol = add_token(
+        h,
+        &[
+            "--role",
+            "approver",
+            "--tenant",
+            "*",
+            "--agent",
+            "carol-agent",
+            "--login",
+            "carol",
+        ],
+        Some("carol password"),
+    );
+    let dave = add_token(
+        h,
+        &[
+            "--role", "approver", "--tenant", "*", "--agent", "bot", "--login", "dave",
+        ],
+        Some("dave password"),
+    );
+    let alice = add_token(
+        h,
+        &["--role", "approver", "--tenant", "*", "--login", "alice"],
+        Some("alice password"),
+    );
+    let (_server, addr) = common::serve(h, &["--policy", p]);
+    let bearer = |t: &str| format!("Bearer {t}");
+    // Requested by root's own token over the API (requester `token:<root's id>`).
+    let by_root = |text: &str| {
+        let body = json!({"capability": "text/slugify", "input": {"text": text}}).to_string();
+        let auth = bearer(&root);
+        let (status, _, answer) = common::http(
+            &addr,
+            "POST",
+            "/api/v1/invoke",
+            &[
+                ("Authorization", &auth),
+                ("Content-Type", "application/json"),
+            ],
+            &body,
+        );
+        assert_eq!(status, 202, "{answer}");
+        json::parse(answer.as_bytes()).unwrap()["approval"]["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    // The three ways a request is the decider's own, each with its decider.
+    let cases: [(&str, &str, &str, Box<dyn Fn(&str) -> String>); 3] = [
+        ("principal id", &root, "root", Box::new(by_root)),
+        (
+            "name",
+            &carol,
+            "carol",
+            Box::new(|t: &str| pending_by_agent(h, p, "carol", t)),
+        ),
+        (
+            "agent id",
+            &dave,
+            "dave",
+            Box::new(|t: &str| pending_by_agent(h, p, "bot", t)),
+        ),
+    ];
+    let refused = |what: &str, surface: &str, text: &str| {
+        assert!(
+            text.contains("cannot decide") || text.contains("SELF_APPROVAL"),
+            "{surface}, by {what}: {text}"
+        );
+    };
+    for (what, token, login, request) in &cases {
+        // The CLI, as the token's holder.
+        let id = request(&format!("cli secret by {what}"));
+        let out = cap(h, &["approvals", "approve", &id, "--token", token]);
+        assert_eq!(out.status.code(), Some(1), "cli, by {what}");
+        refused(what, "cli", &String::from_utf8_lossy(&out.stderr));
+        // The API.
+        let id = request(&format!("api secret by {what}"));
+        let auth = bearer(token);
+        let (status, _, answer) = common::http(
+            &addr,
+            "POST",
+            &format!("/api/v1/approvals/{id}/approve"),
+            &[
+                ("Authorization", &auth),
+                ("Content-Type", "application/json"),
+            ],
+            "{}",
+        );
+        assert_eq!(status, 403, "api, by {what}: {answer}");
+        refused(what, "api", &answer);
+        // The console: no form is offered, and posting one is refused.
+        let id = request(&format!("console secret by {what}"));
+        let cookie = console_login(&addr, login, &format!("{login} password"));
+        let (_, _, page) = common::http(
+            &addr,
+            "GET",
+            &format!("/console/approvals/{id}"),
+            &[("Cookie", &cookie)],
+            "",
+        );
+        assert!(
+            page.contains("You cannot decide this approval"),
+            "console, by {what}"
+        );
+        let (status, page) = console_approve(&addr, &cookie, &id);
+        assert_eq!(status, 403, "console, by {what}: {page}");
+        refused(what, "console", &page);
+        // Someone who did not ask decides it.
+        let out = cap(h, &["approvals", "approve", &id, "--token", &alice]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The operator of this machine is refused by name too.
+    let id = pending_by_agent(h, p, "erin", "operator secret");
+    let out = cap(h, &["approvals", "approve", &id, "--approver", "erin"]);
+    assert_eq!(out.status.code(), Some(1));
+    refused(
+        "name",
+        "cli operator",
+        &String::from_utf8_lossy(&out.stderr),
+    );
+}

@@ -15,7 +15,7 @@ use crate::error::{Forbidden, HostError, InvalidRequest, PolicyError};
 use crate::principal::{Access, Principal};
 
 /// A validation report as JSON: `{valid, policies, diagnostics: [{file, line, column,
-/// severity, message, policy}]}`.
+/// severity, message, policy, expression, fix, capabilities}]}`.
 pub fn validation_json(report: &ValidationReport) -> Value {
     json!({
         "valid": report.is_ok(),
@@ -24,6 +24,7 @@ pub fn validation_json(report: &ValidationReport) -> Value {
             "file": d.file, "line": d.line, "column": d.column,
             "severity": format!("{:?}", d.severity).to_lowercase(),
             "message": d.message, "policy": d.policy_id,
+            "expression": d.expression, "fix": d.fix, "capabilities": d.capabilities,
         })).collect::<Vec<_>>(),
     })
 }
@@ -86,7 +87,10 @@ impl Host {
             .map_err(|e| PolicyError::new(e).into())
     }
 
-    /// Validates policy files (directories expanded) against [`Host::policy_schema`].
+    /// Validates policy files (directories expanded) against the capabilities of
+    /// [`Host::governed_capabilities`]: each policy that reads the input or output of a call
+    /// against the types of every capability it can apply to (so `context.input.a > 100` is
+    /// reported, with its fix, when `a` is a JSON Schema `number` of a tool it governs).
     pub fn validate_policies(
         &self,
         files: &[PathBuf],
@@ -94,7 +98,17 @@ impl Host {
     ) -> Result<ValidationReport, HostError> {
         let files = crate::config::policy_files(files)?;
         let schema = self.policy_schema(extra, &SchemaOptions::default())?;
-        cedar::validate_paths(&files, Some(&schema.schema)).map_err(|e| PolicyError::new(e).into())
+        cedar::check_paths(&files, &schema).map_err(|e| PolicyError::new(e).into())
+    }
+
+    /// [`Host::validate_policies`] of this host's own policy files against its capabilities
+    /// as they are now (upstream tools included): what a long-running surface reports when
+    /// it starts, and again when the upstream tools change.
+    pub fn check_policies(&self) -> Result<ValidationReport, HostError> {
+        if self.policy_files.is_empty() {
+            return Ok(ValidationReport::default());
+        }
+        self.validate_policies(&self.policy_files, &[])
     }
 
     /// Runs fixtures (a JSON array, see `capability_policy::fixtures`) against policy files,

@@ -164,14 +164,32 @@ impl Gateway {
     }
 
     /// Asks the host to look at the upstreams every 250 ms; tells connected clients when
-    /// the tools changed.
+    /// the tools changed, and reports on stderr the policies that no longer type-check
+    /// against the tools (checked again at each change).
     pub async fn watch(self: Arc<Self>) {
+        let mut reported: Vec<String> = Vec::new();
         loop {
             tokio::time::sleep(Duration::from_millis(250)).await;
             let host = Arc::clone(&self.host);
-            let changed = tokio::task::spawn_blocking(move || host.sync_upstreams(false))
-                .await
-                .unwrap_or(false);
+            let checked = tokio::task::spawn_blocking(move || {
+                let changed = host.sync_upstreams(false);
+                let problems = changed.then(|| host.check_policies());
+                (changed, problems)
+            })
+            .await;
+            let Ok((changed, problems)) = checked else {
+                continue;
+            };
+            if let Some(problems) = problems {
+                let now: Vec<String> = match problems {
+                    Ok(report) => report.diagnostics.iter().map(|d| d.to_string()).collect(),
+                    Err(e) => vec![format!("cannot check the policies: {e}")],
+                };
+                for line in now.iter().filter(|l| !reported.contains(l)) {
+                    eprintln!("mcp-gateway: policy: {line}");
+                }
+                reported = now;
+            }
             if changed {
                 self.peers.notify_tool_list_changed().await;
             }

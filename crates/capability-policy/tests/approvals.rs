@@ -427,3 +427,62 @@ fn the_governor_holds_then_releases_an_approved_action_exactly_once() {
     assert_eq!(refused.outcome, AuditOutcome::DeniedBeforeExecution);
     assert_eq!(refused.code.as_deref(), Some("approval_invalid"));
 }
+
+/// The one rule of `Decider::check`, each comparison alone: the request's requester or
+/// agent against the decider's name, principal id and agent id; and the tenant scope.
+#[test]
+fn the_one_rule_compares_every_name_of_the_decider() {
+    let clock = Arc::new(ManualClock::at(T0));
+    let m = manager(Arc::new(MemoryStore::new()), clock);
+    // Requested by principal `token:t1` through agent `ops-agent`, tenant acme.
+    let a = action(json!({"user_id": "u2"}))
+        .principal("token:t1")
+        .tenant("acme");
+    let r = pending(&m, &a);
+    assert_eq!(
+        (r.requester.as_str(), r.agent_id.as_str()),
+        ("token:t1", "ops-agent")
+    );
+    let own = |d: Decider| matches!(d.check(&r), Err(ApprovalError::SelfApproval { .. }));
+    // By principal id: the requester is the decider's id.
+    assert!(own(Decider::named("alice").also_known_as("token:t1")));
+    // By name: the requester, or the agent, is the decider's name.
+    assert!(own(Decider::named("token:t1")));
+    assert!(own(Decider::named("ops-agent")));
+    // By agent id: the agent is the decider's agent.
+    assert!(own(Decider::named("dave").also_known_as("ops-agent")));
+    // Anyone else may, for the approval's tenant only.
+    assert!(Decider::named("carol").check(&r).is_ok());
+    assert!(
+        Decider::named("carol")
+            .for_tenants(["acme".to_string()])
+            .check(&r)
+            .is_ok()
+    );
+    assert!(matches!(
+        Decider::named("carol")
+            .for_tenants(["globex".to_string()])
+            .check(&r),
+        Err(ApprovalError::OtherTenant { .. })
+    ));
+    // `decide` applies the rule.
+    assert!(matches!(
+        m.decide(
+            &r.approval_id,
+            &Decider::named("dave").also_known_as("ops-agent"),
+            ApprovalDecision::Approve,
+            None
+        ),
+        Err(ApprovalError::SelfApproval { .. })
+    ));
+    let decided = m
+        .decide(
+            &r.approval_id,
+            &Decider::named("carol"),
+            ApprovalDecision::Approve,
+            None,
+        )
+        .unwrap();
+    assert!(decided.token.is_some());
+    assert_eq!(decided.record.decided_by.as_deref(), Some("carol"));
+}

@@ -20,6 +20,11 @@ use crate::output::{absolute, print_json, read_json};
 pub struct ApprovalsArgs {
     #[command(subcommand)]
     pub command: ApprovalsCommand,
+    /// Act as the holder of this bearer token (default: $CAP_TOKEN): its role and tenants
+    /// apply, as on the API and the console. Without one, the operator of this machine
+    /// (`--approver`, else $USER) acts, for every tenant.
+    #[arg(long, global = true)]
+    pub token: Option<String>,
     #[command(flatten)]
     pub home: HomeArg,
 }
@@ -68,6 +73,19 @@ pub(crate) fn operator(given: Option<String>) -> Principal {
 
 pub fn approvals_cmd(args: ApprovalsArgs) -> Result<i32, String> {
     let host = open_home(&args.home)?;
+    let token = args
+        .token
+        .clone()
+        .or_else(|| std::env::var("CAP_TOKEN").ok().filter(|t| !t.is_empty()));
+    // Who acts: the token's holder, else the operator.
+    let principal = |approver: Option<String>| -> Result<Principal, String> {
+        match &token {
+            Some(t) => host
+                .authenticate(capability_host::Credential::Bearer(t))
+                .map_err(|e| e.to_string()),
+            None => Ok(operator(approver)),
+        }
+    };
     match args.command {
         ApprovalsCommand::List {
             status,
@@ -79,7 +97,7 @@ pub fn approvals_cmd(args: ApprovalsArgs) -> Result<i32, String> {
                 .transpose()?;
             let list = host
                 .approvals(
-                    &operator(None),
+                    &principal(None)?,
                     &ApprovalFilter {
                         status,
                         tenant,
@@ -94,7 +112,7 @@ pub fn approvals_cmd(args: ApprovalsArgs) -> Result<i32, String> {
         }
         ApprovalsCommand::Show { id } => {
             let record = host
-                .approval(&operator(None), &id)
+                .approval(&principal(None)?, &id)
                 .map_err(|e| e.to_string())?;
             print_json(&approval_json(&record))?;
         }
@@ -104,7 +122,7 @@ pub fn approvals_cmd(args: ApprovalsArgs) -> Result<i32, String> {
             note,
         } => {
             let decided = host
-                .decide_approval(&operator(who), &id, ApprovalDecision::Approve, note)
+                .decide_approval(&principal(who)?, &id, ApprovalDecision::Approve, note)
                 .map_err(|e| e.to_string())?;
             let token = decided.token.map(|t| t.0).unwrap_or_default();
             print_json(
@@ -117,7 +135,7 @@ pub fn approvals_cmd(args: ApprovalsArgs) -> Result<i32, String> {
             note,
         } => {
             let decided = host
-                .decide_approval(&operator(who), &id, ApprovalDecision::Deny, note)
+                .decide_approval(&principal(who)?, &id, ApprovalDecision::Deny, note)
                 .map_err(|e| e.to_string())?;
             print_json(&approval_json(&decided.record))?;
         }

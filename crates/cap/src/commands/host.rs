@@ -257,6 +257,16 @@ impl RunOptions {
         };
         let host = Host::open(config).map_err(|e| e.to_string())?;
         host.prewarm_pool();
+        // A policy that cannot type-check against what this host serves (an upstream tool's
+        // number compared with `>`, a misspelt attribute) is reported before any call.
+        match host.check_policies() {
+            Ok(report) => {
+                for d in &report.diagnostics {
+                    eprintln!("policy: {d}");
+                }
+            }
+            Err(e) => eprintln!("policy: cannot check the policies: {e}"),
+        }
         Ok(host)
     }
 }
