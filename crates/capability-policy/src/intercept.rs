@@ -42,6 +42,7 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
@@ -52,7 +53,7 @@ use crate::audit::{AuditError, AuditEvent, AuditOutcome, AuditSink, NoopSink};
 use crate::decision::{Decision, DecisionType, SandboxRequirement};
 use crate::engine::{EngineError, Obligations, PolicyEngine, Verdict};
 use crate::model::{Environment, GovernedCapability, Labels};
-use crate::pointer::{self, PointerError};
+use crate::pointer::{self, Mutation, PointerError};
 use crate::policy::{GrantedApproval, PolicyContext, Stage};
 use crate::registry::{CapabilityNotFound, CapabilityRegistry};
 
@@ -554,18 +555,6 @@ impl Governor {
         self.audit.emit_owned(event)
     }
 
-    fn emit_some(
-        &self,
-        event: Option<AuditEvent>,
-        receipt: Option<&String>,
-        events: &mut Vec<String>,
-    ) -> Result<(), AuditError> {
-        match event {
-            Some(e) => self.emit(e, receipt, events),
-            None => Ok(()),
-        }
-    }
-
     /// Runs the whole governed lifecycle around `execute` (see the module docs).
     pub fn intercept<E, F>(
         &self,
@@ -596,9 +585,10 @@ impl Governor {
         Intercepted { result, executed }
     }
 
+    /// The stages of one call, in order (see the module docs and [`Lifecycle`]).
     fn lifecycle<T, E, F>(
         &self,
-        mut req: InterceptRequest,
+        req: InterceptRequest,
         execute: F,
         executed: &mut Option<T>,
     ) -> Result<InterceptResult, InterceptError<E>>
@@ -606,433 +596,15 @@ impl Governor {
         E: std::fmt::Display,
         F: FnOnce(&Execution<'_>) -> Result<(Value, T), E>,
     {
-        let cap = self.registry.require(&req.capability)?;
-        let input = std::mem::take(&mut req.input);
-        let mut action = self.action_with_input(&req, cap, input);
-        // Approvals bind to the action the agent asked for (before transforms and routes): a
-        // copy is kept, for an approval manager, just before a transform or route changes it.
-        let mut original: Option<AgentAction> = None;
-        let keep = |original: &mut Option<AgentAction>, action: &AgentAction| {
-            if self.approvals.is_some() && original.is_none() {
-                *original = Some(action.clone());
-            }
-        };
-        // The digest of `action` as it is now (reset when its input or capability changes).
-        let mut digest = DigestCache::default();
-        let receipt = req.receipt_id.as_ref();
-        let mut events = Vec::new();
-        let mut routed_from = Vec::new();
-        let mut approval: Option<GrantedApproval> = None;
-
-        // Approval token: verified now, consumed only if execution goes ahead.
-        if let Some(token) = &req.approval_token {
-            let verified = match &self.approvals {
-                Some(m) => m
-                    .verify_for(token, &action)
-                    .map(|(claims, _)| GrantedApproval {
-                        approval_id: claims.approval_id,
-                        approver: claims.approver,
-                    }),
-                None => Err(ApprovalError::Malformed {
-                    message: "no approval manager is configured".into(),
-                }),
-            };
-            match verified {
-                Ok(g) => approval = Some(g),
-                Err(e) => {
-                    let mut d = Decision::deny(format!("approval refused: {e}"))
-                        .with_code("approval_invalid");
-                    d.action_id = Some(action.action_id.clone());
-                    let ev = AuditEvent::with_digest(
-                        &action,
-                        &d,
-                        Stage::BeforeCapability,
-                        AuditOutcome::DeniedBeforeExecution,
-                        digest.get(&action),
-                    );
-                    self.emit(ev, receipt, &mut events)?;
-                    return Err(InterceptError::Approval(e));
-                }
-            }
+        let mut call = Lifecycle::start(self, req)?;
+        call.verify_token().map_err(widen)?;
+        if call.req.mode == InterceptMode::Lifecycle {
+            call = call.before().map_err(widen)?;
         }
-
-        let mut output_obligations = Obligations::default();
-        let mut sandbox: Option<SandboxRequirement> = None;
-        // The policies' runtime metadata: one copy of the request's, handed from stage to
-        // stage.
-        let mut runtime = req.metadata.clone();
-        let before = if req.mode == InterceptMode::Lifecycle {
-            let mut depth = 0usize;
-            loop {
-                // The context owns the action while the policies look at it.
-                let mut ctx = PolicyContext::new(action, Stage::BeforeCapability);
-                ctx.runtime_metadata = std::mem::take(&mut runtime);
-                ctx.approval.clone_from(&approval);
-                let verdict = self.engine.evaluate(&ctx);
-                runtime = std::mem::take(&mut ctx.runtime_metadata);
-                action = ctx.action;
-                let verdict = match verdict {
-                    Ok(v) => v,
-                    Err(e) => {
-                        let ev = policy_failure(&req, &action, &e, digest.get(&action), None);
-                        self.emit_some(ev, receipt, &mut events)?;
-                        return Err(e.into());
-                    }
-                };
-                if verdict.is_denied() {
-                    let ev = AuditEvent::from_verdict_with_digest(
-                        &action,
-                        &verdict,
-                        AuditOutcome::DeniedBeforeExecution,
-                        digest.get(&action),
-                    );
-                    self.emit(ev, receipt, &mut events)?;
-                    return Err(InterceptError::Denied(Box::new(Denial {
-                        stage: Stage::BeforeCapability,
-                        decision: verdict.decision.clone(),
-                        action,
-                        verdict: Some(verdict),
-                    })));
-                }
-                if verdict.requires_approval() {
-                    let record = match &self.approvals {
-                        Some(m) => Some(Box::new(
-                            m.request(ApprovalRequest {
-                                action: original.as_ref().unwrap_or(&action),
-                                reason: verdict.decision.reason.clone(),
-                                policy_ids: verdict
-                                    .decisions
-                                    .iter()
-                                    .filter(|d| d.requires_approval())
-                                    .filter_map(|d| d.policy_id.clone())
-                                    .collect(),
-                            })
-                            .map_err(InterceptError::Approval)?,
-                        )),
-                        _ => None,
-                    };
-                    let mut ev = AuditEvent::from_verdict_with_digest(
-                        &action,
-                        &verdict,
-                        AuditOutcome::ApprovalRequired,
-                        digest.get(&action),
-                    );
-                    ev.approval_id = record.as_ref().map(|r| r.approval_id.clone());
-                    self.emit(ev, receipt, &mut events)?;
-                    return Err(InterceptError::ApprovalRequired {
-                        approval: record,
-                        decision: Box::new(verdict.decision),
-                        action: Box::new(action),
-                    });
-                }
-                // Allowed, possibly with obligations.
-                if !verdict.obligations.input_mutations.is_empty() {
-                    let mut input = action.input.clone();
-                    if let Err(e) =
-                        pointer::apply_all(&mut input, &verdict.obligations.input_mutations)
-                    {
-                        let mut d = Decision::deny(format!("transform_input failed: {e}"))
-                            .with_code("transform_failed");
-                        d.action_id = Some(action.action_id.clone());
-                        let ev = AuditEvent::with_digest(
-                            &action,
-                            &d,
-                            Stage::BeforeCapability,
-                            AuditOutcome::DeniedBeforeExecution,
-                            digest.get(&action),
-                        );
-                        self.emit(ev, receipt, &mut events)?;
-                        return Err(InterceptError::Transform(e));
-                    }
-                    keep(&mut original, &action);
-                    action.input = input;
-                    digest.reset();
-                }
-                output_obligations.extend_output(&verdict.obligations);
-                if let Some(req_sandbox) = &verdict.obligations.sandbox {
-                    sandbox = Some(match &sandbox {
-                        Some(s) => s.merge(req_sandbox),
-                        None => req_sandbox.clone(),
-                    });
-                }
-                if !req.single_event {
-                    let mut ev = AuditEvent::from_verdict_with_digest(
-                        &action,
-                        &verdict,
-                        AuditOutcome::Allowed,
-                        digest.get(&action),
-                    );
-                    // After-stage redactions are not known yet: only a governor that records
-                    // every payload records the input here.
-                    ev.input = Self::recorded_input(
-                        self.record_payloads,
-                        &action.input,
-                        &output_obligations.redact,
-                    );
-                    self.emit(ev, receipt, &mut events)?;
-                }
-                match verdict.obligations.route_to.clone() {
-                    Some(target) if target != action.capability.name => {
-                        depth += 1;
-                        if depth > MAX_ROUTE_DEPTH {
-                            let mut d = Decision::deny(format!(
-                                "more than {MAX_ROUTE_DEPTH} route hops from `{}`",
-                                req.capability
-                            ))
-                            .with_code("route_loop");
-                            d.action_id = Some(action.action_id.clone());
-                            let ev = AuditEvent::with_digest(
-                                &action,
-                                &d,
-                                Stage::BeforeCapability,
-                                AuditOutcome::DeniedBeforeExecution,
-                                digest.get(&action),
-                            );
-                            self.emit(ev, receipt, &mut events)?;
-                            return Err(InterceptError::Denied(Box::new(Denial {
-                                stage: Stage::BeforeCapability,
-                                decision: d,
-                                action,
-                                verdict: None,
-                            })));
-                        }
-                        let target_cap = self.registry.require(&target)?;
-                        keep(&mut original, &action);
-                        routed_from.push(action.capability.name.clone());
-                        let routed_input = std::mem::take(&mut action.input);
-                        let mut routed = self.action_with_input(&req, target_cap, routed_input);
-                        routed.trace_id.clone_from(&action.trace_id);
-                        routed.parent_action_id = Some(action.action_id.clone());
-                        routed
-                            .metadata
-                            .insert("routedFrom".into(), json!(action.capability.name));
-                        action = routed;
-                        digest.reset();
-                    }
-                    _ => break Some(verdict),
-                }
-            }
-        } else {
-            None
-        };
-
-        if let (Some(m), Some(token)) = (&self.approvals, &req.approval_token) {
-            let original = original.as_ref().unwrap_or(&action);
-            // Single use: consumed now that execution goes ahead. The digest binds the
-            // original action (before any transform or route).
-            if let Err(e) = m.redeem_for(token, original) {
-                let mut d =
-                    Decision::deny(format!("approval refused: {e}")).with_code("approval_invalid");
-                d.action_id = Some(action.action_id.clone());
-                let ev = AuditEvent::with_digest(
-                    &action,
-                    &d,
-                    Stage::BeforeCapability,
-                    AuditOutcome::DeniedBeforeExecution,
-                    digest.get(&action),
-                );
-                self.emit(ev, receipt, &mut events)?;
-                return Err(InterceptError::Approval(e));
-            }
-        }
-
-        let notes = RefCell::new(Map::new());
-        let result = {
-            let exec = Execution {
-                capability: &action.capability,
-                input: &action.input,
-                sandbox: sandbox.as_ref(),
-                action: &action,
-                notes: &notes,
-            };
-            execute(&exec)
-        };
-        let notes = notes.into_inner();
-        let raw = match result {
-            Ok((v, t)) => {
-                *executed = Some(t);
-                v
-            }
-            Err(error) => {
-                let message = error.to_string();
-                let mut ctx = PolicyContext::new(action, Stage::OnError);
-                ctx.runtime_metadata = runtime;
-                ctx.error = Some(message.clone());
-                let on_error = self.engine.evaluate(&ctx);
-                action = ctx.action;
-                let on_error = match on_error {
-                    Ok(v) => v,
-                    Err(e) => {
-                        let mut ev = policy_failure(&req, &action, &e, digest.get(&action), None);
-                        if let Some(ev) = &mut ev {
-                            ev.outcome = AuditOutcome::ExecutionFailed;
-                            ev.stage = Stage::OnError;
-                            ev.metadata.insert("error_message".into(), json!(message));
-                            ev.metadata.extend(notes);
-                        }
-                        self.emit_some(ev, receipt, &mut events)?;
-                        return Err(e.into());
-                    }
-                };
-                let reported = if on_error.decisions.is_empty() {
-                    before.as_ref().unwrap_or(&on_error)
-                } else {
-                    &on_error
-                };
-                let mut ev = AuditEvent::from_verdict_with_digest(
-                    &action,
-                    reported,
-                    AuditOutcome::ExecutionFailed,
-                    digest.get(&action),
-                );
-                ev.stage = Stage::OnError;
-                ev.metadata
-                    .insert("error_type".into(), json!(short_type_name::<E>()));
-                ev.metadata.insert("error_message".into(), json!(message));
-                ev.metadata.extend(notes);
-                if req.single_event {
-                    let after = (!on_error.decisions.is_empty()).then_some(&on_error);
-                    single_event_summary(&mut ev, before.as_ref(), after, &routed_from);
-                }
-                self.emit(ev, receipt, &mut events)?;
-                return Err(InterceptError::Execution {
-                    error,
-                    action: Box::new(action),
-                });
-            }
-        };
-
-        // The action with the raw output (the summary is replaced, as `with_output` does).
-        action.output = Some(raw);
-        action.output_summary = None;
-        let mut ctx = PolicyContext::new(action, Stage::AfterCapability);
-        ctx.runtime_metadata = runtime;
-        ctx.approval.clone_from(&approval);
-        let after = self.engine.evaluate(&ctx);
-        let PolicyContext {
-            action: mut done,
-            output: raw,
-            ..
-        } = ctx;
-        let after = match after {
-            Ok(v) => v,
-            Err(e) => {
-                let mut ev = policy_failure(&req, &done, &e, digest.get(&done), Some(notes));
-                if let Some(ev) = &mut ev {
-                    ev.outcome = AuditOutcome::DeniedAfterExecution;
-                    ev.stage = Stage::AfterCapability;
-                }
-                self.emit_some(ev, receipt, &mut events)?;
-                return Err(e.into());
-            }
-        };
-        output_obligations.extend_output(&after.obligations);
-        let mut output = raw.unwrap_or_default();
-        let transformed = pointer::apply_all(&mut output, &output_obligations.output_mutations);
-        let mut redacted = Vec::new();
-        for p in &output_obligations.redact {
-            if pointer::redact(&mut output, p).is_ok() {
-                redacted.push(p.clone());
-            }
-        }
-        // The executed action carries the delivered output.
-        done.output = Some(output.clone());
-        if after.is_denied() {
-            let mut ev = AuditEvent::from_verdict_with_digest(
-                &done,
-                &after,
-                AuditOutcome::DeniedAfterExecution,
-                digest.get(&done),
-            );
-            ev.redacted = redacted;
-            ev.input = Self::recorded_input(
-                self.record_payloads || req.record_input,
-                &done.input,
-                &output_obligations.redact,
-            );
-            if self.record_payloads {
-                ev.output = Some(output);
-            }
-            ev.metadata.extend(notes);
-            if req.single_event {
-                single_event_summary(&mut ev, before.as_ref(), Some(&after), &routed_from);
-            }
-            self.emit(ev, receipt, &mut events)?;
-            return Err(InterceptError::Denied(Box::new(Denial {
-                stage: Stage::AfterCapability,
-                decision: after.decision.clone(),
-                action: done,
-                verdict: Some(after),
-            })));
-        }
-        if let Err(e) = transformed {
-            let mut d = Decision::deny(format!("transform_output failed: {e}"))
-                .with_code("transform_failed");
-            d.action_id = Some(done.action_id.clone());
-            let mut ev = AuditEvent::with_digest(
-                &done,
-                &d,
-                Stage::AfterCapability,
-                AuditOutcome::DeniedAfterExecution,
-                digest.get(&done),
-            );
-            ev.metadata.extend(notes);
-            if req.single_event {
-                let after = (!after.decisions.is_empty()).then_some(&after);
-                single_event_summary(&mut ev, before.as_ref(), after, &routed_from);
-            }
-            self.emit(ev, receipt, &mut events)?;
-            return Err(InterceptError::Transform(e));
-        }
-        let reported = match &before {
-            Some(b) if after.decisions.is_empty() => b,
-            _ => &after,
-        };
-        let mut ev = AuditEvent::from_verdict_with_digest(
-            &done,
-            reported,
-            AuditOutcome::Executed,
-            digest.get(&done),
-        );
-        ev.stage = if after.decisions.is_empty() && before.is_some() {
-            Stage::BeforeCapability
-        } else {
-            Stage::AfterCapability
-        };
-        if !after.decisions.is_empty() {
-            let mut ids = before.as_ref().map(Verdict::policy_ids).unwrap_or_default();
-            for id in after.policy_ids() {
-                if !ids.contains(&id) {
-                    ids.push(id);
-                }
-            }
-            ev.policy_ids = ids;
-        }
-        ev.redacted = redacted;
-        ev.approval_id = approval.as_ref().map(|a| a.approval_id.clone());
-        ev.input = Self::recorded_input(
-            self.record_payloads || req.record_input,
-            &done.input,
-            &output_obligations.redact,
-        );
-        if self.record_payloads {
-            ev.output = Some(output.clone());
-        }
-        ev.metadata.extend(notes);
-        if req.single_event {
-            let after = (!after.decisions.is_empty()).then_some(&after);
-            single_event_summary(&mut ev, before.as_ref(), after, &routed_from);
-        }
-        self.emit(ev, receipt, &mut events)?;
-        Ok(InterceptResult {
-            action: done,
-            before,
-            after,
-            output,
-            routed_from,
-            approval,
-            events,
-        })
+        call.redeem().map_err(widen)?;
+        let (call, raw, ran) = call.run(execute)?;
+        *executed = Some(ran);
+        call.after(raw)
     }
 
     /// Wraps a function as a governed capability call (Brane's `wrap_capability`): each call
@@ -1059,6 +631,614 @@ impl Governor {
                 .map(|r| r.output)
         }
     }
+}
+
+/// A refusal before anything ran: every [`InterceptError`] but `Execution`.
+type Refusal = InterceptError<Infallible>;
+
+/// A refusal before execution as the error of a call whose execution fails with `E`
+/// (`Execution { error: Infallible, .. }` cannot exist, so it needs no arm).
+fn widen<E>(e: Refusal) -> InterceptError<E> {
+    match e {
+        InterceptError::NotFound(e) => InterceptError::NotFound(e),
+        InterceptError::Denied(d) => InterceptError::Denied(d),
+        InterceptError::ApprovalRequired {
+            approval,
+            decision,
+            action,
+        } => InterceptError::ApprovalRequired {
+            approval,
+            decision,
+            action,
+        },
+        InterceptError::Approval(e) => InterceptError::Approval(e),
+        InterceptError::Engine(e) => InterceptError::Engine(e),
+        InterceptError::Audit(e) => InterceptError::Audit(e),
+        InterceptError::Transform(e) => InterceptError::Transform(e),
+    }
+}
+
+/// One governed call on its way through the stages of [`Governor::lifecycle`]: verify the
+/// approval token, the before stage (one pass per capability, a `route` moving the call),
+/// redeem the token, run (with the `on_error` stage on failure), the after stage, deliver.
+/// A stage hands the call on, or ends it with its audited refusal.
+///
+/// The stages that let policies look at the action take the call by value: the policy
+/// context owns the action while they do.
+struct Lifecycle<'g> {
+    governor: &'g Governor,
+    /// The request (its input moved into `action`).
+    req: InterceptRequest,
+    /// The action as it is now (transformed, routed).
+    action: AgentAction,
+    /// The action as the agent asked for it: approvals bind to it. Kept, for an approval
+    /// manager, just before a transform or route changes `action`.
+    original: Option<AgentAction>,
+    /// The digest of `action` as it is now (reset when its input or capability changes).
+    digest: DigestCache,
+    /// Ids of the audit events emitted, in order.
+    events: Vec<String>,
+    /// The capabilities routed from, in order.
+    routed_from: Vec<String>,
+    /// The approval of the token the request presented, once verified.
+    approval: Option<GrantedApproval>,
+    /// The policies' runtime metadata: one copy of the request's, handed from stage to
+    /// stage.
+    runtime: Map<String, Value>,
+    /// The before stage's verdict (its last pass's); `None` in after-only mode.
+    before: Option<Verdict>,
+    /// Output mutations and redactions, from both stages.
+    output_obligations: Obligations,
+    /// The isolation `sandbox` decisions require, merged.
+    sandbox: Option<SandboxRequirement>,
+    /// What the execution noted for the audit event of its outcome.
+    notes: Map<String, Value>,
+}
+
+impl<'g> Lifecycle<'g> {
+    /// Resolves the capability (unknown: [`CapabilityNotFound`], no audit) and builds the
+    /// action.
+    fn start(
+        governor: &'g Governor,
+        mut req: InterceptRequest,
+    ) -> Result<Self, CapabilityNotFound> {
+        let cap = governor.registry.require(&req.capability)?;
+        let input = std::mem::take(&mut req.input);
+        let action = governor.action_with_input(&req, cap, input);
+        let runtime = req.metadata.clone();
+        Ok(Lifecycle {
+            governor,
+            req,
+            action,
+            original: None,
+            digest: DigestCache::default(),
+            events: Vec::new(),
+            routed_from: Vec::new(),
+            approval: None,
+            runtime,
+            before: None,
+            output_obligations: Obligations::default(),
+            sandbox: None,
+            notes: Map::new(),
+        })
+    }
+
+    fn emit(&mut self, event: AuditEvent) -> Result<(), AuditError> {
+        self.governor
+            .emit(event, self.req.receipt_id.as_ref(), &mut self.events)
+    }
+
+    fn emit_some(&mut self, event: Option<AuditEvent>) -> Result<(), AuditError> {
+        match event {
+            Some(e) => self.emit(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Audits a refusal before execution that no policy made (a bad token, a failed input
+    /// transform, a route loop): one `denied_before_execution` event. Returns the decision.
+    fn refuse_before(&mut self, reason: String, code: &str) -> Result<Decision, AuditError> {
+        let mut d = Decision::deny(reason).with_code(code);
+        d.action_id = Some(self.action.action_id.clone());
+        let ev = AuditEvent::with_digest(
+            &self.action,
+            &d,
+            Stage::BeforeCapability,
+            AuditOutcome::DeniedBeforeExecution,
+            self.digest.get(&self.action),
+        );
+        self.emit(ev)?;
+        Ok(d)
+    }
+
+    /// Keeps the action as the agent asked for it, before its first change.
+    fn keep_original(&mut self) {
+        if self.governor.approvals.is_some() && self.original.is_none() {
+            self.original = Some(self.action.clone());
+        }
+    }
+
+    /// Evaluates the policies of `stage` (with `error` on error) on the action.
+    fn evaluate(
+        mut self,
+        stage: Stage,
+        error: Option<String>,
+    ) -> (Self, Result<Verdict, EngineError>) {
+        // The context owns the action while the policies look at it.
+        let mut ctx = PolicyContext::new(self.action, stage);
+        ctx.runtime_metadata = std::mem::take(&mut self.runtime);
+        // On error the policies are observers: they are not told of an approval.
+        if stage != Stage::OnError {
+            ctx.approval.clone_from(&self.approval);
+        }
+        ctx.error = error;
+        let verdict = self.governor.engine.evaluate(&ctx);
+        self.runtime = ctx.runtime_metadata;
+        self.action = ctx.action;
+        (self, verdict)
+    }
+
+    /// The request's approval token, verified against the action (signature, plan
+    /// fingerprint, action digest, expiry, status); consumed only if execution goes ahead
+    /// ([`Lifecycle::redeem`]). A bad token is audited as `denied_before_execution` and
+    /// refused.
+    fn verify_token(&mut self) -> Result<(), Refusal> {
+        let Some(token) = &self.req.approval_token else {
+            return Ok(());
+        };
+        let verified = match &self.governor.approvals {
+            Some(m) => m
+                .verify_for(token, &self.action)
+                .map(|(claims, _)| GrantedApproval {
+                    approval_id: claims.approval_id,
+                    approver: claims.approver,
+                }),
+            None => Err(ApprovalError::Malformed {
+                message: "no approval manager is configured".into(),
+            }),
+        };
+        match verified {
+            Ok(g) => {
+                self.approval = Some(g);
+                Ok(())
+            }
+            Err(e) => {
+                self.refuse_before(format!("approval refused: {e}"), "approval_invalid")?;
+                Err(InterceptError::Approval(e))
+            }
+        }
+    }
+
+    /// The before stage: one pass per capability, until no `route` moves the call
+    /// (at most [`MAX_ROUTE_DEPTH`] hops).
+    fn before(self) -> Result<Self, Refusal> {
+        let mut call = self;
+        loop {
+            let verdict;
+            (call, verdict) = call.before_pass()?;
+            match &verdict.obligations.route_to {
+                Some(target) if *target != call.action.capability.name => {
+                    call = call.route(target)?;
+                }
+                _ => {
+                    call.before = Some(verdict);
+                    return Ok(call);
+                }
+            }
+        }
+    }
+
+    /// One pass of the before stage on the current capability. `deny` and
+    /// `approval_required` end the call; otherwise the input mutations are applied, the
+    /// output obligations and sandbox kept, and an `allowed` event is audited (not for a
+    /// single-event request).
+    fn before_pass(self) -> Result<(Self, Verdict), Refusal> {
+        let (mut call, verdict) = self.evaluate(Stage::BeforeCapability, None);
+        let verdict = match verdict {
+            Ok(v) => v,
+            Err(e) => {
+                let digest = call.digest.get(&call.action);
+                let ev = policy_failure(&call.req, &call.action, &e, digest, None);
+                call.emit_some(ev)?;
+                return Err(e.into());
+            }
+        };
+        if verdict.is_denied() {
+            return Err(call.denied_before(verdict));
+        }
+        if verdict.requires_approval() {
+            return Err(call.approval_required(verdict));
+        }
+        // Allowed, possibly with obligations.
+        call.transform_input(&verdict.obligations.input_mutations)?;
+        call.output_obligations.extend_output(&verdict.obligations);
+        if let Some(required) = &verdict.obligations.sandbox {
+            call.sandbox = Some(match &call.sandbox {
+                Some(s) => s.merge(required),
+                None => required.clone(),
+            });
+        }
+        if !call.req.single_event {
+            let mut ev = AuditEvent::from_verdict_with_digest(
+                &call.action,
+                &verdict,
+                AuditOutcome::Allowed,
+                call.digest.get(&call.action),
+            );
+            // After-stage redactions are not known yet: only a governor that records
+            // every payload records the input here.
+            ev.input = Governor::recorded_input(
+                call.governor.record_payloads,
+                &call.action.input,
+                &call.output_obligations.redact,
+            );
+            call.emit(ev)?;
+        }
+        Ok((call, verdict))
+    }
+
+    /// A `deny` before execution: audited, and the refusal.
+    fn denied_before(mut self, verdict: Verdict) -> Refusal {
+        let ev = AuditEvent::from_verdict_with_digest(
+            &self.action,
+            &verdict,
+            AuditOutcome::DeniedBeforeExecution,
+            self.digest.get(&self.action),
+        );
+        if let Err(e) = self.emit(ev) {
+            return e.into();
+        }
+        InterceptError::Denied(Box::new(Denial {
+            stage: Stage::BeforeCapability,
+            decision: verdict.decision.clone(),
+            action: self.action,
+            verdict: Some(verdict),
+        }))
+    }
+
+    /// `approval_required`: the pending approval of the original action is created (or
+    /// found) when there is an approval manager, and audited with the verdict.
+    fn approval_required(mut self, verdict: Verdict) -> Refusal {
+        let record = match &self.governor.approvals {
+            Some(m) => {
+                let requested = m.request(ApprovalRequest {
+                    action: self.original.as_ref().unwrap_or(&self.action),
+                    reason: verdict.decision.reason.clone(),
+                    policy_ids: verdict
+                        .decisions
+                        .iter()
+                        .filter(|d| d.requires_approval())
+                        .filter_map(|d| d.policy_id.clone())
+                        .collect(),
+                });
+                match requested {
+                    Ok(r) => Some(Box::new(r)),
+                    Err(e) => return InterceptError::Approval(e),
+                }
+            }
+            None => None,
+        };
+        let mut ev = AuditEvent::from_verdict_with_digest(
+            &self.action,
+            &verdict,
+            AuditOutcome::ApprovalRequired,
+            self.digest.get(&self.action),
+        );
+        ev.approval_id = record.as_ref().map(|r| r.approval_id.clone());
+        if let Err(e) = self.emit(ev) {
+            return e.into();
+        }
+        InterceptError::ApprovalRequired {
+            approval: record,
+            decision: Box::new(verdict.decision),
+            action: Box::new(self.action),
+        }
+    }
+
+    /// Applies `transform_input` mutations; one that cannot apply refuses the call.
+    fn transform_input(&mut self, mutations: &[Mutation]) -> Result<(), Refusal> {
+        if mutations.is_empty() {
+            return Ok(());
+        }
+        let mut input = self.action.input.clone();
+        if let Err(e) = pointer::apply_all(&mut input, mutations) {
+            self.refuse_before(format!("transform_input failed: {e}"), "transform_failed")?;
+            return Err(InterceptError::Transform(e));
+        }
+        self.keep_original();
+        self.action.input = input;
+        self.digest.reset();
+        Ok(())
+    }
+
+    /// Moves the call to `target` (one more hop): a new action for the target with the
+    /// same input and trace, whose parent is the action routed from. More than
+    /// [`MAX_ROUTE_DEPTH`] hops refuses the call (`route_loop`).
+    fn route(mut self, target: &str) -> Result<Self, Refusal> {
+        if self.routed_from.len() >= MAX_ROUTE_DEPTH {
+            let reason = format!(
+                "more than {MAX_ROUTE_DEPTH} route hops from `{}`",
+                self.req.capability
+            );
+            let decision = self.refuse_before(reason, "route_loop")?;
+            return Err(InterceptError::Denied(Box::new(Denial {
+                stage: Stage::BeforeCapability,
+                decision,
+                action: self.action,
+                verdict: None,
+            })));
+        }
+        let target = self.governor.registry.require(target)?;
+        self.keep_original();
+        self.routed_from.push(self.action.capability.name.clone());
+        let input = std::mem::take(&mut self.action.input);
+        let mut routed = self.governor.action_with_input(&self.req, target, input);
+        routed.trace_id.clone_from(&self.action.trace_id);
+        routed.parent_action_id = Some(self.action.action_id.clone());
+        routed
+            .metadata
+            .insert("routedFrom".into(), json!(self.action.capability.name));
+        self.action = routed;
+        self.digest.reset();
+        Ok(self)
+    }
+
+    /// Consumes the verified token, single use, now that execution goes ahead. The token
+    /// binds the original action (before any transform or route).
+    fn redeem(&mut self) -> Result<(), Refusal> {
+        let governor = self.governor;
+        let (Some(m), Some(token)) = (&governor.approvals, &self.req.approval_token) else {
+            return Ok(());
+        };
+        let original = self.original.as_ref().unwrap_or(&self.action);
+        if let Err(e) = m.redeem_for(token, original) {
+            self.refuse_before(format!("approval refused: {e}"), "approval_invalid")?;
+            return Err(InterceptError::Approval(e));
+        }
+        Ok(())
+    }
+
+    /// Runs `execute` with the final capability, input and sandbox requirement. Its
+    /// output and value, or its failure after the `on_error` stage.
+    fn run<T, E, F>(mut self, execute: F) -> Result<(Self, Value, T), InterceptError<E>>
+    where
+        E: std::fmt::Display,
+        F: FnOnce(&Execution<'_>) -> Result<(Value, T), E>,
+    {
+        let notes = RefCell::new(Map::new());
+        let result = execute(&Execution {
+            capability: &self.action.capability,
+            input: &self.action.input,
+            sandbox: self.sandbox.as_ref(),
+            action: &self.action,
+            notes: &notes,
+        });
+        self.notes = notes.into_inner();
+        match result {
+            Ok((raw, ran)) => Ok((self, raw, ran)),
+            Err(error) => Err(self.on_error(error)),
+        }
+    }
+
+    /// The `on_error` stage (observers) and the `execution_failed` event with
+    /// `error_type` and `error_message`; the execution's own error.
+    fn on_error<E: std::fmt::Display>(self, error: E) -> InterceptError<E> {
+        let message = error.to_string();
+        let (mut call, on_error) = self.evaluate(Stage::OnError, Some(message.clone()));
+        let notes = std::mem::take(&mut call.notes);
+        let on_error = match on_error {
+            Ok(v) => v,
+            Err(e) => {
+                let digest = call.digest.get(&call.action);
+                let mut ev = policy_failure(&call.req, &call.action, &e, digest, None);
+                if let Some(ev) = &mut ev {
+                    ev.outcome = AuditOutcome::ExecutionFailed;
+                    ev.stage = Stage::OnError;
+                    ev.metadata.insert("error_message".into(), json!(message));
+                    ev.metadata.extend(notes);
+                }
+                if let Err(a) = call.emit_some(ev) {
+                    return a.into();
+                }
+                return e.into();
+            }
+        };
+        let reported = match &call.before {
+            Some(b) if on_error.decisions.is_empty() => b,
+            _ => &on_error,
+        };
+        let mut ev = AuditEvent::from_verdict_with_digest(
+            &call.action,
+            reported,
+            AuditOutcome::ExecutionFailed,
+            call.digest.get(&call.action),
+        );
+        ev.stage = Stage::OnError;
+        ev.metadata
+            .insert("error_type".into(), json!(short_type_name::<E>()));
+        ev.metadata.insert("error_message".into(), json!(message));
+        ev.metadata.extend(notes);
+        call.summarize(&mut ev, decided(&on_error));
+        if let Err(a) = call.emit(ev) {
+            return a.into();
+        }
+        InterceptError::Execution {
+            error,
+            action: Box::new(call.action),
+        }
+    }
+
+    /// The after stage on the raw output: output mutations then redactions (from both
+    /// stages); a `deny` withholds the output, as does a mutation that cannot apply.
+    fn after<E>(mut self, raw: Value) -> Result<InterceptResult, InterceptError<E>> {
+        // The action with the raw output (the summary is replaced, as `with_output` does).
+        self.action.output = Some(raw);
+        self.action.output_summary = None;
+        let (mut call, after) = self.evaluate(Stage::AfterCapability, None);
+        let after = match after {
+            Ok(v) => v,
+            Err(e) => {
+                let digest = call.digest.get(&call.action);
+                let notes = std::mem::take(&mut call.notes);
+                let mut ev = policy_failure(&call.req, &call.action, &e, digest, Some(notes));
+                if let Some(ev) = &mut ev {
+                    ev.outcome = AuditOutcome::DeniedAfterExecution;
+                    ev.stage = Stage::AfterCapability;
+                }
+                call.emit_some(ev)?;
+                return Err(e.into());
+            }
+        };
+        call.output_obligations.extend_output(&after.obligations);
+        let mut output = call.action.output.take().unwrap_or_default();
+        let transformed =
+            pointer::apply_all(&mut output, &call.output_obligations.output_mutations);
+        let mut redacted = Vec::new();
+        for p in &call.output_obligations.redact {
+            if pointer::redact(&mut output, p).is_ok() {
+                redacted.push(p.clone());
+            }
+        }
+        // The executed action carries the delivered output.
+        call.action.output = Some(output.clone());
+        if after.is_denied() {
+            return Err(call.denied_after(after, output, redacted));
+        }
+        if let Err(e) = transformed {
+            return Err(call.transform_failed(&after, e));
+        }
+        Ok(call.deliver(after, output, redacted)?)
+    }
+
+    /// A `deny` after execution: the side effect happened, the output is withheld.
+    fn denied_after<E>(
+        mut self,
+        after: Verdict,
+        output: Value,
+        redacted: Vec<String>,
+    ) -> InterceptError<E> {
+        let mut ev = AuditEvent::from_verdict_with_digest(
+            &self.action,
+            &after,
+            AuditOutcome::DeniedAfterExecution,
+            self.digest.get(&self.action),
+        );
+        ev.redacted = redacted;
+        ev.input = self.recorded_input();
+        if self.governor.record_payloads {
+            ev.output = Some(output);
+        }
+        ev.metadata.extend(std::mem::take(&mut self.notes));
+        self.summarize(&mut ev, Some(&after));
+        if let Err(e) = self.emit(ev) {
+            return e.into();
+        }
+        InterceptError::Denied(Box::new(Denial {
+            stage: Stage::AfterCapability,
+            decision: after.decision.clone(),
+            action: self.action,
+            verdict: Some(after),
+        }))
+    }
+
+    /// A `transform_output` mutation that could not apply: the output is withheld.
+    fn transform_failed<E>(mut self, after: &Verdict, e: PointerError) -> InterceptError<E> {
+        let mut d =
+            Decision::deny(format!("transform_output failed: {e}")).with_code("transform_failed");
+        d.action_id = Some(self.action.action_id.clone());
+        let mut ev = AuditEvent::with_digest(
+            &self.action,
+            &d,
+            Stage::AfterCapability,
+            AuditOutcome::DeniedAfterExecution,
+            self.digest.get(&self.action),
+        );
+        ev.metadata.extend(std::mem::take(&mut self.notes));
+        self.summarize(&mut ev, decided(after));
+        if let Err(a) = self.emit(ev) {
+            return a.into();
+        }
+        InterceptError::Transform(e)
+    }
+
+    /// The `executed` event, and the result.
+    fn deliver(
+        mut self,
+        after: Verdict,
+        output: Value,
+        redacted: Vec<String>,
+    ) -> Result<InterceptResult, AuditError> {
+        let reported = match &self.before {
+            Some(b) if after.decisions.is_empty() => b,
+            _ => &after,
+        };
+        let mut ev = AuditEvent::from_verdict_with_digest(
+            &self.action,
+            reported,
+            AuditOutcome::Executed,
+            self.digest.get(&self.action),
+        );
+        ev.stage = if after.decisions.is_empty() && self.before.is_some() {
+            Stage::BeforeCapability
+        } else {
+            Stage::AfterCapability
+        };
+        if !after.decisions.is_empty() {
+            let mut ids = self
+                .before
+                .as_ref()
+                .map(Verdict::policy_ids)
+                .unwrap_or_default();
+            for id in after.policy_ids() {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+            ev.policy_ids = ids;
+        }
+        ev.redacted = redacted;
+        ev.approval_id = self.approval.as_ref().map(|a| a.approval_id.clone());
+        ev.input = self.recorded_input();
+        if self.governor.record_payloads {
+            ev.output = Some(output.clone());
+        }
+        ev.metadata.extend(std::mem::take(&mut self.notes));
+        self.summarize(&mut ev, decided(&after));
+        self.emit(ev)?;
+        Ok(InterceptResult {
+            action: self.action,
+            before: self.before,
+            after,
+            output,
+            routed_from: self.routed_from,
+            approval: self.approval,
+            events: self.events,
+        })
+    }
+
+    /// The input the event of the outcome records (see [`Governor::recorded_input`]).
+    fn recorded_input(&self) -> Option<Value> {
+        Governor::recorded_input(
+            self.governor.record_payloads || self.req.record_input,
+            &self.action.input,
+            &self.output_obligations.redact,
+        )
+    }
+
+    /// For a single-event request, adds what the events it does not write said to its one
+    /// event ([`single_event_summary`]); `after` is the after stage's (or on_error's)
+    /// verdict when it decided something.
+    fn summarize(&self, ev: &mut AuditEvent, after: Option<&Verdict>) {
+        if self.req.single_event {
+            single_event_summary(ev, self.before.as_ref(), after, &self.routed_from);
+        }
+    }
+}
+
+/// A verdict that decided something (an after-stage or on_error verdict without decisions
+/// is not reported).
+fn decided(v: &Verdict) -> Option<&Verdict> {
+    (!v.decisions.is_empty()).then_some(v)
 }
 
 /// The digest of an action, computed at most once while the action does not change (its
@@ -1164,3 +1344,4 @@ fn short_type_name<E>() -> String {
     let base = full.split('<').next().unwrap_or(full);
     base.rsplit("::").next().unwrap_or(base).to_string()
 }
+
