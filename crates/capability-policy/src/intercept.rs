@@ -1345,3 +1345,263 @@ fn short_type_name<E>() -> String {
     base.rsplit("::").next().unwrap_or(base).to_string()
 }
 
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::approvals::HostKey;
+    use crate::audit::MemorySink;
+    use crate::model::CapabilityKind;
+    use crate::policy::Policy;
+    use crate::store::MemoryStore;
+
+    /// A governor knowing `names`, auditing into memory.
+    fn governor(names: &[&str]) -> (Governor, Arc<MemorySink>) {
+        let sink = Arc::new(MemorySink::new());
+        let g = Governor::new("agent").audit(Arc::clone(&sink) as Arc<dyn AuditSink>);
+        for name in names {
+            g.register_capability(GovernedCapability::new(*name, CapabilityKind::Tool));
+        }
+        (g, sink)
+    }
+
+    fn req(name: &str) -> InterceptRequest {
+        InterceptRequest::new(name, ActionType::ToolCall, json!({"n": 1}))
+    }
+
+    fn with_approvals(g: Governor) -> Governor {
+        g.approvals(Arc::new(ApprovalManager::new(
+            Arc::new(MemoryStore::new()),
+            HostKey::from_seed([3; 32]),
+        )))
+    }
+
+    #[test]
+    fn a_route_moves_the_call_and_the_hop_past_the_limit_is_refused_once() {
+        let (g, sink) = governor(&["a", "b"]);
+        let mut call = Lifecycle::start(&g, req("a")).unwrap();
+        let trace = call.action.trace_id.clone();
+        for hop in 1..=MAX_ROUTE_DEPTH {
+            let from = call.action.clone();
+            let target = if hop % 2 == 1 { "b" } else { "a" };
+            call = call.route(target).unwrap();
+            assert_eq!(call.action.capability.name, target);
+            assert_ne!(call.action.action_id, from.action_id);
+            assert_eq!(call.action.parent_action_id, Some(from.action_id));
+            assert_eq!(call.action.trace_id, trace);
+            assert_eq!(call.action.input, json!({"n": 1}));
+            assert_eq!(
+                call.action.metadata["routedFrom"],
+                json!(from.capability.name)
+            );
+        }
+        assert_eq!(call.routed_from.len(), MAX_ROUTE_DEPTH);
+        assert!(sink.events().is_empty(), "a hop audits nothing itself");
+        let at = call.action.action_id.clone();
+        let Err(InterceptError::Denied(denial)) = call.route("b") else {
+            panic!("the hop past the limit must be denied");
+        };
+        assert_eq!(denial.decision.code.as_deref(), Some("route_loop"));
+        assert_eq!(
+            denial.reason(),
+            Some(format!("more than {MAX_ROUTE_DEPTH} route hops from `a`").as_str())
+        );
+        assert_eq!(denial.action.action_id, at);
+        let events = sink.events();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].outcome, AuditOutcome::DeniedBeforeExecution);
+        assert_eq!(events[0].code.as_deref(), Some("route_loop"));
+        assert_eq!(events[0].action_id, at);
+    }
+
+    #[test]
+    fn a_route_to_an_unknown_capability_is_not_found_unaudited() {
+        let (g, sink) = governor(&["a"]);
+        let call = Lifecycle::start(&g, req("a")).unwrap();
+        assert!(matches!(
+            call.route("nowhere"),
+            Err(InterceptError::NotFound(_))
+        ));
+        assert!(sink.events().is_empty());
+    }
+
+    #[test]
+    fn the_before_stage_follows_routes_until_the_limit() {
+        let (g, sink) = governor(&["a", "b"]);
+        g.policies()
+            .register(Policy::before("a", |_| Decision::route("b")));
+        g.policies()
+            .register(Policy::before("b", |_| Decision::route("a")));
+        let call = Lifecycle::start(&g, req("a")).unwrap();
+        let Err(InterceptError::Denied(denial)) = call.before() else {
+            panic!("a route loop must be denied");
+        };
+        assert_eq!(denial.stage, Stage::BeforeCapability);
+        let outcomes: Vec<AuditOutcome> = sink.events().iter().map(|e| e.outcome).collect();
+        let mut expected = vec![AuditOutcome::Allowed; MAX_ROUTE_DEPTH + 1];
+        expected.push(AuditOutcome::DeniedBeforeExecution);
+        assert_eq!(outcomes, expected);
+    }
+
+    #[test]
+    fn a_route_to_the_capability_itself_ends_the_before_stage() {
+        let (g, sink) = governor(&["a"]);
+        g.policies()
+            .register(Policy::before("a", |_| Decision::route("a")));
+        let call = Lifecycle::start(&g, req("a")).unwrap().before().unwrap();
+        assert!(call.routed_from.is_empty());
+        assert_eq!(
+            call.before.as_ref().map(|v| v.kind),
+            Some(DecisionType::Route)
+        );
+        assert_eq!(sink.events().len(), 1);
+    }
+
+    #[test]
+    fn a_bad_token_is_refused_and_audited_once() {
+        let (g, sink) = governor(&["a"]);
+        let g = with_approvals(g);
+        let mut call = Lifecycle::start(&g, req("a").approval_token("capapr1.bad.token")).unwrap();
+        let Err(InterceptError::Approval(ApprovalError::Malformed { .. })) = call.verify_token()
+        else {
+            panic!("a malformed token must be refused");
+        };
+        assert!(call.approval.is_none());
+        let events = sink.events();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].outcome, AuditOutcome::DeniedBeforeExecution);
+        assert_eq!(events[0].code.as_deref(), Some("approval_invalid"));
+
+        // The whole call: one event, and nothing runs.
+        let mut ran = false;
+        let r = g.intercept(req("a").approval_token("capapr1.bad.token"), |_| {
+            ran = true;
+            Ok::<_, String>(json!(1))
+        });
+        assert!(matches!(r, Err(InterceptError::Approval(_))));
+        assert!(!ran);
+        assert_eq!(sink.events().len(), 2);
+    }
+
+    #[test]
+    fn a_token_without_an_approval_manager_is_refused() {
+        let (g, sink) = governor(&["a"]);
+        let mut call = Lifecycle::start(&g, req("a").approval_token("capapr1.x.y")).unwrap();
+        let Err(InterceptError::Approval(e)) = call.verify_token() else {
+            panic!("no manager, no approval");
+        };
+        assert_eq!(
+            e.to_string(),
+            "malformed approval token: no approval manager is configured"
+        );
+        assert_eq!(sink.events().len(), 1);
+    }
+
+    #[test]
+    fn a_single_event_call_writes_one_event_that_summarizes_both_stages_and_the_route() {
+        let (g, sink) = governor(&["a", "b"]);
+        g.policies()
+            .register(Policy::before("a", |_| Decision::route("b")).with_id("to-b"));
+        g.policies()
+            .register(Policy::after("b", |_| Decision::redact(["/secret"])).with_id("mask"));
+        let call = Lifecycle::start(&g, req("a").single_event(true))
+            .unwrap()
+            .before()
+            .unwrap();
+        assert!(sink.events().is_empty(), "no allowed events");
+        let r = call
+            .after::<String>(json!({"secret": "s", "ok": 1}))
+            .unwrap();
+        assert_eq!(r.output, json!({"secret": "[REDACTED]", "ok": 1}));
+        let events = sink.events();
+        assert_eq!(events.len(), 1, "{events:?}");
+        let e = &events[0];
+        assert_eq!(r.events, std::slice::from_ref(&e.event_id));
+        assert_eq!(e.outcome, AuditOutcome::Executed);
+        assert_eq!(e.capability_name, "b");
+        assert_eq!(e.redacted, ["/secret"]);
+        assert_eq!(e.policy_ids, ["mask"]);
+        assert_eq!(e.metadata["routedFrom"], json!(["a"]));
+        assert_eq!(e.metadata["decisions"]["before"]["decision"], "allow");
+        assert_eq!(e.metadata["decisions"]["after"]["decision"], "redact");
+        assert_eq!(
+            e.metadata["decisions"]["after"]["policyIds"],
+            json!(["mask"])
+        );
+    }
+
+    #[test]
+    fn a_failed_output_transform_withholds_the_output_with_what_the_execution_noted() {
+        let (g, sink) = governor(&["a"]);
+        g.policies().register(Policy::after("a", |_| {
+            Decision::transform_output(vec![Mutation::remove("/missing")])
+        }));
+        let mut call = Lifecycle::start(&g, req("a").mode(InterceptMode::AfterOnly)).unwrap();
+        call.notes.insert("latencyUs".into(), json!(5));
+        let Err(InterceptError::Transform(_)) = call.after::<String>(json!({"ok": 1})) else {
+            panic!("the output must be withheld");
+        };
+        let events = sink.events();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].outcome, AuditOutcome::DeniedAfterExecution);
+        assert_eq!(events[0].stage, Stage::AfterCapability);
+        assert_eq!(events[0].code.as_deref(), Some("transform_failed"));
+        assert_eq!(events[0].metadata["latencyUs"], 5);
+    }
+
+    #[test]
+    fn a_denial_after_execution_keeps_the_output_redacted_by_the_before_stage_on_the_action() {
+        let (g, sink) = governor(&["a"]);
+        g.policies()
+            .register(Policy::before("a", |_| Decision::redact(["/secret"])));
+        g.policies()
+            .register(Policy::after("a", |_| Decision::deny("not for you")));
+        let call = Lifecycle::start(&g, req("a")).unwrap().before().unwrap();
+        let Err(InterceptError::Denied(denial)) = call.after::<String>(json!({"secret": "s"}))
+        else {
+            panic!("the output must be denied");
+        };
+        assert_eq!(denial.stage, Stage::AfterCapability);
+        assert_eq!(denial.reason(), Some("not for you"));
+        assert_eq!(denial.action.output, Some(json!({"secret": "[REDACTED]"})));
+        let events = sink.events();
+        let outcomes: Vec<AuditOutcome> = events.iter().map(|e| e.outcome).collect();
+        assert_eq!(
+            outcomes,
+            [AuditOutcome::Allowed, AuditOutcome::DeniedAfterExecution]
+        );
+        assert_eq!(events[1].redacted, ["/secret"]);
+    }
+
+    #[test]
+    fn a_failed_run_goes_through_on_error_and_returns_its_own_error() {
+        let (g, sink) = governor(&["a"]);
+        let seen = Arc::new(std::sync::Mutex::new(None));
+        let observed = Arc::clone(&seen);
+        g.policies().register(Policy::on_error("a", move |ctx| {
+            *observed.lock().unwrap() = ctx.error.clone();
+            Decision::allow().with_reason("observed")
+        }));
+        let call = Lifecycle::start(&g, req("a")).unwrap();
+        let Err(InterceptError::Execution { error, action }) = call.run(|exec| {
+            exec.note("latencyUs", json!(9));
+            Err::<(Value, ()), _>("upstream exited".to_string())
+        }) else {
+            panic!("the execution failed");
+        };
+        assert_eq!(error, "upstream exited");
+        assert_eq!(action.capability.name, "a");
+        assert_eq!(seen.lock().unwrap().as_deref(), Some("upstream exited"));
+        let events = sink.events();
+        assert_eq!(events.len(), 1, "{events:?}");
+        let e = &events[0];
+        assert_eq!(
+            (e.outcome, e.stage),
+            (AuditOutcome::ExecutionFailed, Stage::OnError)
+        );
+        assert_eq!(e.reason.as_deref(), Some("observed"));
+        assert_eq!(e.metadata["error_type"], "String");
+        assert_eq!(e.metadata["error_message"], "upstream exited");
+        assert_eq!(e.metadata["latencyUs"], 9);
+    }
+}
