@@ -675,14 +675,14 @@ impl Host {
                 format!("approval refused: {m}"),
             ))
         };
-        let claims = match self.approvals.decode(token) {
-            Ok(c) => c,
+        let verified = match self.approvals.decode(token) {
+            Ok(v) => v,
             Err(e) => return refused(e.to_string()),
         };
-        let Some(fingerprint) = claims.plan_fingerprint else {
+        let Some(fingerprint) = verified.plan_fingerprint() else {
             return refused("the token is not bound to a plan".into());
         };
-        let plan = match self.runtime.pending_plan(&fingerprint) {
+        let plan = match self.runtime.pending_plan(fingerprint) {
             Ok(Some(plan)) => plan,
             Ok(None) => return refused(format!("no pending plan {fingerprint}")),
             Err(e) => return Outcome::Failed(e),

@@ -11,8 +11,9 @@
 //! 1. Resolve the capability by name (unknown → [`InterceptError::NotFound`], no audit) and
 //!    build the [`AgentAction`].
 //! 2. If the request carries an approval token, verify it against the action (signature,
-//!    plan fingerprint, action digest, expiry, status). A bad token is audited as
-//!    `denied_before_execution` and refused.
+//!    plan fingerprint, action digest, expiry, status), reading the approval record once. A
+//!    token already verified by the host ([`InterceptRequest::verified_approval`]) is not
+//!    decoded again. A bad token is audited as `denied_before_execution` and refused.
 //! 3. Before policies. `deny` → audit `denied_before_execution`, refuse.
 //!    `approval_required` → create (or find) the pending approval, audit
 //!    `approval_required`, refuse with the approval. Otherwise the token (if any) is consumed,
@@ -48,7 +49,10 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use crate::action::{ActionType, Actor, AgentAction};
-use crate::approvals::{ApprovalError, ApprovalManager, ApprovalRecord, ApprovalRequest};
+use crate::approvals::{
+    ApprovalError, ApprovalManager, ApprovalRecord, ApprovalRequest, VerifiedApproval,
+    VerifiedToken,
+};
 use crate::audit::{AuditError, AuditEvent, AuditOutcome, AuditSink, NoopSink};
 use crate::decision::{Decision, DecisionType, SandboxRequirement};
 use crate::engine::{EngineError, Obligations, PolicyEngine, Verdict};
@@ -91,8 +95,12 @@ pub struct InterceptRequest {
     pub metadata: Map<String, Value>,
     pub plan_fingerprint: Option<String>,
     pub receipt_id: Option<String>,
-    /// A token from [`ApprovalManager::approve`].
+    /// A token from [`ApprovalManager::approve`], decoded by the governor.
     pub approval_token: Option<String>,
+    /// A token the host already decoded with the governor's approval manager
+    /// ([`ApprovalManager::decode`]): its signature is not checked again. When set,
+    /// `approval_token` is not read.
+    pub verified_approval: Option<VerifiedToken>,
     /// Record this request's input in the audit event of its outcome (executed, denied
     /// after execution), with the values the call's `redact` pointers point at masked (the
     /// governor's [`Governor::record_payloads`] does so for every request and event).
@@ -121,6 +129,7 @@ impl InterceptRequest {
             plan_fingerprint: None,
             receipt_id: None,
             approval_token: None,
+            verified_approval: None,
             record_input: false,
             single_event: false,
         }
@@ -189,6 +198,11 @@ impl InterceptRequest {
     }
     pub fn approval_token(mut self, token: impl Into<String>) -> Self {
         self.approval_token = Some(token.into());
+        self
+    }
+    /// A token already decoded ([`InterceptRequest::verified_approval`]).
+    pub fn verified_approval(mut self, token: VerifiedToken) -> Self {
+        self.verified_approval = Some(token);
         self
     }
     pub fn input_summary(mut self, s: impl Into<String>) -> Self {
@@ -671,8 +685,8 @@ struct Lifecycle<'g> {
     req: InterceptRequest,
     /// The action as it is now (transformed, routed).
     action: AgentAction,
-    /// The action as the agent asked for it: approvals bind to it. Kept, for an approval
-    /// manager, just before a transform or route changes `action`.
+    /// The action as the agent asked for it: a pending approval is asked for it. Kept, for
+    /// an approval manager, just before a transform or route changes `action`.
     original: Option<AgentAction>,
     /// The digest of `action` as it is now (reset when its input or capability changes).
     digest: DigestCache,
@@ -680,7 +694,9 @@ struct Lifecycle<'g> {
     events: Vec<String>,
     /// The capabilities routed from, in order.
     routed_from: Vec<String>,
-    /// The approval of the token the request presented, once verified.
+    /// The token the request presented, verified against the action, until it is redeemed.
+    token: Option<VerifiedApproval>,
+    /// The approval of that token.
     approval: Option<GrantedApproval>,
     /// The policies' runtime metadata: one copy of the request's, handed from stage to
     /// stage.
@@ -714,6 +730,7 @@ impl<'g> Lifecycle<'g> {
             digest: DigestCache::default(),
             events: Vec::new(),
             routed_from: Vec::new(),
+            token: None,
             approval: None,
             runtime,
             before: None,
@@ -778,28 +795,35 @@ impl<'g> Lifecycle<'g> {
         (self, verdict)
     }
 
-    /// The request's approval token, verified against the action (signature, plan
-    /// fingerprint, action digest, expiry, status); consumed only if execution goes ahead
-    /// ([`Lifecycle::redeem`]). A bad token is audited as `denied_before_execution` and
-    /// refused.
+    /// The request's approval token, verified against the action as the agent asked for it
+    /// (signature, plan fingerprint, action digest, expiry, status), the approval record
+    /// read once; consumed only if execution goes ahead ([`Lifecycle::redeem`]). A token
+    /// the host verified is not decoded again. A bad token is audited as
+    /// `denied_before_execution` and refused.
     fn verify_token(&mut self) -> Result<(), Refusal> {
-        let Some(token) = &self.req.approval_token else {
+        let decoded = self.req.verified_approval.take();
+        if decoded.is_none() && self.req.approval_token.is_none() {
             return Ok(());
-        };
+        }
         let verified = match &self.governor.approvals {
-            Some(m) => m
-                .verify_for(token, &self.action)
-                .map(|(claims, _)| GrantedApproval {
-                    approval_id: claims.approval_id,
-                    approver: claims.approver,
-                }),
+            Some(m) => {
+                let token = match (decoded, &self.req.approval_token) {
+                    (Some(t), _) => Ok(t),
+                    (None, token) => m.decode(token.as_deref().unwrap_or_default()),
+                };
+                let digest = self.digest.get(&self.action);
+                token.and_then(|t| {
+                    m.verify_decoded(t, self.action.plan_fingerprint.as_deref(), &digest)
+                })
+            }
             None => Err(ApprovalError::Malformed {
                 message: "no approval manager is configured".into(),
             }),
         };
         match verified {
-            Ok(g) => {
-                self.approval = Some(g);
+            Ok(v) => {
+                self.approval = Some(v.granted());
+                self.token = Some(v);
                 Ok(())
             }
             Err(e) => {
@@ -983,15 +1007,15 @@ impl<'g> Lifecycle<'g> {
         Ok(self)
     }
 
-    /// Consumes the verified token, single use, now that execution goes ahead. The token
-    /// binds the original action (before any transform or route).
+    /// Consumes the verified token, single use, now that execution goes ahead: a
+    /// compare-and-set on the record [`Lifecycle::verify_token`] read (a token redeemed
+    /// meanwhile is refused as replayed).
     fn redeem(&mut self) -> Result<(), Refusal> {
         let governor = self.governor;
-        let (Some(m), Some(token)) = (&governor.approvals, &self.req.approval_token) else {
+        let (Some(m), Some(token)) = (&governor.approvals, self.token.take()) else {
             return Ok(());
         };
-        let original = self.original.as_ref().unwrap_or(&self.action);
-        if let Err(e) = m.redeem_for(token, original) {
+        if let Err(e) = m.redeem_verified(token) {
             self.refuse_before(format!("approval refused: {e}"), "approval_invalid")?;
             return Err(InterceptError::Approval(e));
         }

@@ -170,7 +170,10 @@ pub mod registry;
 pub mod store;
 
 pub use action::{ActionType, Actor, AgentAction};
-pub use approvals::{ApprovalError, ApprovalManager, ApprovalRecord, ApprovalStatus, HostKey};
+pub use approvals::{
+    ApprovalError, ApprovalManager, ApprovalRecord, ApprovalStatus, HostKey, VerifiedApproval,
+    VerifiedToken,
+};
 pub use audit::{
     AuditEvent, AuditOutcome, AuditSink, AuditStore, TenantLink, VerifyReport, verify_chain,
     verify_store, verify_tenant,
