@@ -675,6 +675,7 @@ impl Host {
                 format!("approval refused: {m}"),
             ))
         };
+        // The one signature check of the call: the governor is handed the verified token.
         let verified = match self.approvals.decode(token) {
             Ok(v) => v,
             Err(e) => return refused(e.to_string()),
@@ -702,7 +703,7 @@ impl Host {
             return Outcome::Failed(e);
         }
         let mut options = self.options(request);
-        options.approval_token = Some(token.to_string());
+        options.verified_approval = Some(verified);
         self.runtime.execute_outcome(&plan, &options)
     }
 

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use capability_policy::{
     GovernedCapability, Governor, InterceptError, InterceptRequest, IsolationTier,
-    SandboxRequirement, Stage,
+    SandboxRequirement, Stage, VerifiedToken,
 };
 
 use crate::capability::{Capability, ExecutionContext, HookError, Implementation};
@@ -56,6 +56,11 @@ pub struct ExecuteOptions {
     pub caller: Option<Caller>,
     /// A token from an approved approval, valid for this exact plan (single use).
     pub approval_token: Option<String>,
+    /// The same, already decoded by the governor's approval manager
+    /// ([`ApprovalManager::decode`](capability_policy::ApprovalManager::decode)), as a host
+    /// does to find the plan: its signature is not checked again. When set,
+    /// `approval_token` is not read.
+    pub verified_approval: Option<VerifiedToken>,
 }
 
 impl ExecuteOptions {
@@ -664,7 +669,9 @@ impl CapabilityRuntime {
             ))
             .plan_fingerprint(plan.fingerprint.clone())
             .receipt(receipt_id.clone());
-        if let Some(token) = &options.approval_token {
+        if let Some(token) = &options.verified_approval {
+            req = req.verified_approval(token.clone());
+        } else if let Some(token) = &options.approval_token {
             req = req.approval_token(token.clone());
         }
         let intercepted = governor.intercept_with(req, |exec| {
