@@ -55,7 +55,7 @@ use capability_host::{Actor, Host};
 use capability_policy::audit::parse_traceparent;
 use capability_policy::{
     ActionType, CapabilityKind, DecisionType, GovernedCapability, InterceptError, InterceptRequest,
-    Intercepted, RiskLevel, Stage,
+    Intercepted, Interrupted, RiskLevel, Stage,
 };
 use capability_sandbox::{ChildSpec, Grants, ProcessSandbox};
 use serde::Deserialize;
@@ -1091,9 +1091,9 @@ impl Gateway {
     /// The tool result of a governed call of `t`.
     fn answer(&self, t: &GatewayTool, intercepted: Intercepted<Called, String>) -> Value {
         let mut meta = json!({"capabilityId": t.capability, "definitionHash": t.hash});
-        match intercepted.result {
-            Ok(done) => {
-                let called = intercepted.executed;
+        match intercepted.map_err(Interrupted::into_error) {
+            Ok((done, called)) => {
+                let called = Some(called);
                 if let Some(c) = &called {
                     meta["latencyMs"] = json!(c.latency_ms as u64);
                 }

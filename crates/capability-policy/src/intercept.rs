@@ -262,13 +262,121 @@ impl InterceptResult {
     }
 }
 
-/// What [`Governor::intercept_with`] returns: the lifecycle's result, and what the
-/// execution produced when it ran.
+/// What [`Governor::intercept_with`] returns: the result and what the execution produced,
+/// or why no output is delivered ([`Interrupted`], with what ran where something did).
+pub type Intercepted<T, E> = Result<(InterceptResult, T), Interrupted<T, E>>;
+
+/// Why [`Governor::intercept_with`] delivered no output. Each case carries what exists at
+/// that point: nothing ran, the execution failed (its own error), or it ran and its output
+/// is withheld (what it produced).
 #[derive(Debug)]
-pub struct Intercepted<T, E> {
-    pub result: Result<InterceptResult, InterceptError<E>>,
-    /// `Some` when the execution ran and succeeded (whatever was decided after it).
-    pub executed: Option<T>,
+pub enum Interrupted<T, E> {
+    /// Stopped before the execution, nothing ran: not found, denied or approval required
+    /// before execution, a refused token, a failed input transform, a policy or audit
+    /// failure. (`InterceptError::Execution` cannot occur here.)
+    Refused(InterceptError<Infallible>),
+    /// The execution failed: its own error, after the `on_error` stage.
+    Failed {
+        error: E,
+        action: Box<AgentAction>,
+        /// The `on_error` policies could not be evaluated, or the failure could not be
+        /// audited.
+        governance: Option<GovernanceFailure>,
+    },
+    /// The execution succeeded, then its output was withheld.
+    Withheld {
+        /// What the execution produced besides its output.
+        executed: T,
+        reason: OutputWithheld,
+    },
+}
+
+impl<T, E> Interrupted<T, E> {
+    /// The error [`Governor::intercept`] reports for this (what ran is dropped; a
+    /// governance failure wins over the execution's error).
+    pub fn into_error(self) -> InterceptError<E> {
+        match self {
+            Interrupted::Refused(e) => widen(e),
+            Interrupted::Failed {
+                error,
+                action,
+                governance: None,
+            } => InterceptError::Execution { error, action },
+            Interrupted::Failed {
+                governance: Some(g),
+                ..
+            } => g.into(),
+            Interrupted::Withheld { reason, .. } => reason.into(),
+        }
+    }
+}
+
+impl<T, E: std::fmt::Display> std::fmt::Display for Interrupted<T, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Interrupted::Refused(e) => e.fmt(f),
+            Interrupted::Failed {
+                governance: Some(g),
+                ..
+            } => g.fmt(f),
+            Interrupted::Failed { error, .. } => write!(f, "capability failed: {error}"),
+            Interrupted::Withheld { reason, .. } => reason.fmt(f),
+        }
+    }
+}
+
+impl<T: std::fmt::Debug, E: std::fmt::Debug + std::fmt::Display> std::error::Error
+    for Interrupted<T, E>
+{
+}
+
+impl<T, E> From<InterceptError<Infallible>> for Interrupted<T, E> {
+    fn from(e: InterceptError<Infallible>) -> Self {
+        Interrupted::Refused(e)
+    }
+}
+
+/// Why the output of an execution that succeeded is withheld.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputWithheld {
+    /// Denied by the after-stage policies (the side effect happened).
+    #[error("{}", .0.decision.reason.as_deref().unwrap_or("capability invocation denied"))]
+    Denied(Box<Denial>),
+    /// An output transform could not apply.
+    #[error("transform by policy failed: {0}")]
+    Transform(#[source] PointerError),
+    /// The after-stage policies could not be evaluated, or an event not written.
+    #[error(transparent)]
+    Governance(#[from] GovernanceFailure),
+}
+
+impl<E> From<OutputWithheld> for InterceptError<E> {
+    fn from(w: OutputWithheld) -> Self {
+        match w {
+            OutputWithheld::Denied(d) => InterceptError::Denied(d),
+            OutputWithheld::Transform(e) => InterceptError::Transform(e),
+            OutputWithheld::Governance(g) => g.into(),
+        }
+    }
+}
+
+/// The governance itself failed: a policy could not be evaluated, or an audit event could
+/// not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum GovernanceFailure {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Audit(#[from] AuditError),
+}
+
+impl<E> From<GovernanceFailure> for InterceptError<E> {
+    fn from(g: GovernanceFailure) -> Self {
+        match g {
+            GovernanceFailure::Engine(e) => InterceptError::Engine(e),
+            GovernanceFailure::Audit(e) => InterceptError::Audit(e),
+        }
+    }
 }
 
 /// A refusal by policy.
@@ -580,45 +688,34 @@ impl Governor {
         F: FnOnce(&Execution<'_>) -> Result<Value, E>,
     {
         self.intercept_with(req, |exec| execute(exec).map(|v| (v, ())))
-            .result
+            .map(|(result, ())| result)
+            .map_err(Interrupted::into_error)
     }
 
     /// [`Governor::intercept`] for callers that need what the execution produced besides
     /// its output (a receipt's timing, the boundary crossed): `execute` returns the output
-    /// and a value `T`, which comes back in [`Intercepted::executed`] whatever the policies
-    /// decided afterwards (an after-stage denial or a failed transform still leaves the
-    /// evidence of what ran). An execution failure comes back as
-    /// [`InterceptError::Execution`] with the closure's own error.
+    /// and a value `T`, which comes back with the result, or in
+    /// [`Interrupted::Withheld`] when the policies withheld the output afterwards (an
+    /// after-stage denial, a failed transform, a governance failure still leave the
+    /// evidence of what ran). An execution failure comes back as [`Interrupted::Failed`]
+    /// with the closure's own error.
     pub fn intercept_with<T, E, F>(&self, req: InterceptRequest, execute: F) -> Intercepted<T, E>
     where
         E: std::fmt::Display,
         F: FnOnce(&Execution<'_>) -> Result<(Value, T), E>,
     {
-        let mut executed = None;
-        let result = self.lifecycle(req, execute, &mut executed);
-        Intercepted { result, executed }
-    }
-
-    /// The stages of one call, in order (see the module docs and [`Lifecycle`]).
-    fn lifecycle<T, E, F>(
-        &self,
-        req: InterceptRequest,
-        execute: F,
-        executed: &mut Option<T>,
-    ) -> Result<InterceptResult, InterceptError<E>>
-    where
-        E: std::fmt::Display,
-        F: FnOnce(&Execution<'_>) -> Result<(Value, T), E>,
-    {
+        // The stages, in order (each a method of `Lifecycle`).
         let mut call = Lifecycle::start(self, req)?;
-        call.verify_token().map_err(widen)?;
+        call.verify_token()?;
         if call.req.mode == InterceptMode::Lifecycle {
-            call = call.before().map_err(widen)?;
+            call = call.before()?;
         }
-        call.redeem().map_err(widen)?;
-        let (call, raw, ran) = call.run(execute)?;
-        *executed = Some(ran);
-        call.after(raw)
+        call.redeem()?;
+        let (call, raw, executed) = call.run(execute)?;
+        match call.after(raw) {
+            Ok(result) => Ok((result, executed)),
+            Err(reason) => Err(Interrupted::Withheld { executed, reason }),
+        }
     }
 
     /// Wraps a function as a governed capability call (Brane's `wrap_capability`): each call
@@ -672,7 +769,7 @@ fn widen<E>(e: Refusal) -> InterceptError<E> {
     }
 }
 
-/// One governed call on its way through the stages of [`Governor::lifecycle`]: verify the
+/// One governed call on its way through the stages of [`Governor::intercept_with`]: verify the
 /// approval token, the before stage (one pass per capability, a `route` moving the call),
 /// redeem the token, run (with the `on_error` stage on failure), the after stage, deliver.
 /// A stage hands the call on, or ends it with its audited refusal.
@@ -714,10 +811,7 @@ struct Lifecycle<'g> {
 impl<'g> Lifecycle<'g> {
     /// Resolves the capability (unknown: [`CapabilityNotFound`], no audit) and builds the
     /// action.
-    fn start(
-        governor: &'g Governor,
-        mut req: InterceptRequest,
-    ) -> Result<Self, CapabilityNotFound> {
+    fn start(governor: &'g Governor, mut req: InterceptRequest) -> Result<Self, Refusal> {
         let cap = governor.registry.require(&req.capability)?;
         let input = std::mem::take(&mut req.input);
         let action = governor.action_with_input(&req, cap, input);
@@ -1024,7 +1118,7 @@ impl<'g> Lifecycle<'g> {
 
     /// Runs `execute` with the final capability, input and sandbox requirement. Its
     /// output and value, or its failure after the `on_error` stage.
-    fn run<T, E, F>(mut self, execute: F) -> Result<(Self, Value, T), InterceptError<E>>
+    fn run<T, E, F>(mut self, execute: F) -> Result<(Self, Value, T), Interrupted<T, E>>
     where
         E: std::fmt::Display,
         F: FnOnce(&Execution<'_>) -> Result<(Value, T), E>,
@@ -1046,7 +1140,7 @@ impl<'g> Lifecycle<'g> {
 
     /// The `on_error` stage (observers) and the `execution_failed` event with
     /// `error_type` and `error_message`; the execution's own error.
-    fn on_error<E: std::fmt::Display>(self, error: E) -> InterceptError<E> {
+    fn on_error<T, E: std::fmt::Display>(self, error: E) -> Interrupted<T, E> {
         let message = error.to_string();
         let (mut call, on_error) = self.evaluate(Stage::OnError, Some(message.clone()));
         let notes = std::mem::take(&mut call.notes);
@@ -1061,10 +1155,11 @@ impl<'g> Lifecycle<'g> {
                     ev.metadata.insert("error_message".into(), json!(message));
                     ev.metadata.extend(notes);
                 }
-                if let Err(a) = call.emit_some(ev) {
-                    return a.into();
-                }
-                return e.into();
+                let governance = match call.emit_some(ev) {
+                    Err(a) => a.into(),
+                    Ok(()) => e.into(),
+                };
+                return call.failed(error, Some(governance));
             }
         };
         let reported = match &call.before {
@@ -1083,18 +1178,22 @@ impl<'g> Lifecycle<'g> {
         ev.metadata.insert("error_message".into(), json!(message));
         ev.metadata.extend(notes);
         call.summarize(&mut ev, decided(&on_error));
-        if let Err(a) = call.emit(ev) {
-            return a.into();
-        }
-        InterceptError::Execution {
+        let governance = call.emit(ev).err().map(GovernanceFailure::from);
+        call.failed(error, governance)
+    }
+
+    /// The execution's failure, with a governance failure that followed it.
+    fn failed<T, E>(self, error: E, governance: Option<GovernanceFailure>) -> Interrupted<T, E> {
+        Interrupted::Failed {
             error,
-            action: Box::new(call.action),
+            action: Box::new(self.action),
+            governance,
         }
     }
 
     /// The after stage on the raw output: output mutations then redactions (from both
     /// stages); a `deny` withholds the output, as does a mutation that cannot apply.
-    fn after<E>(mut self, raw: Value) -> Result<InterceptResult, InterceptError<E>> {
+    fn after(mut self, raw: Value) -> Result<InterceptResult, OutputWithheld> {
         // The action with the raw output (the summary is replaced, as `with_output` does).
         self.action.output = Some(raw);
         self.action.output_summary = None;
@@ -1109,8 +1208,8 @@ impl<'g> Lifecycle<'g> {
                     ev.outcome = AuditOutcome::DeniedAfterExecution;
                     ev.stage = Stage::AfterCapability;
                 }
-                call.emit_some(ev)?;
-                return Err(e.into());
+                call.emit_some(ev).map_err(GovernanceFailure::from)?;
+                return Err(GovernanceFailure::from(e).into());
             }
         };
         call.output_obligations.extend_output(&after.obligations);
@@ -1131,16 +1230,17 @@ impl<'g> Lifecycle<'g> {
         if let Err(e) = transformed {
             return Err(call.transform_failed(&after, e));
         }
-        Ok(call.deliver(after, output, redacted)?)
+        call.deliver(after, output, redacted)
+            .map_err(|e| GovernanceFailure::from(e).into())
     }
 
     /// A `deny` after execution: the side effect happened, the output is withheld.
-    fn denied_after<E>(
+    fn denied_after(
         mut self,
         after: Verdict,
         output: Value,
         redacted: Vec<String>,
-    ) -> InterceptError<E> {
+    ) -> OutputWithheld {
         let mut ev = AuditEvent::from_verdict_with_digest(
             &self.action,
             &after,
@@ -1155,9 +1255,9 @@ impl<'g> Lifecycle<'g> {
         ev.metadata.extend(std::mem::take(&mut self.notes));
         self.summarize(&mut ev, Some(&after));
         if let Err(e) = self.emit(ev) {
-            return e.into();
+            return GovernanceFailure::from(e).into();
         }
-        InterceptError::Denied(Box::new(Denial {
+        OutputWithheld::Denied(Box::new(Denial {
             stage: Stage::AfterCapability,
             decision: after.decision.clone(),
             action: self.action,
@@ -1166,7 +1266,7 @@ impl<'g> Lifecycle<'g> {
     }
 
     /// A `transform_output` mutation that could not apply: the output is withheld.
-    fn transform_failed<E>(mut self, after: &Verdict, e: PointerError) -> InterceptError<E> {
+    fn transform_failed(mut self, after: &Verdict, e: PointerError) -> OutputWithheld {
         let mut d =
             Decision::deny(format!("transform_output failed: {e}")).with_code("transform_failed");
         d.action_id = Some(self.action.action_id.clone());
@@ -1180,9 +1280,9 @@ impl<'g> Lifecycle<'g> {
         ev.metadata.extend(std::mem::take(&mut self.notes));
         self.summarize(&mut ev, decided(after));
         if let Err(a) = self.emit(ev) {
-            return a.into();
+            return GovernanceFailure::from(a).into();
         }
-        InterceptError::Transform(e)
+        OutputWithheld::Transform(e)
     }
 
     /// The `executed` event, and the result.
@@ -1533,9 +1633,7 @@ mod tests {
             .before()
             .unwrap();
         assert!(sink.events().is_empty(), "no allowed events");
-        let r = call
-            .after::<String>(json!({"secret": "s", "ok": 1}))
-            .unwrap();
+        let r = call.after(json!({"secret": "s", "ok": 1})).unwrap();
         assert_eq!(r.output, json!({"secret": "[REDACTED]", "ok": 1}));
         let events = sink.events();
         assert_eq!(events.len(), 1, "{events:?}");
@@ -1562,7 +1660,7 @@ mod tests {
         }));
         let mut call = Lifecycle::start(&g, req("a").mode(InterceptMode::AfterOnly)).unwrap();
         call.notes.insert("latencyUs".into(), json!(5));
-        let Err(InterceptError::Transform(_)) = call.after::<String>(json!({"ok": 1})) else {
+        let Err(OutputWithheld::Transform(_)) = call.after(json!({"ok": 1})) else {
             panic!("the output must be withheld");
         };
         let events = sink.events();
@@ -1581,8 +1679,7 @@ mod tests {
         g.policies()
             .register(Policy::after("a", |_| Decision::deny("not for you")));
         let call = Lifecycle::start(&g, req("a")).unwrap().before().unwrap();
-        let Err(InterceptError::Denied(denial)) = call.after::<String>(json!({"secret": "s"}))
-        else {
+        let Err(OutputWithheld::Denied(denial)) = call.after(json!({"secret": "s"})) else {
             panic!("the output must be denied");
         };
         assert_eq!(denial.stage, Stage::AfterCapability);
@@ -1607,10 +1704,15 @@ mod tests {
             Decision::allow().with_reason("observed")
         }));
         let call = Lifecycle::start(&g, req("a")).unwrap();
-        let Err(InterceptError::Execution { error, action }) = call.run(|exec| {
+        let Err(Interrupted::Failed {
+            error,
+            action,
+            governance: None,
+        }) = call.run(|exec| {
             exec.note("latencyUs", json!(9));
             Err::<(Value, ()), _>("upstream exited".to_string())
-        }) else {
+        })
+        else {
             panic!("the execution failed");
         };
         assert_eq!(error, "upstream exited");
@@ -1627,5 +1729,97 @@ mod tests {
         assert_eq!(e.metadata["error_type"], "String");
         assert_eq!(e.metadata["error_message"], "upstream exited");
         assert_eq!(e.metadata["latencyUs"], 9);
+    }
+
+    /// A sink that cannot write events of one outcome.
+    struct FailsOn(AuditOutcome);
+
+    impl AuditSink for FailsOn {
+        fn emit(&self, event: &AuditEvent) -> Result<(), AuditError> {
+            if event.outcome == self.0 {
+                return Err(AuditError::Malformed {
+                    message: "disk full".into(),
+                });
+            }
+            Ok(())
+        }
+    }
+
+    fn failing_on(outcome: AuditOutcome) -> Governor {
+        let g = Governor::new("agent").audit(Arc::new(FailsOn(outcome)));
+        g.register_capability(GovernedCapability::new("a", CapabilityKind::Tool));
+        g
+    }
+
+    #[test]
+    fn intercept_with_returns_what_ran_with_the_result_or_with_the_withheld_output() {
+        let (g, _) = governor(&["a"]);
+        let (done, ran) = g
+            .intercept_with(req("a"), |_| Ok::<_, String>((json!({"x": 1}), "receipt")))
+            .unwrap();
+        assert_eq!((done.output, ran), (json!({"x": 1}), "receipt"));
+
+        g.policies()
+            .register(Policy::after("a", |_| Decision::deny("withheld")));
+        let Err(Interrupted::Withheld {
+            executed,
+            reason: OutputWithheld::Denied(denial),
+        }) = g.intercept_with(req("a"), |_| Ok::<_, String>((json!({"x": 1}), "receipt")))
+        else {
+            panic!("the output must be withheld with what ran");
+        };
+        assert_eq!(executed, "receipt");
+        assert_eq!(denial.stage, Stage::AfterCapability);
+    }
+
+    #[test]
+    fn a_refusal_before_execution_carries_nothing_that_ran() {
+        let (g, _) = governor(&["a"]);
+        g.policies()
+            .register(Policy::before("a", |_| Decision::deny("no")));
+        let mut ran = false;
+        let r = g.intercept_with(req("a"), |_| {
+            ran = true;
+            Ok::<_, String>((json!(1), ()))
+        });
+        let Err(Interrupted::Refused(InterceptError::Denied(denial))) = r else {
+            panic!("denied before execution");
+        };
+        assert_eq!(denial.stage, Stage::BeforeCapability);
+        assert!(!ran);
+    }
+
+    #[test]
+    fn an_audit_failure_after_execution_keeps_what_ran_or_the_executions_error() {
+        // The execution failed, then its event could not be written: the execution's own
+        // error comes back with the governance failure.
+        let g = failing_on(AuditOutcome::ExecutionFailed);
+        let r = g.intercept_with(req("a"), |_| Err::<(Value, ()), _>("boom".to_string()));
+        let Err(Interrupted::Failed {
+            error,
+            governance: Some(GovernanceFailure::Audit(_)),
+            ..
+        }) = r
+        else {
+            panic!("the failure must carry the execution's error and the audit failure");
+        };
+        assert_eq!(error, "boom");
+        // `intercept` reports the audit failure, as before.
+        let simple = g.intercept(req("a"), |_| Err::<Value, _>("boom".to_string()));
+        assert!(matches!(simple, Err(InterceptError::Audit(_))));
+
+        // The execution succeeded, then its event could not be written: the output is
+        // withheld, what ran comes back.
+        let g = failing_on(AuditOutcome::Executed);
+        let r = g.intercept_with(req("a"), |_| Ok::<_, String>((json!(1), "receipt")));
+        let Err(Interrupted::Withheld {
+            executed,
+            reason: OutputWithheld::Governance(GovernanceFailure::Audit(e)),
+        }) = r
+        else {
+            panic!("the output must be withheld with what ran");
+        };
+        assert_eq!(executed, "receipt");
+        assert_eq!(e.to_string(), "audit event is malformed: disk full");
     }
 }

@@ -182,7 +182,8 @@ pub use cedar::CedarPolicies;
 pub use decision::{Decision, DecisionType, IsolationTier, SandboxRequirement};
 pub use engine::{ForTenant, Obligations, PolicyEngine, PolicySource, Verdict};
 pub use intercept::{
-    Execution, Governor, InterceptError, InterceptMode, InterceptRequest, Intercepted,
+    Execution, GovernanceFailure, Governor, InterceptError, InterceptMode, InterceptRequest,
+    Intercepted, Interrupted, OutputWithheld,
 };
 pub use model::{
     CapabilityKind, Effect, EffectType, Environment, Governance, GovernedCapability, RiskLevel,

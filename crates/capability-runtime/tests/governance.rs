@@ -544,3 +544,66 @@ fn a_resumed_plan_with_a_decoded_token_reads_its_approval_once() {
         replay.message
     );
 }
+
+/// An audit sink that cannot write events of one outcome.
+struct AuditFailsOn(AuditOutcome);
+
+impl capability_policy::AuditSink for AuditFailsOn {
+    fn emit(
+        &self,
+        event: &capability_policy::AuditEvent,
+    ) -> Result<(), capability_policy::audit::AuditError> {
+        if event.outcome == self.0 {
+            return Err(capability_policy::audit::AuditError::Malformed {
+                message: "disk full".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_governance_failure_after_the_capability_ran_keeps_its_receipt() {
+    for (outcome, fails) in [
+        (AuditOutcome::Executed, false),
+        (AuditOutcome::ExecutionFailed, true),
+    ] {
+        let governor = Governor::new("support-agent").audit(Arc::new(AuditFailsOn(outcome)));
+        let runtime = CapabilityRuntime::builder()
+            .policy(EffectPolicy::permissive())
+            .governor(Arc::new(governor))
+            .build();
+        let capability = Capability::builder(json!({
+            "specVersion": "0.1", "id": "x/maybe", "version": "1.0.0", "name": "Maybe",
+            "description": "Fails when asked to.", "effects": []
+        }))
+        .execute_json(move |_, _| {
+            if fails {
+                Err(capability_runtime::HookError::named("RangeError", "boom"))
+            } else {
+                Ok(json!({"ok": true}))
+            }
+        })
+        .build()
+        .unwrap();
+        runtime.register(capability).unwrap();
+        let err = runtime
+            .invoke("x/maybe", json!({}), &ExecuteOptions::default())
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::ExecutionFailed);
+        assert_eq!(
+            err.message,
+            "governance failed: audit event is malformed: disk full"
+        );
+        let receipts = runtime
+            .list_receipts(&capability_runtime::ReceiptQuery::default())
+            .unwrap();
+        assert_eq!(receipts.len(), 1, "{outcome:?}: the evidence of what ran");
+        let expected = if fails {
+            ReceiptStatus::Failed
+        } else {
+            ReceiptStatus::Succeeded
+        };
+        assert_eq!(receipts[0].status, expected);
+    }
+}
