@@ -895,25 +895,21 @@ impl<'g> Lifecycle<'g> {
     /// the host verified is not decoded again. A bad token is audited as
     /// `denied_before_execution` and refused.
     fn verify_token(&mut self) -> Result<(), Refusal> {
-        let decoded = self.req.verified_approval.take();
-        if decoded.is_none() && self.req.approval_token.is_none() {
-            return Ok(());
-        }
-        let verified = match &self.governor.approvals {
-            Some(m) => {
-                let token = match (decoded, &self.req.approval_token) {
-                    (Some(t), _) => Ok(t),
-                    (None, token) => m.decode(token.as_deref().unwrap_or_default()),
-                };
-                let digest = self.digest.get(&self.action);
-                token.and_then(|t| {
-                    m.verify_decoded(t, self.action.plan_fingerprint.as_deref(), &digest)
-                })
-            }
-            None => Err(ApprovalError::Malformed {
+        let governor = self.governor;
+        let presented = self.req.verified_approval.take();
+        let decoded = match (&governor.approvals, presented, &self.req.approval_token) {
+            (_, None, None) => return Ok(()),
+            (None, _, _) => Err(ApprovalError::Malformed {
                 message: "no approval manager is configured".into(),
             }),
+            // A token the host decoded wins over the request's text.
+            (Some(m), Some(token), _) => Ok((m, token)),
+            (Some(m), None, Some(text)) => m.decode(text).map(|token| (m, token)),
         };
+        let verified = decoded.and_then(|(m, token)| {
+            let digest = self.digest.get(&self.action);
+            m.verify_decoded(token, self.action.plan_fingerprint.as_deref(), &digest)
+        });
         match verified {
             Ok(v) => {
                 self.approval = Some(v.granted());
