@@ -685,15 +685,15 @@ impl Host {
             Ok(slot) => slot,
             Err(refused) => return refused,
         };
-        let mut options = self.options(request);
-        let claims = match self.approvals.decode(token) {
-            Ok(c) => c,
+        // The one signature check of the call: the governor is handed the verified token.
+        let verified = match self.approvals.decode(token) {
+            Ok(v) => v,
             Err(e) => return refused(e.to_string()),
         };
-        let Some(fingerprint) = claims.plan_fingerprint else {
+        let Some(fingerprint) = verified.plan_fingerprint() else {
             return refused("the token is not bound to a plan".into());
         };
-        let plan = match self.runtime.pending_plan(&fingerprint) {
+        let plan = match self.runtime.pending_plan(fingerprint) {
             Ok(Some(plan)) => plan,
             Ok(None) => return refused(format!("no pending plan {fingerprint}")),
             Err(e) => return Outcome::Failed(e),
@@ -709,7 +709,8 @@ impl Host {
         {
             return refused("the input differs from the approved plan".into());
         }
-        options.approval_token = Some(token.to_string());
+        let mut options = self.options(request);
+        options.verified_approval = Some(verified);
         self.runtime.execute_outcome(&plan, &options)
     }
 

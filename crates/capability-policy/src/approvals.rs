@@ -10,6 +10,12 @@
 //! compare-and-set, so a token works once. Pending approvals live in an [`ApprovalStore`]
 //! (SQLite survives restarts).
 //!
+//! The same checks in steps, each done once per call: [`ApprovalManager::decode`] checks
+//! the signature and gives a [`VerifiedToken`] (a host reads its plan fingerprint from it);
+//! [`ApprovalManager::verify_decoded`] checks it against the action and reads the approval
+//! record once, giving a [`VerifiedApproval`]; [`ApprovalManager::redeem_verified`] only
+//! rechecks the expiry and does the compare-and-set `approved` → `consumed`.
+//!
 //! Token format: `capapr1.<base64url(canonical JSON payload)>.<base64url(signature)>`, the
 //! signature covering the payload bytes. Payload fields: `v`, `kid` (key id), `approvalId`,
 //! `planFingerprint` (or null), `actionDigest`, `approver`, `issuedAt`, `expiresAt`
@@ -429,6 +435,64 @@ pub struct Decided {
     pub token: Option<ApprovalToken>,
 }
 
+/// A token whose signature this host's key verified ([`ApprovalManager::decode`]): its
+/// claims, not yet checked against an action or the approval record. Only an
+/// [`ApprovalManager`] makes one, and only its own manager accepts it
+/// ([`ApprovalManager::verify_decoded`]), so the signature is checked once per call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifiedToken {
+    claims: TokenClaims,
+    /// The public key that verified the signature.
+    key: [u8; 32],
+}
+
+impl VerifiedToken {
+    /// What the token says.
+    pub fn claims(&self) -> &TokenClaims {
+        &self.claims
+    }
+
+    /// The approval it was issued for.
+    pub fn approval_id(&self) -> &str {
+        &self.claims.approval_id
+    }
+
+    /// The plan it is bound to, when there is one.
+    pub fn plan_fingerprint(&self) -> Option<&str> {
+        self.claims.plan_fingerprint.as_deref()
+    }
+}
+
+/// A [`VerifiedToken`] checked against an action and against its approval record, read once
+/// ([`ApprovalManager::verify_decoded`]): bound to this plan and action, not expired, the
+/// approval still `approved` with this token's nonce. [`ApprovalManager::redeem_verified`]
+/// consumes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VerifiedApproval {
+    claims: TokenClaims,
+    record: ApprovalRecord,
+}
+
+impl VerifiedApproval {
+    /// What the token says.
+    pub fn claims(&self) -> &TokenClaims {
+        &self.claims
+    }
+
+    /// The approval record as it was read.
+    pub fn record(&self) -> &ApprovalRecord {
+        &self.record
+    }
+
+    /// The approval as policies see it.
+    pub fn granted(&self) -> GrantedApproval {
+        GrantedApproval {
+            approval_id: self.claims.approval_id.clone(),
+            approver: self.claims.approver.clone(),
+        }
+    }
+}
+
 /// What to ask approval for.
 #[derive(Clone, Debug)]
 pub struct ApprovalRequest<'a> {
@@ -712,9 +776,15 @@ impl ApprovalManager {
         Ok(r)
     }
 
-    /// Checks a token's signature (against this host's key) and decodes it.
-    pub fn decode(&self, token: &str) -> Result<TokenClaims, ApprovalError> {
-        decode_token(token, &self.key.verifying_key())
+    /// Checks a token's signature (against this host's key) and decodes it: the one
+    /// signature check of a call.
+    pub fn decode(&self, token: &str) -> Result<VerifiedToken, ApprovalError> {
+        let key = self.key.verifying_key();
+        let claims = decode_token(token, &key)?;
+        Ok(VerifiedToken {
+            claims,
+            key: key.to_bytes(),
+        })
     }
 
     /// Checks everything except single use: signature, binding to this plan fingerprint and
@@ -725,7 +795,34 @@ impl ApprovalManager {
         plan_fingerprint: Option<&str>,
         action_digest: &str,
     ) -> Result<(TokenClaims, ApprovalRecord), ApprovalError> {
-        let claims = self.decode(token)?;
+        let verified = self.verify_decoded(self.decode(token)?, plan_fingerprint, action_digest)?;
+        Ok((verified.claims, verified.record))
+    }
+
+    /// [`ApprovalManager::verify`] for an action (its plan fingerprint and digest).
+    pub fn verify_for(
+        &self,
+        token: &str,
+        action: &AgentAction,
+    ) -> Result<(TokenClaims, ApprovalRecord), ApprovalError> {
+        self.verify(token, action.plan_fingerprint.as_deref(), &action.digest())
+    }
+
+    /// [`ApprovalManager::verify`] for a token whose signature [`ApprovalManager::decode`]
+    /// already checked: the binding to this plan fingerprint and action digest, then the
+    /// approval record, read once (still approved, with this token's nonce), then the
+    /// expiry. A token decoded by another host's manager is refused
+    /// ([`ApprovalError::BadSignature`]).
+    pub fn verify_decoded(
+        &self,
+        token: VerifiedToken,
+        plan_fingerprint: Option<&str>,
+        action_digest: &str,
+    ) -> Result<VerifiedApproval, ApprovalError> {
+        if token.key != self.key.verifying_key().to_bytes() {
+            return Err(ApprovalError::BadSignature);
+        }
+        let claims = token.claims;
         if claims.plan_fingerprint.as_deref() != plan_fingerprint {
             return Err(ApprovalError::PlanMismatch {
                 token: claims.plan_fingerprint.unwrap_or_else(|| "none".into()),
@@ -759,29 +856,24 @@ impl ApprovalManager {
         if self.clock.now_millis() >= claims.expires_at {
             return Err(ApprovalError::TokenExpired);
         }
-        Ok((claims, record))
+        Ok(VerifiedApproval { claims, record })
     }
 
-    /// [`ApprovalManager::verify`] for an action (its plan fingerprint and digest).
-    pub fn verify_for(
+    /// Consumes a verified approval: the expiry is checked again, then the record read by
+    /// [`ApprovalManager::verify_decoded`] is stored `consumed` with a compare-and-set
+    /// `approved` → `consumed`, so only one redemption of a token succeeds; the others
+    /// fail with [`ApprovalError::Replayed`].
+    pub fn redeem_verified(
         &self,
-        token: &str,
-        action: &AgentAction,
-    ) -> Result<(TokenClaims, ApprovalRecord), ApprovalError> {
-        self.verify(token, action.plan_fingerprint.as_deref(), &action.digest())
-    }
-
-    /// Verifies the token and consumes it (compare-and-set `approved` → `consumed`): the
-    /// second redemption of a token fails with [`ApprovalError::Replayed`].
-    pub fn redeem(
-        &self,
-        token: &str,
-        plan_fingerprint: Option<&str>,
-        action_digest: &str,
+        approval: VerifiedApproval,
     ) -> Result<GrantedApproval, ApprovalError> {
-        let (claims, mut record) = self.verify(token, plan_fingerprint, action_digest)?;
+        let now = self.clock.now_millis();
+        if now >= approval.claims.expires_at {
+            return Err(ApprovalError::TokenExpired);
+        }
+        let VerifiedApproval { claims, mut record } = approval;
         record.status = ApprovalStatus::Consumed;
-        record.consumed_at = Some(self.clock.now_millis());
+        record.consumed_at = Some(now);
         if !self
             .store
             .update_approval(&record, ApprovalStatus::Approved)?
@@ -792,6 +884,18 @@ impl ApprovalManager {
             approval_id: claims.approval_id,
             approver: claims.approver,
         })
+    }
+
+    /// Verifies the token and consumes it (compare-and-set `approved` → `consumed`): the
+    /// second redemption of a token fails with [`ApprovalError::Replayed`].
+    pub fn redeem(
+        &self,
+        token: &str,
+        plan_fingerprint: Option<&str>,
+        action_digest: &str,
+    ) -> Result<GrantedApproval, ApprovalError> {
+        let verified = self.verify_decoded(self.decode(token)?, plan_fingerprint, action_digest)?;
+        self.redeem_verified(verified)
     }
 
     /// [`ApprovalManager::redeem`] for an action.

@@ -11,8 +11,9 @@
 //! 1. Resolve the capability by name (unknown → [`InterceptError::NotFound`], no audit) and
 //!    build the [`AgentAction`].
 //! 2. If the request carries an approval token, verify it against the action (signature,
-//!    plan fingerprint, action digest, expiry, status). A bad token is audited as
-//!    `denied_before_execution` and refused.
+//!    plan fingerprint, action digest, expiry, status), reading the approval record once. A
+//!    token already verified by the host ([`InterceptRequest::verified_approval`]) is not
+//!    decoded again. A bad token is audited as `denied_before_execution` and refused.
 //! 3. Before policies. `deny` → audit `denied_before_execution`, refuse.
 //!    `approval_required` → create (or find) the pending approval, audit
 //!    `approval_required`, refuse with the approval. Otherwise the token (if any) is consumed,
@@ -42,17 +43,21 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
 use crate::action::{ActionType, Actor, AgentAction};
-use crate::approvals::{ApprovalError, ApprovalManager, ApprovalRecord, ApprovalRequest};
+use crate::approvals::{
+    ApprovalError, ApprovalManager, ApprovalRecord, ApprovalRequest, VerifiedApproval,
+    VerifiedToken,
+};
 use crate::audit::{AuditError, AuditEvent, AuditOutcome, AuditSink, NoopSink};
 use crate::decision::{Decision, DecisionType, SandboxRequirement};
 use crate::engine::{EngineError, Obligations, PolicyEngine, Verdict};
 use crate::model::{Environment, GovernedCapability, Labels};
-use crate::pointer::{self, PointerError};
+use crate::pointer::{self, Mutation, PointerError};
 use crate::policy::{GrantedApproval, PolicyContext, Stage};
 use crate::registry::{CapabilityNotFound, CapabilityRegistry};
 
@@ -90,8 +95,12 @@ pub struct InterceptRequest {
     pub metadata: Map<String, Value>,
     pub plan_fingerprint: Option<String>,
     pub receipt_id: Option<String>,
-    /// A token from [`ApprovalManager::approve`].
+    /// A token from [`ApprovalManager::approve`], decoded by the governor.
     pub approval_token: Option<String>,
+    /// A token the host already decoded with the governor's approval manager
+    /// ([`ApprovalManager::decode`]): its signature is not checked again. When set,
+    /// `approval_token` is not read.
+    pub verified_approval: Option<VerifiedToken>,
     /// Record this request's input in the audit event of its outcome (executed, denied
     /// after execution), with the values the call's `redact` pointers point at masked (the
     /// governor's [`Governor::record_payloads`] does so for every request and event).
@@ -120,6 +129,7 @@ impl InterceptRequest {
             plan_fingerprint: None,
             receipt_id: None,
             approval_token: None,
+            verified_approval: None,
             record_input: false,
             single_event: false,
         }
@@ -190,6 +200,11 @@ impl InterceptRequest {
         self.approval_token = Some(token.into());
         self
     }
+    /// A token already decoded ([`InterceptRequest::verified_approval`]).
+    pub fn verified_approval(mut self, token: VerifiedToken) -> Self {
+        self.verified_approval = Some(token);
+        self
+    }
     pub fn input_summary(mut self, s: impl Into<String>) -> Self {
         self.input_summary = Some(s.into());
         self
@@ -247,13 +262,121 @@ impl InterceptResult {
     }
 }
 
-/// What [`Governor::intercept_with`] returns: the lifecycle's result, and what the
-/// execution produced when it ran.
+/// What [`Governor::intercept_with`] returns: the result and what the execution produced,
+/// or why no output is delivered ([`Interrupted`], with what ran where something did).
+pub type Intercepted<T, E> = Result<(InterceptResult, T), Interrupted<T, E>>;
+
+/// Why [`Governor::intercept_with`] delivered no output. Each case carries what exists at
+/// that point: nothing ran, the execution failed (its own error), or it ran and its output
+/// is withheld (what it produced).
 #[derive(Debug)]
-pub struct Intercepted<T, E> {
-    pub result: Result<InterceptResult, InterceptError<E>>,
-    /// `Some` when the execution ran and succeeded (whatever was decided after it).
-    pub executed: Option<T>,
+pub enum Interrupted<T, E> {
+    /// Stopped before the execution, nothing ran: not found, denied or approval required
+    /// before execution, a refused token, a failed input transform, a policy or audit
+    /// failure. (`InterceptError::Execution` cannot occur here.)
+    Refused(InterceptError<Infallible>),
+    /// The execution failed: its own error, after the `on_error` stage.
+    Failed {
+        error: E,
+        action: Box<AgentAction>,
+        /// The `on_error` policies could not be evaluated, or the failure could not be
+        /// audited.
+        governance: Option<GovernanceFailure>,
+    },
+    /// The execution succeeded, then its output was withheld.
+    Withheld {
+        /// What the execution produced besides its output.
+        executed: T,
+        reason: OutputWithheld,
+    },
+}
+
+impl<T, E> Interrupted<T, E> {
+    /// The error [`Governor::intercept`] reports for this (what ran is dropped; a
+    /// governance failure wins over the execution's error).
+    pub fn into_error(self) -> InterceptError<E> {
+        match self {
+            Interrupted::Refused(e) => widen(e),
+            Interrupted::Failed {
+                error,
+                action,
+                governance: None,
+            } => InterceptError::Execution { error, action },
+            Interrupted::Failed {
+                governance: Some(g),
+                ..
+            } => g.into(),
+            Interrupted::Withheld { reason, .. } => reason.into(),
+        }
+    }
+}
+
+impl<T, E: std::fmt::Display> std::fmt::Display for Interrupted<T, E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Interrupted::Refused(e) => e.fmt(f),
+            Interrupted::Failed {
+                governance: Some(g),
+                ..
+            } => g.fmt(f),
+            Interrupted::Failed { error, .. } => write!(f, "capability failed: {error}"),
+            Interrupted::Withheld { reason, .. } => reason.fmt(f),
+        }
+    }
+}
+
+impl<T: std::fmt::Debug, E: std::fmt::Debug + std::fmt::Display> std::error::Error
+    for Interrupted<T, E>
+{
+}
+
+impl<T, E> From<InterceptError<Infallible>> for Interrupted<T, E> {
+    fn from(e: InterceptError<Infallible>) -> Self {
+        Interrupted::Refused(e)
+    }
+}
+
+/// Why the output of an execution that succeeded is withheld.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputWithheld {
+    /// Denied by the after-stage policies (the side effect happened).
+    #[error("{}", .0.decision.reason.as_deref().unwrap_or("capability invocation denied"))]
+    Denied(Box<Denial>),
+    /// An output transform could not apply.
+    #[error("transform by policy failed: {0}")]
+    Transform(#[source] PointerError),
+    /// The after-stage policies could not be evaluated, or an event not written.
+    #[error(transparent)]
+    Governance(#[from] GovernanceFailure),
+}
+
+impl<E> From<OutputWithheld> for InterceptError<E> {
+    fn from(w: OutputWithheld) -> Self {
+        match w {
+            OutputWithheld::Denied(d) => InterceptError::Denied(d),
+            OutputWithheld::Transform(e) => InterceptError::Transform(e),
+            OutputWithheld::Governance(g) => g.into(),
+        }
+    }
+}
+
+/// The governance itself failed: a policy could not be evaluated, or an audit event could
+/// not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum GovernanceFailure {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Audit(#[from] AuditError),
+}
+
+impl<E> From<GovernanceFailure> for InterceptError<E> {
+    fn from(g: GovernanceFailure) -> Self {
+        match g {
+            GovernanceFailure::Engine(e) => InterceptError::Engine(e),
+            GovernanceFailure::Audit(e) => InterceptError::Audit(e),
+        }
+    }
 }
 
 /// A refusal by policy.
@@ -554,18 +677,6 @@ impl Governor {
         self.audit.emit_owned(event)
     }
 
-    fn emit_some(
-        &self,
-        event: Option<AuditEvent>,
-        receipt: Option<&String>,
-        events: &mut Vec<String>,
-    ) -> Result<(), AuditError> {
-        match event {
-            Some(e) => self.emit(e, receipt, events),
-            None => Ok(()),
-        }
-    }
-
     /// Runs the whole governed lifecycle around `execute` (see the module docs).
     pub fn intercept<E, F>(
         &self,
@@ -577,462 +688,34 @@ impl Governor {
         F: FnOnce(&Execution<'_>) -> Result<Value, E>,
     {
         self.intercept_with(req, |exec| execute(exec).map(|v| (v, ())))
-            .result
+            .map(|(result, ())| result)
+            .map_err(Interrupted::into_error)
     }
 
     /// [`Governor::intercept`] for callers that need what the execution produced besides
     /// its output (a receipt's timing, the boundary crossed): `execute` returns the output
-    /// and a value `T`, which comes back in [`Intercepted::executed`] whatever the policies
-    /// decided afterwards (an after-stage denial or a failed transform still leaves the
-    /// evidence of what ran). An execution failure comes back as
-    /// [`InterceptError::Execution`] with the closure's own error.
+    /// and a value `T`, which comes back with the result, or in
+    /// [`Interrupted::Withheld`] when the policies withheld the output afterwards (an
+    /// after-stage denial, a failed transform, a governance failure still leave the
+    /// evidence of what ran). An execution failure comes back as [`Interrupted::Failed`]
+    /// with the closure's own error.
     pub fn intercept_with<T, E, F>(&self, req: InterceptRequest, execute: F) -> Intercepted<T, E>
     where
         E: std::fmt::Display,
         F: FnOnce(&Execution<'_>) -> Result<(Value, T), E>,
     {
-        let mut executed = None;
-        let result = self.lifecycle(req, execute, &mut executed);
-        Intercepted { result, executed }
-    }
-
-    fn lifecycle<T, E, F>(
-        &self,
-        mut req: InterceptRequest,
-        execute: F,
-        executed: &mut Option<T>,
-    ) -> Result<InterceptResult, InterceptError<E>>
-    where
-        E: std::fmt::Display,
-        F: FnOnce(&Execution<'_>) -> Result<(Value, T), E>,
-    {
-        let cap = self.registry.require(&req.capability)?;
-        let input = std::mem::take(&mut req.input);
-        let mut action = self.action_with_input(&req, cap, input);
-        // Approvals bind to the action the agent asked for (before transforms and routes): a
-        // copy is kept, for an approval manager, just before a transform or route changes it.
-        let mut original: Option<AgentAction> = None;
-        let keep = |original: &mut Option<AgentAction>, action: &AgentAction| {
-            if self.approvals.is_some() && original.is_none() {
-                *original = Some(action.clone());
-            }
-        };
-        // The digest of `action` as it is now (reset when its input or capability changes).
-        let mut digest = DigestCache::default();
-        let receipt = req.receipt_id.as_ref();
-        let mut events = Vec::new();
-        let mut routed_from = Vec::new();
-        let mut approval: Option<GrantedApproval> = None;
-
-        // Approval token: verified now, consumed only if execution goes ahead.
-        if let Some(token) = &req.approval_token {
-            let verified = match &self.approvals {
-                Some(m) => m
-                    .verify_for(token, &action)
-                    .map(|(claims, _)| GrantedApproval {
-                        approval_id: claims.approval_id,
-                        approver: claims.approver,
-                    }),
-                None => Err(ApprovalError::Malformed {
-                    message: "no approval manager is configured".into(),
-                }),
-            };
-            match verified {
-                Ok(g) => approval = Some(g),
-                Err(e) => {
-                    let mut d = Decision::deny(format!("approval refused: {e}"))
-                        .with_code("approval_invalid");
-                    d.action_id = Some(action.action_id.clone());
-                    let ev = AuditEvent::with_digest(
-                        &action,
-                        &d,
-                        Stage::BeforeCapability,
-                        AuditOutcome::DeniedBeforeExecution,
-                        digest.get(&action),
-                    );
-                    self.emit(ev, receipt, &mut events)?;
-                    return Err(InterceptError::Approval(e));
-                }
-            }
+        // The stages, in order (each a method of `Lifecycle`).
+        let mut call = Lifecycle::start(self, req)?;
+        call.verify_token()?;
+        if call.req.mode == InterceptMode::Lifecycle {
+            call = call.before()?;
         }
-
-        let mut output_obligations = Obligations::default();
-        let mut sandbox: Option<SandboxRequirement> = None;
-        // The policies' runtime metadata: one copy of the request's, handed from stage to
-        // stage.
-        let mut runtime = req.metadata.clone();
-        let before = if req.mode == InterceptMode::Lifecycle {
-            let mut depth = 0usize;
-            loop {
-                // The context owns the action while the policies look at it.
-                let mut ctx = PolicyContext::new(action, Stage::BeforeCapability);
-                ctx.runtime_metadata = std::mem::take(&mut runtime);
-                ctx.approval.clone_from(&approval);
-                let verdict = self.engine.evaluate(&ctx);
-                runtime = std::mem::take(&mut ctx.runtime_metadata);
-                action = ctx.action;
-                let verdict = match verdict {
-                    Ok(v) => v,
-                    Err(e) => {
-                        let ev = policy_failure(&req, &action, &e, digest.get(&action), None);
-                        self.emit_some(ev, receipt, &mut events)?;
-                        return Err(e.into());
-                    }
-                };
-                if verdict.is_denied() {
-                    let ev = AuditEvent::from_verdict_with_digest(
-                        &action,
-                        &verdict,
-                        AuditOutcome::DeniedBeforeExecution,
-                        digest.get(&action),
-                    );
-                    self.emit(ev, receipt, &mut events)?;
-                    return Err(InterceptError::Denied(Box::new(Denial {
-                        stage: Stage::BeforeCapability,
-                        decision: verdict.decision.clone(),
-                        action,
-                        verdict: Some(verdict),
-                    })));
-                }
-                if verdict.requires_approval() {
-                    let record = match &self.approvals {
-                        Some(m) => Some(Box::new(
-                            m.request(ApprovalRequest {
-                                action: original.as_ref().unwrap_or(&action),
-                                reason: verdict.decision.reason.clone(),
-                                policy_ids: verdict
-                                    .decisions
-                                    .iter()
-                                    .filter(|d| d.requires_approval())
-                                    .filter_map(|d| d.policy_id.clone())
-                                    .collect(),
-                            })
-                            .map_err(InterceptError::Approval)?,
-                        )),
-                        _ => None,
-                    };
-                    let mut ev = AuditEvent::from_verdict_with_digest(
-                        &action,
-                        &verdict,
-                        AuditOutcome::ApprovalRequired,
-                        digest.get(&action),
-                    );
-                    ev.approval_id = record.as_ref().map(|r| r.approval_id.clone());
-                    self.emit(ev, receipt, &mut events)?;
-                    return Err(InterceptError::ApprovalRequired {
-                        approval: record,
-                        decision: Box::new(verdict.decision),
-                        action: Box::new(action),
-                    });
-                }
-                // Allowed, possibly with obligations.
-                if !verdict.obligations.input_mutations.is_empty() {
-                    let mut input = action.input.clone();
-                    if let Err(e) =
-                        pointer::apply_all(&mut input, &verdict.obligations.input_mutations)
-                    {
-                        let mut d = Decision::deny(format!("transform_input failed: {e}"))
-                            .with_code("transform_failed");
-                        d.action_id = Some(action.action_id.clone());
-                        let ev = AuditEvent::with_digest(
-                            &action,
-                            &d,
-                            Stage::BeforeCapability,
-                            AuditOutcome::DeniedBeforeExecution,
-                            digest.get(&action),
-                        );
-                        self.emit(ev, receipt, &mut events)?;
-                        return Err(InterceptError::Transform(e));
-                    }
-                    keep(&mut original, &action);
-                    action.input = input;
-                    digest.reset();
-                }
-                output_obligations.extend_output(&verdict.obligations);
-                if let Some(req_sandbox) = &verdict.obligations.sandbox {
-                    sandbox = Some(match &sandbox {
-                        Some(s) => s.merge(req_sandbox),
-                        None => req_sandbox.clone(),
-                    });
-                }
-                if !req.single_event {
-                    let mut ev = AuditEvent::from_verdict_with_digest(
-                        &action,
-                        &verdict,
-                        AuditOutcome::Allowed,
-                        digest.get(&action),
-                    );
-                    // After-stage redactions are not known yet: only a governor that records
-                    // every payload records the input here.
-                    ev.input = Self::recorded_input(
-                        self.record_payloads,
-                        &action.input,
-                        &output_obligations.redact,
-                    );
-                    self.emit(ev, receipt, &mut events)?;
-                }
-                match verdict.obligations.route_to.clone() {
-                    Some(target) if target != action.capability.name => {
-                        depth += 1;
-                        if depth > MAX_ROUTE_DEPTH {
-                            let mut d = Decision::deny(format!(
-                                "more than {MAX_ROUTE_DEPTH} route hops from `{}`",
-                                req.capability
-                            ))
-                            .with_code("route_loop");
-                            d.action_id = Some(action.action_id.clone());
-                            let ev = AuditEvent::with_digest(
-                                &action,
-                                &d,
-                                Stage::BeforeCapability,
-                                AuditOutcome::DeniedBeforeExecution,
-                                digest.get(&action),
-                            );
-                            self.emit(ev, receipt, &mut events)?;
-                            return Err(InterceptError::Denied(Box::new(Denial {
-                                stage: Stage::BeforeCapability,
-                                decision: d,
-                                action,
-                                verdict: None,
-                            })));
-                        }
-                        let target_cap = self.registry.require(&target)?;
-                        keep(&mut original, &action);
-                        routed_from.push(action.capability.name.clone());
-                        let routed_input = std::mem::take(&mut action.input);
-                        let mut routed = self.action_with_input(&req, target_cap, routed_input);
-                        routed.trace_id.clone_from(&action.trace_id);
-                        routed.parent_action_id = Some(action.action_id.clone());
-                        routed
-                            .metadata
-                            .insert("routedFrom".into(), json!(action.capability.name));
-                        action = routed;
-                        digest.reset();
-                    }
-                    _ => break Some(verdict),
-                }
-            }
-        } else {
-            None
-        };
-
-        if let (Some(m), Some(token)) = (&self.approvals, &req.approval_token) {
-            let original = original.as_ref().unwrap_or(&action);
-            // Single use: consumed now that execution goes ahead. The digest binds the
-            // original action (before any transform or route).
-            if let Err(e) = m.redeem_for(token, original) {
-                let mut d =
-                    Decision::deny(format!("approval refused: {e}")).with_code("approval_invalid");
-                d.action_id = Some(action.action_id.clone());
-                let ev = AuditEvent::with_digest(
-                    &action,
-                    &d,
-                    Stage::BeforeCapability,
-                    AuditOutcome::DeniedBeforeExecution,
-                    digest.get(&action),
-                );
-                self.emit(ev, receipt, &mut events)?;
-                return Err(InterceptError::Approval(e));
-            }
+        call.redeem()?;
+        let (call, raw, executed) = call.run(execute)?;
+        match call.after(raw) {
+            Ok(result) => Ok((result, executed)),
+            Err(reason) => Err(Interrupted::Withheld { executed, reason }),
         }
-
-        let notes = RefCell::new(Map::new());
-        let result = {
-            let exec = Execution {
-                capability: &action.capability,
-                input: &action.input,
-                sandbox: sandbox.as_ref(),
-                action: &action,
-                notes: &notes,
-            };
-            execute(&exec)
-        };
-        let notes = notes.into_inner();
-        let raw = match result {
-            Ok((v, t)) => {
-                *executed = Some(t);
-                v
-            }
-            Err(error) => {
-                let message = error.to_string();
-                let mut ctx = PolicyContext::new(action, Stage::OnError);
-                ctx.runtime_metadata = runtime;
-                ctx.error = Some(message.clone());
-                let on_error = self.engine.evaluate(&ctx);
-                action = ctx.action;
-                let on_error = match on_error {
-                    Ok(v) => v,
-                    Err(e) => {
-                        let mut ev = policy_failure(&req, &action, &e, digest.get(&action), None);
-                        if let Some(ev) = &mut ev {
-                            ev.outcome = AuditOutcome::ExecutionFailed;
-                            ev.stage = Stage::OnError;
-                            ev.metadata.insert("error_message".into(), json!(message));
-                            ev.metadata.extend(notes);
-                        }
-                        self.emit_some(ev, receipt, &mut events)?;
-                        return Err(e.into());
-                    }
-                };
-                let reported = if on_error.decisions.is_empty() {
-                    before.as_ref().unwrap_or(&on_error)
-                } else {
-                    &on_error
-                };
-                let mut ev = AuditEvent::from_verdict_with_digest(
-                    &action,
-                    reported,
-                    AuditOutcome::ExecutionFailed,
-                    digest.get(&action),
-                );
-                ev.stage = Stage::OnError;
-                ev.metadata
-                    .insert("error_type".into(), json!(short_type_name::<E>()));
-                ev.metadata.insert("error_message".into(), json!(message));
-                ev.metadata.extend(notes);
-                if req.single_event {
-                    let after = (!on_error.decisions.is_empty()).then_some(&on_error);
-                    single_event_summary(&mut ev, before.as_ref(), after, &routed_from);
-                }
-                self.emit(ev, receipt, &mut events)?;
-                return Err(InterceptError::Execution {
-                    error,
-                    action: Box::new(action),
-                });
-            }
-        };
-
-        // The action with the raw output (the summary is replaced, as `with_output` does).
-        action.output = Some(raw);
-        action.output_summary = None;
-        let mut ctx = PolicyContext::new(action, Stage::AfterCapability);
-        ctx.runtime_metadata = runtime;
-        ctx.approval.clone_from(&approval);
-        let after = self.engine.evaluate(&ctx);
-        let PolicyContext {
-            action: mut done,
-            output: raw,
-            ..
-        } = ctx;
-        let after = match after {
-            Ok(v) => v,
-            Err(e) => {
-                let mut ev = policy_failure(&req, &done, &e, digest.get(&done), Some(notes));
-                if let Some(ev) = &mut ev {
-                    ev.outcome = AuditOutcome::DeniedAfterExecution;
-                    ev.stage = Stage::AfterCapability;
-                }
-                self.emit_some(ev, receipt, &mut events)?;
-                return Err(e.into());
-            }
-        };
-        output_obligations.extend_output(&after.obligations);
-        let mut output = raw.unwrap_or_default();
-        let transformed = pointer::apply_all(&mut output, &output_obligations.output_mutations);
-        let mut redacted = Vec::new();
-        for p in &output_obligations.redact {
-            if pointer::redact(&mut output, p).is_ok() {
-                redacted.push(p.clone());
-            }
-        }
-        // The executed action carries the delivered output.
-        done.output = Some(output.clone());
-        if after.is_denied() {
-            let mut ev = AuditEvent::from_verdict_with_digest(
-                &done,
-                &after,
-                AuditOutcome::DeniedAfterExecution,
-                digest.get(&done),
-            );
-            ev.redacted = redacted;
-            ev.input = Self::recorded_input(
-                self.record_payloads || req.record_input,
-                &done.input,
-                &output_obligations.redact,
-            );
-            if self.record_payloads {
-                ev.output = Some(output);
-            }
-            ev.metadata.extend(notes);
-            if req.single_event {
-                single_event_summary(&mut ev, before.as_ref(), Some(&after), &routed_from);
-            }
-            self.emit(ev, receipt, &mut events)?;
-            return Err(InterceptError::Denied(Box::new(Denial {
-                stage: Stage::AfterCapability,
-                decision: after.decision.clone(),
-                action: done,
-                verdict: Some(after),
-            })));
-        }
-        if let Err(e) = transformed {
-            let mut d = Decision::deny(format!("transform_output failed: {e}"))
-                .with_code("transform_failed");
-            d.action_id = Some(done.action_id.clone());
-            let mut ev = AuditEvent::with_digest(
-                &done,
-                &d,
-                Stage::AfterCapability,
-                AuditOutcome::DeniedAfterExecution,
-                digest.get(&done),
-            );
-            ev.metadata.extend(notes);
-            if req.single_event {
-                let after = (!after.decisions.is_empty()).then_some(&after);
-                single_event_summary(&mut ev, before.as_ref(), after, &routed_from);
-            }
-            self.emit(ev, receipt, &mut events)?;
-            return Err(InterceptError::Transform(e));
-        }
-        let reported = match &before {
-            Some(b) if after.decisions.is_empty() => b,
-            _ => &after,
-        };
-        let mut ev = AuditEvent::from_verdict_with_digest(
-            &done,
-            reported,
-            AuditOutcome::Executed,
-            digest.get(&done),
-        );
-        ev.stage = if after.decisions.is_empty() && before.is_some() {
-            Stage::BeforeCapability
-        } else {
-            Stage::AfterCapability
-        };
-        if !after.decisions.is_empty() {
-            let mut ids = before.as_ref().map(Verdict::policy_ids).unwrap_or_default();
-            for id in after.policy_ids() {
-                if !ids.contains(&id) {
-                    ids.push(id);
-                }
-            }
-            ev.policy_ids = ids;
-        }
-        ev.redacted = redacted;
-        ev.approval_id = approval.as_ref().map(|a| a.approval_id.clone());
-        ev.input = Self::recorded_input(
-            self.record_payloads || req.record_input,
-            &done.input,
-            &output_obligations.redact,
-        );
-        if self.record_payloads {
-            ev.output = Some(output.clone());
-        }
-        ev.metadata.extend(notes);
-        if req.single_event {
-            let after = (!after.decisions.is_empty()).then_some(&after);
-            single_event_summary(&mut ev, before.as_ref(), after, &routed_from);
-        }
-        self.emit(ev, receipt, &mut events)?;
-        Ok(InterceptResult {
-            action: done,
-            before,
-            after,
-            output,
-            routed_from,
-            approval,
-            events,
-        })
     }
 
     /// Wraps a function as a governed capability call (Brane's `wrap_capability`): each call
@@ -1059,6 +742,623 @@ impl Governor {
                 .map(|r| r.output)
         }
     }
+}
+
+/// A refusal before anything ran: every [`InterceptError`] but `Execution`.
+type Refusal = InterceptError<Infallible>;
+
+/// A refusal before execution as the error of a call whose execution fails with `E`
+/// (`Execution { error: Infallible, .. }` cannot exist, so it needs no arm).
+fn widen<E>(e: Refusal) -> InterceptError<E> {
+    match e {
+        InterceptError::NotFound(e) => InterceptError::NotFound(e),
+        InterceptError::Denied(d) => InterceptError::Denied(d),
+        InterceptError::ApprovalRequired {
+            approval,
+            decision,
+            action,
+        } => InterceptError::ApprovalRequired {
+            approval,
+            decision,
+            action,
+        },
+        InterceptError::Approval(e) => InterceptError::Approval(e),
+        InterceptError::Engine(e) => InterceptError::Engine(e),
+        InterceptError::Audit(e) => InterceptError::Audit(e),
+        InterceptError::Transform(e) => InterceptError::Transform(e),
+    }
+}
+
+/// One governed call on its way through the stages of [`Governor::intercept_with`]: verify the
+/// approval token, the before stage (one pass per capability, a `route` moving the call),
+/// redeem the token, run (with the `on_error` stage on failure), the after stage, deliver.
+/// A stage hands the call on, or ends it with its audited refusal.
+///
+/// The stages that let policies look at the action take the call by value: the policy
+/// context owns the action while they do.
+struct Lifecycle<'g> {
+    governor: &'g Governor,
+    /// The request (its input moved into `action`).
+    req: InterceptRequest,
+    /// The action as it is now (transformed, routed).
+    action: AgentAction,
+    /// The action as the agent asked for it: a pending approval is asked for it. Kept, for
+    /// an approval manager, just before a transform or route changes `action`.
+    original: Option<AgentAction>,
+    /// The digest of `action` as it is now (reset when its input or capability changes).
+    digest: DigestCache,
+    /// Ids of the audit events emitted, in order.
+    events: Vec<String>,
+    /// The capabilities routed from, in order.
+    routed_from: Vec<String>,
+    /// The token the request presented, verified against the action, until it is redeemed.
+    token: Option<VerifiedApproval>,
+    /// The approval of that token.
+    approval: Option<GrantedApproval>,
+    /// The policies' runtime metadata: one copy of the request's, handed from stage to
+    /// stage.
+    runtime: Map<String, Value>,
+    /// The before stage's verdict (its last pass's); `None` in after-only mode.
+    before: Option<Verdict>,
+    /// Output mutations and redactions, from both stages.
+    output_obligations: Obligations,
+    /// The isolation `sandbox` decisions require, merged.
+    sandbox: Option<SandboxRequirement>,
+    /// What the execution noted for the audit event of its outcome.
+    notes: Map<String, Value>,
+}
+
+impl<'g> Lifecycle<'g> {
+    /// Resolves the capability (unknown: [`CapabilityNotFound`], no audit) and builds the
+    /// action.
+    fn start(governor: &'g Governor, mut req: InterceptRequest) -> Result<Self, Refusal> {
+        let cap = governor.registry.require(&req.capability)?;
+        let input = std::mem::take(&mut req.input);
+        let action = governor.action_with_input(&req, cap, input);
+        let runtime = req.metadata.clone();
+        Ok(Lifecycle {
+            governor,
+            req,
+            action,
+            original: None,
+            digest: DigestCache::default(),
+            events: Vec::new(),
+            routed_from: Vec::new(),
+            token: None,
+            approval: None,
+            runtime,
+            before: None,
+            output_obligations: Obligations::default(),
+            sandbox: None,
+            notes: Map::new(),
+        })
+    }
+
+    fn emit(&mut self, event: AuditEvent) -> Result<(), AuditError> {
+        self.governor
+            .emit(event, self.req.receipt_id.as_ref(), &mut self.events)
+    }
+
+    fn emit_some(&mut self, event: Option<AuditEvent>) -> Result<(), AuditError> {
+        match event {
+            Some(e) => self.emit(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Audits a refusal before execution that no policy made (a bad token, a failed input
+    /// transform, a route loop): one `denied_before_execution` event. Returns the decision.
+    fn refuse_before(&mut self, reason: String, code: &str) -> Result<Decision, AuditError> {
+        let mut d = Decision::deny(reason).with_code(code);
+        d.action_id = Some(self.action.action_id.clone());
+        let ev = AuditEvent::with_digest(
+            &self.action,
+            &d,
+            Stage::BeforeCapability,
+            AuditOutcome::DeniedBeforeExecution,
+            self.digest.get(&self.action),
+        );
+        self.emit(ev)?;
+        Ok(d)
+    }
+
+    /// Keeps the action as the agent asked for it, before its first change.
+    fn keep_original(&mut self) {
+        if self.governor.approvals.is_some() && self.original.is_none() {
+            self.original = Some(self.action.clone());
+        }
+    }
+
+    /// Evaluates the policies of `stage` (with `error` on error) on the action.
+    fn evaluate(
+        mut self,
+        stage: Stage,
+        error: Option<String>,
+    ) -> (Self, Result<Verdict, EngineError>) {
+        // The context owns the action while the policies look at it.
+        let mut ctx = PolicyContext::new(self.action, stage);
+        ctx.runtime_metadata = std::mem::take(&mut self.runtime);
+        // On error the policies are observers: they are not told of an approval.
+        if stage != Stage::OnError {
+            ctx.approval.clone_from(&self.approval);
+        }
+        ctx.error = error;
+        let verdict = self.governor.engine.evaluate(&ctx);
+        self.runtime = ctx.runtime_metadata;
+        self.action = ctx.action;
+        (self, verdict)
+    }
+
+    /// The request's approval token, verified against the action as the agent asked for it
+    /// (signature, plan fingerprint, action digest, expiry, status), the approval record
+    /// read once; consumed only if execution goes ahead ([`Lifecycle::redeem`]). A token
+    /// the host verified is not decoded again. A bad token is audited as
+    /// `denied_before_execution` and refused.
+    fn verify_token(&mut self) -> Result<(), Refusal> {
+        let governor = self.governor;
+        let presented = self.req.verified_approval.take();
+        let decoded = match (&governor.approvals, presented, &self.req.approval_token) {
+            (_, None, None) => return Ok(()),
+            (None, _, _) => Err(ApprovalError::Malformed {
+                message: "no approval manager is configured".into(),
+            }),
+            // A token the host decoded wins over the request's text.
+            (Some(m), Some(token), _) => Ok((m, token)),
+            (Some(m), None, Some(text)) => m.decode(text).map(|token| (m, token)),
+        };
+        let verified = decoded.and_then(|(m, token)| {
+            let digest = self.digest.get(&self.action);
+            m.verify_decoded(token, self.action.plan_fingerprint.as_deref(), &digest)
+        });
+        match verified {
+            Ok(v) => {
+                self.approval = Some(v.granted());
+                self.token = Some(v);
+                Ok(())
+            }
+            Err(e) => {
+                self.refuse_before(format!("approval refused: {e}"), "approval_invalid")?;
+                Err(InterceptError::Approval(e))
+            }
+        }
+    }
+
+    /// The before stage: one pass per capability, until no `route` moves the call
+    /// (at most [`MAX_ROUTE_DEPTH`] hops).
+    fn before(self) -> Result<Self, Refusal> {
+        let mut call = self;
+        loop {
+            let verdict;
+            (call, verdict) = call.before_pass()?;
+            match &verdict.obligations.route_to {
+                Some(target) if *target != call.action.capability.name => {
+                    call = call.route(target)?;
+                }
+                _ => {
+                    call.before = Some(verdict);
+                    return Ok(call);
+                }
+            }
+        }
+    }
+
+    /// One pass of the before stage on the current capability. `deny` and
+    /// `approval_required` end the call; otherwise the input mutations are applied, the
+    /// output obligations and sandbox kept, and an `allowed` event is audited (not for a
+    /// single-event request).
+    fn before_pass(self) -> Result<(Self, Verdict), Refusal> {
+        let (mut call, verdict) = self.evaluate(Stage::BeforeCapability, None);
+        let verdict = match verdict {
+            Ok(v) => v,
+            Err(e) => {
+                let digest = call.digest.get(&call.action);
+                let ev = policy_failure(&call.req, &call.action, &e, digest, None);
+                call.emit_some(ev)?;
+                return Err(e.into());
+            }
+        };
+        if verdict.is_denied() {
+            return Err(call.denied_before(verdict));
+        }
+        if verdict.requires_approval() {
+            return Err(call.approval_required(verdict));
+        }
+        // Allowed, possibly with obligations.
+        call.transform_input(&verdict.obligations.input_mutations)?;
+        call.output_obligations.extend_output(&verdict.obligations);
+        if let Some(required) = &verdict.obligations.sandbox {
+            call.sandbox = Some(match &call.sandbox {
+                Some(s) => s.merge(required),
+                None => required.clone(),
+            });
+        }
+        if !call.req.single_event {
+            let mut ev = AuditEvent::from_verdict_with_digest(
+                &call.action,
+                &verdict,
+                AuditOutcome::Allowed,
+                call.digest.get(&call.action),
+            );
+            // After-stage redactions are not known yet: only a governor that records
+            // every payload records the input here.
+            ev.input = Governor::recorded_input(
+                call.governor.record_payloads,
+                &call.action.input,
+                &call.output_obligations.redact,
+            );
+            call.emit(ev)?;
+        }
+        Ok((call, verdict))
+    }
+
+    /// A `deny` before execution: audited, and the refusal.
+    fn denied_before(mut self, verdict: Verdict) -> Refusal {
+        let ev = AuditEvent::from_verdict_with_digest(
+            &self.action,
+            &verdict,
+            AuditOutcome::DeniedBeforeExecution,
+            self.digest.get(&self.action),
+        );
+        if let Err(e) = self.emit(ev) {
+            return e.into();
+        }
+        InterceptError::Denied(Box::new(Denial {
+            stage: Stage::BeforeCapability,
+            decision: verdict.decision.clone(),
+            action: self.action,
+            verdict: Some(verdict),
+        }))
+    }
+
+    /// `approval_required`: the pending approval of the original action is created (or
+    /// found) when there is an approval manager, and audited with the verdict.
+    fn approval_required(mut self, verdict: Verdict) -> Refusal {
+        let record = match &self.governor.approvals {
+            Some(m) => {
+                let requested = m.request(ApprovalRequest {
+                    action: self.original.as_ref().unwrap_or(&self.action),
+                    reason: verdict.decision.reason.clone(),
+                    policy_ids: verdict
+                        .decisions
+                        .iter()
+                        .filter(|d| d.requires_approval())
+                        .filter_map(|d| d.policy_id.clone())
+                        .collect(),
+                });
+                match requested {
+                    Ok(r) => Some(Box::new(r)),
+                    Err(e) => return InterceptError::Approval(e),
+                }
+            }
+            None => None,
+        };
+        let mut ev = AuditEvent::from_verdict_with_digest(
+            &self.action,
+            &verdict,
+            AuditOutcome::ApprovalRequired,
+            self.digest.get(&self.action),
+        );
+        ev.approval_id = record.as_ref().map(|r| r.approval_id.clone());
+        if let Err(e) = self.emit(ev) {
+            return e.into();
+        }
+        InterceptError::ApprovalRequired {
+            approval: record,
+            decision: Box::new(verdict.decision),
+            action: Box::new(self.action),
+        }
+    }
+
+    /// Applies `transform_input` mutations; one that cannot apply refuses the call.
+    fn transform_input(&mut self, mutations: &[Mutation]) -> Result<(), Refusal> {
+        if mutations.is_empty() {
+            return Ok(());
+        }
+        let mut input = self.action.input.clone();
+        if let Err(e) = pointer::apply_all(&mut input, mutations) {
+            self.refuse_before(format!("transform_input failed: {e}"), "transform_failed")?;
+            return Err(InterceptError::Transform(e));
+        }
+        self.keep_original();
+        self.action.input = input;
+        self.digest.reset();
+        Ok(())
+    }
+
+    /// Moves the call to `target` (one more hop): a new action for the target with the
+    /// same input and trace, whose parent is the action routed from. More than
+    /// [`MAX_ROUTE_DEPTH`] hops refuses the call (`route_loop`).
+    fn route(mut self, target: &str) -> Result<Self, Refusal> {
+        if self.routed_from.len() >= MAX_ROUTE_DEPTH {
+            let reason = format!(
+                "more than {MAX_ROUTE_DEPTH} route hops from `{}`",
+                self.req.capability
+            );
+            let decision = self.refuse_before(reason, "route_loop")?;
+            return Err(InterceptError::Denied(Box::new(Denial {
+                stage: Stage::BeforeCapability,
+                decision,
+                action: self.action,
+                verdict: None,
+            })));
+        }
+        let target = self.governor.registry.require(target)?;
+        self.keep_original();
+        self.routed_from.push(self.action.capability.name.clone());
+        let input = std::mem::take(&mut self.action.input);
+        let mut routed = self.governor.action_with_input(&self.req, target, input);
+        routed.trace_id.clone_from(&self.action.trace_id);
+        routed.parent_action_id = Some(self.action.action_id.clone());
+        routed
+            .metadata
+            .insert("routedFrom".into(), json!(self.action.capability.name));
+        self.action = routed;
+        self.digest.reset();
+        Ok(self)
+    }
+
+    /// Consumes the verified token, single use, now that execution goes ahead: a
+    /// compare-and-set on the record [`Lifecycle::verify_token`] read (a token redeemed
+    /// meanwhile is refused as replayed).
+    fn redeem(&mut self) -> Result<(), Refusal> {
+        let governor = self.governor;
+        let (Some(m), Some(token)) = (&governor.approvals, self.token.take()) else {
+            return Ok(());
+        };
+        if let Err(e) = m.redeem_verified(token) {
+            self.refuse_before(format!("approval refused: {e}"), "approval_invalid")?;
+            return Err(InterceptError::Approval(e));
+        }
+        Ok(())
+    }
+
+    /// Runs `execute` with the final capability, input and sandbox requirement. Its
+    /// output and value, or its failure after the `on_error` stage.
+    fn run<T, E, F>(mut self, execute: F) -> Result<(Self, Value, T), Interrupted<T, E>>
+    where
+        E: std::fmt::Display,
+        F: FnOnce(&Execution<'_>) -> Result<(Value, T), E>,
+    {
+        let notes = RefCell::new(Map::new());
+        let result = execute(&Execution {
+            capability: &self.action.capability,
+            input: &self.action.input,
+            sandbox: self.sandbox.as_ref(),
+            action: &self.action,
+            notes: &notes,
+        });
+        self.notes = notes.into_inner();
+        match result {
+            Ok((raw, ran)) => Ok((self, raw, ran)),
+            Err(error) => Err(self.on_error(error)),
+        }
+    }
+
+    /// The `on_error` stage (observers) and the `execution_failed` event with
+    /// `error_type` and `error_message`; the execution's own error.
+    fn on_error<T, E: std::fmt::Display>(self, error: E) -> Interrupted<T, E> {
+        let message = error.to_string();
+        let (mut call, on_error) = self.evaluate(Stage::OnError, Some(message.clone()));
+        let notes = std::mem::take(&mut call.notes);
+        let on_error = match on_error {
+            Ok(v) => v,
+            Err(e) => {
+                let digest = call.digest.get(&call.action);
+                let mut ev = policy_failure(&call.req, &call.action, &e, digest, None);
+                if let Some(ev) = &mut ev {
+                    ev.outcome = AuditOutcome::ExecutionFailed;
+                    ev.stage = Stage::OnError;
+                    ev.metadata.insert("error_message".into(), json!(message));
+                    ev.metadata.extend(notes);
+                }
+                let governance = match call.emit_some(ev) {
+                    Err(a) => a.into(),
+                    Ok(()) => e.into(),
+                };
+                return call.failed(error, Some(governance));
+            }
+        };
+        let reported = match &call.before {
+            Some(b) if on_error.decisions.is_empty() => b,
+            _ => &on_error,
+        };
+        let mut ev = AuditEvent::from_verdict_with_digest(
+            &call.action,
+            reported,
+            AuditOutcome::ExecutionFailed,
+            call.digest.get(&call.action),
+        );
+        ev.stage = Stage::OnError;
+        ev.metadata
+            .insert("error_type".into(), json!(short_type_name::<E>()));
+        ev.metadata.insert("error_message".into(), json!(message));
+        ev.metadata.extend(notes);
+        call.summarize(&mut ev, decided(&on_error));
+        let governance = call.emit(ev).err().map(GovernanceFailure::from);
+        call.failed(error, governance)
+    }
+
+    /// The execution's failure, with a governance failure that followed it.
+    fn failed<T, E>(self, error: E, governance: Option<GovernanceFailure>) -> Interrupted<T, E> {
+        Interrupted::Failed {
+            error,
+            action: Box::new(self.action),
+            governance,
+        }
+    }
+
+    /// The after stage on the raw output: output mutations then redactions (from both
+    /// stages); a `deny` withholds the output, as does a mutation that cannot apply.
+    fn after(mut self, raw: Value) -> Result<InterceptResult, OutputWithheld> {
+        // The action with the raw output (the summary is replaced, as `with_output` does).
+        self.action.output = Some(raw);
+        self.action.output_summary = None;
+        let (mut call, after) = self.evaluate(Stage::AfterCapability, None);
+        let after = match after {
+            Ok(v) => v,
+            Err(e) => {
+                let digest = call.digest.get(&call.action);
+                let notes = std::mem::take(&mut call.notes);
+                let mut ev = policy_failure(&call.req, &call.action, &e, digest, Some(notes));
+                if let Some(ev) = &mut ev {
+                    ev.outcome = AuditOutcome::DeniedAfterExecution;
+                    ev.stage = Stage::AfterCapability;
+                }
+                call.emit_some(ev).map_err(GovernanceFailure::from)?;
+                return Err(GovernanceFailure::from(e).into());
+            }
+        };
+        call.output_obligations.extend_output(&after.obligations);
+        let mut output = call.action.output.take().unwrap_or_default();
+        let transformed =
+            pointer::apply_all(&mut output, &call.output_obligations.output_mutations);
+        let mut redacted = Vec::new();
+        for p in &call.output_obligations.redact {
+            if pointer::redact(&mut output, p).is_ok() {
+                redacted.push(p.clone());
+            }
+        }
+        // The executed action carries the delivered output.
+        call.action.output = Some(output.clone());
+        if after.is_denied() {
+            return Err(call.denied_after(after, output, redacted));
+        }
+        if let Err(e) = transformed {
+            return Err(call.transform_failed(&after, e));
+        }
+        call.deliver(after, output, redacted)
+            .map_err(|e| GovernanceFailure::from(e).into())
+    }
+
+    /// A `deny` after execution: the side effect happened, the output is withheld.
+    fn denied_after(
+        mut self,
+        after: Verdict,
+        output: Value,
+        redacted: Vec<String>,
+    ) -> OutputWithheld {
+        let mut ev = AuditEvent::from_verdict_with_digest(
+            &self.action,
+            &after,
+            AuditOutcome::DeniedAfterExecution,
+            self.digest.get(&self.action),
+        );
+        ev.redacted = redacted;
+        ev.input = self.recorded_input();
+        if self.governor.record_payloads {
+            ev.output = Some(output);
+        }
+        ev.metadata.extend(std::mem::take(&mut self.notes));
+        self.summarize(&mut ev, Some(&after));
+        if let Err(e) = self.emit(ev) {
+            return GovernanceFailure::from(e).into();
+        }
+        OutputWithheld::Denied(Box::new(Denial {
+            stage: Stage::AfterCapability,
+            decision: after.decision.clone(),
+            action: self.action,
+            verdict: Some(after),
+        }))
+    }
+
+    /// A `transform_output` mutation that could not apply: the output is withheld.
+    fn transform_failed(mut self, after: &Verdict, e: PointerError) -> OutputWithheld {
+        let mut d =
+            Decision::deny(format!("transform_output failed: {e}")).with_code("transform_failed");
+        d.action_id = Some(self.action.action_id.clone());
+        let mut ev = AuditEvent::with_digest(
+            &self.action,
+            &d,
+            Stage::AfterCapability,
+            AuditOutcome::DeniedAfterExecution,
+            self.digest.get(&self.action),
+        );
+        ev.metadata.extend(std::mem::take(&mut self.notes));
+        self.summarize(&mut ev, decided(after));
+        if let Err(a) = self.emit(ev) {
+            return GovernanceFailure::from(a).into();
+        }
+        OutputWithheld::Transform(e)
+    }
+
+    /// The `executed` event, and the result.
+    fn deliver(
+        mut self,
+        after: Verdict,
+        output: Value,
+        redacted: Vec<String>,
+    ) -> Result<InterceptResult, AuditError> {
+        let reported = match &self.before {
+            Some(b) if after.decisions.is_empty() => b,
+            _ => &after,
+        };
+        let mut ev = AuditEvent::from_verdict_with_digest(
+            &self.action,
+            reported,
+            AuditOutcome::Executed,
+            self.digest.get(&self.action),
+        );
+        ev.stage = if after.decisions.is_empty() && self.before.is_some() {
+            Stage::BeforeCapability
+        } else {
+            Stage::AfterCapability
+        };
+        if !after.decisions.is_empty() {
+            let mut ids = self
+                .before
+                .as_ref()
+                .map(Verdict::policy_ids)
+                .unwrap_or_default();
+            for id in after.policy_ids() {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+            ev.policy_ids = ids;
+        }
+        ev.redacted = redacted;
+        ev.approval_id = self.approval.as_ref().map(|a| a.approval_id.clone());
+        ev.input = self.recorded_input();
+        if self.governor.record_payloads {
+            ev.output = Some(output.clone());
+        }
+        ev.metadata.extend(std::mem::take(&mut self.notes));
+        self.summarize(&mut ev, decided(&after));
+        self.emit(ev)?;
+        Ok(InterceptResult {
+            action: self.action,
+            before: self.before,
+            after,
+            output,
+            routed_from: self.routed_from,
+            approval: self.approval,
+            events: self.events,
+        })
+    }
+
+    /// The input the event of the outcome records (see [`Governor::recorded_input`]).
+    fn recorded_input(&self) -> Option<Value> {
+        Governor::recorded_input(
+            self.governor.record_payloads || self.req.record_input,
+            &self.action.input,
+            &self.output_obligations.redact,
+        )
+    }
+
+    /// For a single-event request, adds what the events it does not write said to its one
+    /// event ([`single_event_summary`]); `after` is the after stage's (or on_error's)
+    /// verdict when it decided something.
+    fn summarize(&self, ev: &mut AuditEvent, after: Option<&Verdict>) {
+        if self.req.single_event {
+            single_event_summary(ev, self.before.as_ref(), after, &self.routed_from);
+        }
+    }
+}
+
+/// A verdict that decided something (an after-stage or on_error verdict without decisions
+/// is not reported).
+fn decided(v: &Verdict) -> Option<&Verdict> {
+    (!v.decisions.is_empty()).then_some(v)
 }
 
 /// The digest of an action, computed at most once while the action does not change (its
@@ -1163,4 +1463,359 @@ fn short_type_name<E>() -> String {
     let full = std::any::type_name::<E>();
     let base = full.split('<').next().unwrap_or(full);
     base.rsplit("::").next().unwrap_or(base).to_string()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::approvals::HostKey;
+    use crate::audit::MemorySink;
+    use crate::model::CapabilityKind;
+    use crate::policy::Policy;
+    use crate::store::MemoryStore;
+
+    /// A governor knowing `names`, auditing into memory.
+    fn governor(names: &[&str]) -> (Governor, Arc<MemorySink>) {
+        let sink = Arc::new(MemorySink::new());
+        let g = Governor::new("agent").audit(Arc::clone(&sink) as Arc<dyn AuditSink>);
+        for name in names {
+            g.register_capability(GovernedCapability::new(*name, CapabilityKind::Tool));
+        }
+        (g, sink)
+    }
+
+    fn req(name: &str) -> InterceptRequest {
+        InterceptRequest::new(name, ActionType::ToolCall, json!({"n": 1}))
+    }
+
+    fn with_approvals(g: Governor) -> Governor {
+        g.approvals(Arc::new(ApprovalManager::new(
+            Arc::new(MemoryStore::new()),
+            HostKey::from_seed([3; 32]),
+        )))
+    }
+
+    #[test]
+    fn a_route_moves_the_call_and_the_hop_past_the_limit_is_refused_once() {
+        let (g, sink) = governor(&["a", "b"]);
+        let mut call = Lifecycle::start(&g, req("a")).unwrap();
+        let trace = call.action.trace_id.clone();
+        for hop in 1..=MAX_ROUTE_DEPTH {
+            let from = call.action.clone();
+            let target = if hop % 2 == 1 { "b" } else { "a" };
+            call = call.route(target).unwrap();
+            assert_eq!(call.action.capability.name, target);
+            assert_ne!(call.action.action_id, from.action_id);
+            assert_eq!(call.action.parent_action_id, Some(from.action_id));
+            assert_eq!(call.action.trace_id, trace);
+            assert_eq!(call.action.input, json!({"n": 1}));
+            assert_eq!(
+                call.action.metadata["routedFrom"],
+                json!(from.capability.name)
+            );
+        }
+        assert_eq!(call.routed_from.len(), MAX_ROUTE_DEPTH);
+        assert!(sink.events().is_empty(), "a hop audits nothing itself");
+        let at = call.action.action_id.clone();
+        let Err(InterceptError::Denied(denial)) = call.route("b") else {
+            panic!("the hop past the limit must be denied");
+        };
+        assert_eq!(denial.decision.code.as_deref(), Some("route_loop"));
+        assert_eq!(
+            denial.reason(),
+            Some(format!("more than {MAX_ROUTE_DEPTH} route hops from `a`").as_str())
+        );
+        assert_eq!(denial.action.action_id, at);
+        let events = sink.events();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].outcome, AuditOutcome::DeniedBeforeExecution);
+        assert_eq!(events[0].code.as_deref(), Some("route_loop"));
+        assert_eq!(events[0].action_id, at);
+    }
+
+    #[test]
+    fn a_route_to_an_unknown_capability_is_not_found_unaudited() {
+        let (g, sink) = governor(&["a"]);
+        let call = Lifecycle::start(&g, req("a")).unwrap();
+        assert!(matches!(
+            call.route("nowhere"),
+            Err(InterceptError::NotFound(_))
+        ));
+        assert!(sink.events().is_empty());
+    }
+
+    #[test]
+    fn the_before_stage_follows_routes_until_the_limit() {
+        let (g, sink) = governor(&["a", "b"]);
+        g.policies()
+            .register(Policy::before("a", |_| Decision::route("b")));
+        g.policies()
+            .register(Policy::before("b", |_| Decision::route("a")));
+        let call = Lifecycle::start(&g, req("a")).unwrap();
+        let Err(InterceptError::Denied(denial)) = call.before() else {
+            panic!("a route loop must be denied");
+        };
+        assert_eq!(denial.stage, Stage::BeforeCapability);
+        let outcomes: Vec<AuditOutcome> = sink.events().iter().map(|e| e.outcome).collect();
+        let mut expected = vec![AuditOutcome::Allowed; MAX_ROUTE_DEPTH + 1];
+        expected.push(AuditOutcome::DeniedBeforeExecution);
+        assert_eq!(outcomes, expected);
+    }
+
+    #[test]
+    fn a_route_to_the_capability_itself_ends_the_before_stage() {
+        let (g, sink) = governor(&["a"]);
+        g.policies()
+            .register(Policy::before("a", |_| Decision::route("a")));
+        let call = Lifecycle::start(&g, req("a")).unwrap().before().unwrap();
+        assert!(call.routed_from.is_empty());
+        assert_eq!(
+            call.before.as_ref().map(|v| v.kind),
+            Some(DecisionType::Route)
+        );
+        assert_eq!(sink.events().len(), 1);
+    }
+
+    #[test]
+    fn a_bad_token_is_refused_and_audited_once() {
+        let (g, sink) = governor(&["a"]);
+        let g = with_approvals(g);
+        let mut call = Lifecycle::start(&g, req("a").approval_token("capapr1.bad.token")).unwrap();
+        let Err(InterceptError::Approval(ApprovalError::Malformed { .. })) = call.verify_token()
+        else {
+            panic!("a malformed token must be refused");
+        };
+        assert!(call.approval.is_none());
+        let events = sink.events();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].outcome, AuditOutcome::DeniedBeforeExecution);
+        assert_eq!(events[0].code.as_deref(), Some("approval_invalid"));
+
+        // The whole call: one event, and nothing runs.
+        let mut ran = false;
+        let r = g.intercept(req("a").approval_token("capapr1.bad.token"), |_| {
+            ran = true;
+            Ok::<_, String>(json!(1))
+        });
+        assert!(matches!(r, Err(InterceptError::Approval(_))));
+        assert!(!ran);
+        assert_eq!(sink.events().len(), 2);
+    }
+
+    #[test]
+    fn a_token_without_an_approval_manager_is_refused() {
+        let (g, sink) = governor(&["a"]);
+        let mut call = Lifecycle::start(&g, req("a").approval_token("capapr1.x.y")).unwrap();
+        let Err(InterceptError::Approval(e)) = call.verify_token() else {
+            panic!("no manager, no approval");
+        };
+        assert_eq!(
+            e.to_string(),
+            "malformed approval token: no approval manager is configured"
+        );
+        assert_eq!(sink.events().len(), 1);
+    }
+
+    #[test]
+    fn a_single_event_call_writes_one_event_that_summarizes_both_stages_and_the_route() {
+        let (g, sink) = governor(&["a", "b"]);
+        g.policies()
+            .register(Policy::before("a", |_| Decision::route("b")).with_id("to-b"));
+        g.policies()
+            .register(Policy::after("b", |_| Decision::redact(["/secret"])).with_id("mask"));
+        let call = Lifecycle::start(&g, req("a").single_event(true))
+            .unwrap()
+            .before()
+            .unwrap();
+        assert!(sink.events().is_empty(), "no allowed events");
+        let r = call.after(json!({"secret": "s", "ok": 1})).unwrap();
+        assert_eq!(r.output, json!({"secret": "[REDACTED]", "ok": 1}));
+        let events = sink.events();
+        assert_eq!(events.len(), 1, "{events:?}");
+        let e = &events[0];
+        assert_eq!(r.events, std::slice::from_ref(&e.event_id));
+        assert_eq!(e.outcome, AuditOutcome::Executed);
+        assert_eq!(e.capability_name, "b");
+        assert_eq!(e.redacted, ["/secret"]);
+        assert_eq!(e.policy_ids, ["mask"]);
+        assert_eq!(e.metadata["routedFrom"], json!(["a"]));
+        assert_eq!(e.metadata["decisions"]["before"]["decision"], "allow");
+        assert_eq!(e.metadata["decisions"]["after"]["decision"], "redact");
+        assert_eq!(
+            e.metadata["decisions"]["after"]["policyIds"],
+            json!(["mask"])
+        );
+    }
+
+    #[test]
+    fn a_failed_output_transform_withholds_the_output_with_what_the_execution_noted() {
+        let (g, sink) = governor(&["a"]);
+        g.policies().register(Policy::after("a", |_| {
+            Decision::transform_output(vec![Mutation::remove("/missing")])
+        }));
+        let mut call = Lifecycle::start(&g, req("a").mode(InterceptMode::AfterOnly)).unwrap();
+        call.notes.insert("latencyUs".into(), json!(5));
+        let Err(OutputWithheld::Transform(_)) = call.after(json!({"ok": 1})) else {
+            panic!("the output must be withheld");
+        };
+        let events = sink.events();
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert_eq!(events[0].outcome, AuditOutcome::DeniedAfterExecution);
+        assert_eq!(events[0].stage, Stage::AfterCapability);
+        assert_eq!(events[0].code.as_deref(), Some("transform_failed"));
+        assert_eq!(events[0].metadata["latencyUs"], 5);
+    }
+
+    #[test]
+    fn a_denial_after_execution_keeps_the_output_redacted_by_the_before_stage_on_the_action() {
+        let (g, sink) = governor(&["a"]);
+        g.policies()
+            .register(Policy::before("a", |_| Decision::redact(["/secret"])));
+        g.policies()
+            .register(Policy::after("a", |_| Decision::deny("not for you")));
+        let call = Lifecycle::start(&g, req("a")).unwrap().before().unwrap();
+        let Err(OutputWithheld::Denied(denial)) = call.after(json!({"secret": "s"})) else {
+            panic!("the output must be denied");
+        };
+        assert_eq!(denial.stage, Stage::AfterCapability);
+        assert_eq!(denial.reason(), Some("not for you"));
+        assert_eq!(denial.action.output, Some(json!({"secret": "[REDACTED]"})));
+        let events = sink.events();
+        let outcomes: Vec<AuditOutcome> = events.iter().map(|e| e.outcome).collect();
+        assert_eq!(
+            outcomes,
+            [AuditOutcome::Allowed, AuditOutcome::DeniedAfterExecution]
+        );
+        assert_eq!(events[1].redacted, ["/secret"]);
+    }
+
+    #[test]
+    fn a_failed_run_goes_through_on_error_and_returns_its_own_error() {
+        let (g, sink) = governor(&["a"]);
+        let seen = Arc::new(std::sync::Mutex::new(None));
+        let observed = Arc::clone(&seen);
+        g.policies().register(Policy::on_error("a", move |ctx| {
+            *observed.lock().unwrap() = ctx.error.clone();
+            Decision::allow().with_reason("observed")
+        }));
+        let call = Lifecycle::start(&g, req("a")).unwrap();
+        let Err(Interrupted::Failed {
+            error,
+            action,
+            governance: None,
+        }) = call.run(|exec| {
+            exec.note("latencyUs", json!(9));
+            Err::<(Value, ()), _>("upstream exited".to_string())
+        })
+        else {
+            panic!("the execution failed");
+        };
+        assert_eq!(error, "upstream exited");
+        assert_eq!(action.capability.name, "a");
+        assert_eq!(seen.lock().unwrap().as_deref(), Some("upstream exited"));
+        let events = sink.events();
+        assert_eq!(events.len(), 1, "{events:?}");
+        let e = &events[0];
+        assert_eq!(
+            (e.outcome, e.stage),
+            (AuditOutcome::ExecutionFailed, Stage::OnError)
+        );
+        assert_eq!(e.reason.as_deref(), Some("observed"));
+        assert_eq!(e.metadata["error_type"], "String");
+        assert_eq!(e.metadata["error_message"], "upstream exited");
+        assert_eq!(e.metadata["latencyUs"], 9);
+    }
+
+    /// A sink that cannot write events of one outcome.
+    struct FailsOn(AuditOutcome);
+
+    impl AuditSink for FailsOn {
+        fn emit(&self, event: &AuditEvent) -> Result<(), AuditError> {
+            if event.outcome == self.0 {
+                return Err(AuditError::Malformed {
+                    message: "disk full".into(),
+                });
+            }
+            Ok(())
+        }
+    }
+
+    fn failing_on(outcome: AuditOutcome) -> Governor {
+        let g = Governor::new("agent").audit(Arc::new(FailsOn(outcome)));
+        g.register_capability(GovernedCapability::new("a", CapabilityKind::Tool));
+        g
+    }
+
+    #[test]
+    fn intercept_with_returns_what_ran_with_the_result_or_with_the_withheld_output() {
+        let (g, _) = governor(&["a"]);
+        let (done, ran) = g
+            .intercept_with(req("a"), |_| Ok::<_, String>((json!({"x": 1}), "receipt")))
+            .unwrap();
+        assert_eq!((done.output, ran), (json!({"x": 1}), "receipt"));
+
+        g.policies()
+            .register(Policy::after("a", |_| Decision::deny("withheld")));
+        let Err(Interrupted::Withheld {
+            executed,
+            reason: OutputWithheld::Denied(denial),
+        }) = g.intercept_with(req("a"), |_| Ok::<_, String>((json!({"x": 1}), "receipt")))
+        else {
+            panic!("the output must be withheld with what ran");
+        };
+        assert_eq!(executed, "receipt");
+        assert_eq!(denial.stage, Stage::AfterCapability);
+    }
+
+    #[test]
+    fn a_refusal_before_execution_carries_nothing_that_ran() {
+        let (g, _) = governor(&["a"]);
+        g.policies()
+            .register(Policy::before("a", |_| Decision::deny("no")));
+        let mut ran = false;
+        let r = g.intercept_with(req("a"), |_| {
+            ran = true;
+            Ok::<_, String>((json!(1), ()))
+        });
+        let Err(Interrupted::Refused(InterceptError::Denied(denial))) = r else {
+            panic!("denied before execution");
+        };
+        assert_eq!(denial.stage, Stage::BeforeCapability);
+        assert!(!ran);
+    }
+
+    #[test]
+    fn an_audit_failure_after_execution_keeps_what_ran_or_the_executions_error() {
+        // The execution failed, then its event could not be written: the execution's own
+        // error comes back with the governance failure.
+        let g = failing_on(AuditOutcome::ExecutionFailed);
+        let r = g.intercept_with(req("a"), |_| Err::<(Value, ()), _>("boom".to_string()));
+        let Err(Interrupted::Failed {
+            error,
+            governance: Some(GovernanceFailure::Audit(_)),
+            ..
+        }) = r
+        else {
+            panic!("the failure must carry the execution's error and the audit failure");
+        };
+        assert_eq!(error, "boom");
+        // `intercept` reports the audit failure, as before.
+        let simple = g.intercept(req("a"), |_| Err::<Value, _>("boom".to_string()));
+        assert!(matches!(simple, Err(InterceptError::Audit(_))));
+
+        // The execution succeeded, then its event could not be written: the output is
+        // withheld, what ran comes back.
+        let g = failing_on(AuditOutcome::Executed);
+        let r = g.intercept_with(req("a"), |_| Ok::<_, String>((json!(1), "receipt")));
+        let Err(Interrupted::Withheld {
+            executed,
+            reason: OutputWithheld::Governance(GovernanceFailure::Audit(e)),
+        }) = r
+        else {
+            panic!("the output must be withheld with what ran");
+        };
+        assert_eq!(executed, "receipt");
+        assert_eq!(e.to_string(), "audit event is malformed: disk full");
+    }
 }

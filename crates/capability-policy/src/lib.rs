@@ -175,7 +175,7 @@ pub mod store;
 pub use action::{ActionType, Actor, AgentAction};
 pub use approvals::{
     ApprovalDecision, ApprovalError, ApprovalManager, ApprovalRecord, ApprovalStatus, Decided,
-    Decider, HostKey,
+    Decider, HostKey, VerifiedApproval, VerifiedToken,
 };
 pub use audit::{
     AuditEvent, AuditOutcome, AuditQuery, AuditRecord, AuditSink, AuditStore, TenantLink,
@@ -185,7 +185,8 @@ pub use cedar::CedarPolicies;
 pub use decision::{Decision, DecisionType, IsolationTier, SandboxRequirement};
 pub use engine::{ForTenant, Obligations, PolicyEngine, PolicySource, Verdict};
 pub use intercept::{
-    Execution, Governor, InterceptError, InterceptMode, InterceptRequest, Intercepted,
+    Execution, GovernanceFailure, Governor, InterceptError, InterceptMode, InterceptRequest,
+    Intercepted, Interrupted, OutputWithheld,
 };
 pub use model::{
     CapabilityKind, Effect, EffectType, Environment, Governance, GovernedCapability, RiskLevel,

@@ -486,3 +486,247 @@ fn the_one_rule_compares_every_name_of_the_decider() {
     assert!(decided.token.is_some());
     assert_eq!(decided.record.decided_by.as_deref(), Some("carol"));
 }
+
+/// An approval store that counts its reads and compare-and-sets.
+#[derive(Default)]
+struct Counting {
+    inner: MemoryStore,
+    gets: std::sync::atomic::AtomicUsize,
+    updates: std::sync::atomic::AtomicUsize,
+}
+
+impl Counting {
+    /// (reads, compare-and-sets) so far.
+    fn counts(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::SeqCst;
+        (self.gets.load(SeqCst), self.updates.load(SeqCst))
+    }
+}
+
+impl approvals::ApprovalStore for Counting {
+    fn insert_approval(&self, record: &ApprovalRecord) -> Result<(), store::StoreError> {
+        self.inner.insert_approval(record)
+    }
+    fn get_approval(&self, id: &str) -> Result<Option<ApprovalRecord>, store::StoreError> {
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.get_approval(id)
+    }
+    fn list_approvals(
+        &self,
+        filter: &ApprovalFilter,
+    ) -> Result<Vec<ApprovalRecord>, store::StoreError> {
+        self.inner.list_approvals(filter)
+    }
+    fn update_approval(
+        &self,
+        record: &ApprovalRecord,
+        expected: ApprovalStatus,
+    ) -> Result<bool, store::StoreError> {
+        self.updates
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.update_approval(record, expected)
+    }
+    fn approval_changes(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, ApprovalRecord)>, store::StoreError> {
+        self.inner.approval_changes(after, limit)
+    }
+    fn approval_change_head(&self) -> Result<u64, store::StoreError> {
+        self.inner.approval_change_head()
+    }
+}
+
+/// A governor holding `delete_user` for approval (unless approved).
+fn held_governor(approvals: Arc<ApprovalManager>) -> Governor {
+    let (g, _) = governor("ops-agent", Environment::Prod);
+    let g = g.approvals(approvals).tenant("acme");
+    g.register_capability(
+        GovernedCapability::new("delete_user", CapabilityKind::Tool).risk(RiskLevel::Critical),
+    );
+    g.policies().register(Policy::before("delete_user", |ctx| {
+        if ctx.approval.is_some() {
+            Decision::allow()
+        } else {
+            Decision::approval_required("a human decides")
+        }
+    }));
+    g
+}
+
+fn delete_u1() -> InterceptRequest {
+    InterceptRequest::new(
+        "delete_user",
+        ActionType::ToolCall,
+        json!({"user_id": "u1"}),
+    )
+    .plan_fingerprint("sha256:plan-1")
+}
+
+/// The approval a held call asked for, approved by alice: its token.
+fn approved(g: &Governor, m: &ApprovalManager) -> approvals::ApprovalToken {
+    let Err(InterceptError::ApprovalRequired {
+        approval: Some(record),
+        ..
+    }) = g.intercept(delete_u1(), returns(json!("deleted")))
+    else {
+        panic!("the call must be held for approval");
+    };
+    m.approve(&record.approval_id, "alice", None).unwrap()
+}
+
+#[test]
+fn a_released_call_reads_the_approval_once_and_consumes_it_with_one_compare_and_set() {
+    let store = Arc::new(Counting::default());
+    let m = Arc::new(manager(store.clone(), Arc::new(ManualClock::at(T0))));
+    let g = held_governor(m.clone());
+    let token = approved(&g, &m);
+
+    let (gets, updates) = store.counts();
+    let r = g
+        .intercept(
+            delete_u1().approval_token(token.0.clone()),
+            returns(json!("deleted")),
+        )
+        .unwrap();
+    let granted = r.approval.unwrap();
+    assert_eq!(granted.approver, "alice");
+    assert_eq!(store.counts(), (gets + 1, updates + 1));
+    assert_eq!(
+        m.get(&granted.approval_id).unwrap().status,
+        ApprovalStatus::Consumed
+    );
+
+    // A replay reads the record once more, finds it consumed and writes nothing.
+    let (gets, updates) = store.counts();
+    let replay = g.intercept(
+        delete_u1().approval_token(token.0),
+        returns(json!("deleted")),
+    );
+    assert!(matches!(
+        replay,
+        Err(InterceptError::Approval(ApprovalError::Replayed))
+    ));
+    assert_eq!(store.counts(), (gets + 1, updates));
+}
+
+#[test]
+fn a_token_the_host_verified_is_not_decoded_again_and_is_still_single_use() {
+    let store = Arc::new(Counting::default());
+    let m = Arc::new(manager(store.clone(), Arc::new(ManualClock::at(T0))));
+    let g = held_governor(m.clone());
+    let token = approved(&g, &m);
+    let verified = m.decode(&token.0).unwrap();
+    assert_eq!(verified.plan_fingerprint(), Some("sha256:plan-1"));
+
+    // The request's text is not read when it carries a verified token: not even a
+    // malformed one is decoded.
+    let (gets, updates) = store.counts();
+    let r = g
+        .intercept(
+            delete_u1()
+                .verified_approval(verified.clone())
+                .approval_token("not a token"),
+            returns(json!("deleted")),
+        )
+        .unwrap();
+    assert_eq!(
+        r.approval.unwrap().approval_id,
+        verified.approval_id().to_string()
+    );
+    assert_eq!(store.counts(), (gets + 1, updates + 1));
+    // Still single use.
+    let replay = g.intercept(
+        delete_u1().verified_approval(verified.clone()),
+        returns(json!("deleted")),
+    );
+    assert!(matches!(
+        replay,
+        Err(InterceptError::Approval(ApprovalError::Replayed))
+    ));
+    // Still bound to the plan and the action.
+    let other_plan = g.intercept(
+        delete_u1()
+            .plan_fingerprint("sha256:plan-2")
+            .verified_approval(verified.clone()),
+        returns(json!("deleted")),
+    );
+    assert!(matches!(
+        other_plan,
+        Err(InterceptError::Approval(ApprovalError::PlanMismatch { .. }))
+    ));
+}
+
+#[test]
+fn a_token_verified_by_another_hosts_manager_is_refused() {
+    let clock = Arc::new(ManualClock::at(T0));
+    let store = Arc::new(MemoryStore::new());
+    let ours = Arc::new(manager(store.clone(), clock.clone()));
+    let theirs = Arc::new(
+        ApprovalManager::new(store.clone(), HostKey::from_seed([8; 32])).with_clock(clock),
+    );
+    // Their host held the same call and approved it with its own key.
+    let token = approved(&held_governor(theirs.clone()), &theirs);
+    let foreign = theirs.decode(&token.0).unwrap();
+    assert!(matches!(
+        ours.decode(&token.0),
+        Err(ApprovalError::BadSignature)
+    ));
+    let g = held_governor(ours);
+    let r = g.intercept(
+        delete_u1().verified_approval(foreign),
+        returns(json!("deleted")),
+    );
+    assert!(matches!(
+        r,
+        Err(InterceptError::Approval(ApprovalError::BadSignature))
+    ));
+}
+
+#[test]
+fn a_token_verified_twice_is_redeemed_once_and_not_after_its_expiry() {
+    let clock = Arc::new(ManualClock::at(T0));
+    let m = manager(Arc::new(MemoryStore::new()), clock.clone());
+    let a = action(json!({"user_id": "u1"}));
+    let token = m
+        .approve(&pending(&m, &a).approval_id, "alice", None)
+        .unwrap();
+    let verify = || {
+        m.verify_decoded(
+            m.decode(&token.0).unwrap(),
+            a.plan_fingerprint.as_deref(),
+            &a.digest(),
+        )
+        .unwrap()
+    };
+    // Two calls verified the same token before either redeemed it: the compare-and-set
+    // lets one through.
+    let (first, second) = (verify(), verify());
+    assert_eq!(first.record().status, ApprovalStatus::Approved);
+    assert_eq!(m.redeem_verified(first).unwrap().approver, "alice");
+    assert!(matches!(
+        m.redeem_verified(second),
+        Err(ApprovalError::Replayed)
+    ));
+
+    // A verified token that expires before it is redeemed is refused, and not consumed.
+    let b = action(json!({"user_id": "u2"}));
+    let token = m
+        .approve(&pending(&m, &b).approval_id, "alice", None)
+        .unwrap();
+    let verified = m
+        .verify_decoded(
+            m.decode(&token.0).unwrap(),
+            b.plan_fingerprint.as_deref(),
+            &b.digest(),
+        )
+        .unwrap();
+    let id = verified.record().approval_id.clone();
+    clock.advance(15 * 60 * 1000);
+    assert!(matches!(
+        m.redeem_verified(verified),
+        Err(ApprovalError::TokenExpired)
+    ));
+    assert_eq!(m.get(&id).unwrap().status, ApprovalStatus::Approved);
+}

@@ -15,9 +15,10 @@ use capability_core::receipt::{
 use capability_core::{CapabilityError, ErrorCode};
 use serde_json::{Value, json};
 
+use capability_policy::intercept::Denial;
 use capability_policy::{
-    GovernedCapability, Governor, InterceptError, InterceptRequest, IsolationTier,
-    SandboxRequirement, Stage,
+    GovernedCapability, Governor, InterceptError, InterceptRequest, Interrupted, IsolationTier,
+    OutputWithheld, SandboxRequirement, VerifiedToken,
 };
 
 use crate::capability::{Capability, ExecutionContext, HookError, Implementation};
@@ -56,6 +57,11 @@ pub struct ExecuteOptions {
     pub caller: Option<Caller>,
     /// A token from an approved approval, valid for this exact plan (single use).
     pub approval_token: Option<String>,
+    /// The same, already decoded by the governor's approval manager
+    /// ([`ApprovalManager::decode`](capability_policy::ApprovalManager::decode)), as a host
+    /// does to find the plan: its signature is not checked again. When set,
+    /// `approval_token` is not read.
+    pub verified_approval: Option<VerifiedToken>,
     /// Audit the call with one event (see `capability_policy::InterceptRequest::single_event`).
     pub single_event: bool,
     /// Record the input in the audit event of the outcome (redactions applied).
@@ -699,7 +705,9 @@ impl CapabilityRuntime {
             .receipt(receipt_id.clone())
             .single_event(options.single_event);
         req.record_input = options.record_input;
-        if let Some(token) = &options.approval_token {
+        if let Some(token) = &options.verified_approval {
+            req = req.verified_approval(token.clone());
+        } else if let Some(token) = &options.approval_token {
             req = req.approval_token(token.clone());
         }
         let intercepted = governor.intercept_with(req, |exec| {
@@ -730,15 +738,19 @@ impl CapabilityRuntime {
             )
             .into()
         };
-        let ran = intercepted.executed;
-        match intercepted.result {
-            Ok(done) => {
-                let Some(mut ran) = ran else {
-                    return Outcome::Failed(CapabilityError::new(
-                        ErrorCode::ExecutionFailed,
-                        "the governed execution did not run",
-                    ));
-                };
+        // An output withheld after the capability ran: its receipt records the refusal.
+        let withheld = |mut ran: Ran, e: CapabilityError, governance| -> Outcome {
+            ran.run.outcome = Err(withheld_failure(HookError::Capability(e), ran.run.outcome));
+            finish(ran, governance)
+        };
+        let governance_failed = |e: &dyn std::fmt::Display| {
+            Outcome::Failed(CapabilityError::new(
+                ErrorCode::ExecutionFailed,
+                format!("governance failed: {e}"),
+            ))
+        };
+        match intercepted {
+            Ok((done, mut ran)) => {
                 let governance = ReceiptGovernance {
                     agent_id: Some(done.action.agent_id.clone()),
                     tenant: done.action.tenant_id.clone(),
@@ -775,99 +787,97 @@ impl CapabilityRuntime {
                 }
                 finish(ran, Some(governance))
             }
-            Err(InterceptError::Denied(denial)) => {
-                let reason = denial
-                    .reason()
-                    .unwrap_or("capability invocation denied")
-                    .to_string();
-                let details = json!({
-                    "stage": denial.stage.as_str(),
-                    "decisionId": denial.decision.decision_id,
-                    "policy": denial.policy_name(),
-                    "code": denial.decision.code,
-                });
-                match ran {
-                    Some(mut ran) if denial.stage == Stage::AfterCapability => {
-                        // The side effect happened; the output is withheld.
-                        let e = CapabilityError::new(
-                            ErrorCode::PermissionDenied,
-                            format!("Output denied by policy: {reason}"),
-                        )
-                        .with_details(details.clone());
-                        ran.run.outcome = Err(withheld(HookError::Capability(e), ran.run.outcome));
-                        let governance = ReceiptGovernance {
-                            after: Some(VerdictSummary {
-                                decision: "deny".into(),
-                                reason: Some(reason),
-                                details: Some(details),
-                                ..Default::default()
-                            }),
-                            ..Default::default()
-                        };
-                        finish(ran, Some(governance))
-                    }
-                    _ => Outcome::Failed(
+            Err(Interrupted::Refused(refusal)) => match refusal {
+                InterceptError::Denied(denial) => {
+                    let (reason, details) = denial_details(&denial);
+                    Outcome::Failed(
                         CapabilityError::new(ErrorCode::PermissionDenied, reason)
                             .with_details(details),
-                    ),
+                    )
                 }
-            }
-            Err(InterceptError::ApprovalRequired {
-                approval, decision, ..
-            }) => {
-                if let Err(e) = self.store.put_plan(&plan) {
-                    return Outcome::Failed(store_error(e));
+                InterceptError::ApprovalRequired {
+                    approval, decision, ..
+                } => {
+                    if let Err(e) = self.store.put_plan(&plan) {
+                        return Outcome::Failed(store_error(e));
+                    }
+                    Outcome::NeedsApproval(Box::new(PendingApproval {
+                        reason: decision
+                            .reason
+                            .clone()
+                            .unwrap_or_else(|| "approval required".into()),
+                        plan,
+                        approval: approval.map(|a| *a),
+                    }))
                 }
-                Outcome::NeedsApproval(Box::new(PendingApproval {
-                    reason: decision
-                        .reason
-                        .clone()
-                        .unwrap_or_else(|| "approval required".into()),
-                    plan,
-                    approval: approval.map(|a| *a),
-                }))
-            }
-            Err(InterceptError::Approval(e)) => Outcome::Failed(CapabilityError::new(
-                ErrorCode::PermissionDenied,
-                format!("approval refused: {e}"),
-            )),
-            Err(InterceptError::Execution { error, .. }) => match error {
-                GovernedFailure::Refused(e) => Outcome::Failed(e),
-                GovernedFailure::Failed { ran, .. } => finish(
+                InterceptError::Approval(e) => Outcome::Failed(CapabilityError::new(
+                    ErrorCode::PermissionDenied,
+                    format!("approval refused: {e}"),
+                )),
+                InterceptError::NotFound(e) => {
+                    Outcome::Failed(CapabilityError::new(ErrorCode::NotFound, e.to_string()))
+                }
+                InterceptError::Transform(e) => Outcome::Failed(CapabilityError::new(
+                    ErrorCode::PermissionDenied,
+                    format!("transform by policy failed: {e}"),
+                )),
+                e @ (InterceptError::Engine(_) | InterceptError::Audit(_)) => governance_failed(&e),
+            },
+            Err(Interrupted::Failed {
+                error, governance, ..
+            }) => match (error, governance) {
+                (GovernedFailure::Refused(e), None) => Outcome::Failed(e),
+                (GovernedFailure::Failed { ran, .. }, None) => finish(
                     *ran,
                     Some(ReceiptGovernance {
                         outcome: Some("execution_failed".into()),
                         ..Default::default()
                     }),
                 ),
+                (error, Some(g)) => {
+                    // Keep the evidence of what ran, then report the failure.
+                    if let GovernedFailure::Failed { ran, .. } = error {
+                        let _ = finish(*ran, None);
+                    }
+                    governance_failed(&g)
+                }
             },
-            Err(InterceptError::NotFound(e)) => {
-                Outcome::Failed(CapabilityError::new(ErrorCode::NotFound, e.to_string()))
-            }
-            Err(InterceptError::Transform(e)) => match ran {
-                Some(mut ran) => {
-                    let err = CapabilityError::new(
+            Err(Interrupted::Withheld {
+                executed: ran,
+                reason,
+            }) => match reason {
+                OutputWithheld::Denied(denial) => {
+                    // The side effect happened; the output is withheld.
+                    let (reason, details) = denial_details(&denial);
+                    let e = CapabilityError::new(
+                        ErrorCode::PermissionDenied,
+                        format!("Output denied by policy: {reason}"),
+                    )
+                    .with_details(details.clone());
+                    let governance = ReceiptGovernance {
+                        after: Some(VerdictSummary {
+                            decision: "deny".into(),
+                            reason: Some(reason),
+                            details: Some(details),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    };
+                    withheld(ran, e, Some(governance))
+                }
+                OutputWithheld::Transform(e) => {
+                    let e = CapabilityError::new(
                         ErrorCode::PermissionDenied,
                         format!("Output withheld: transform by policy failed: {e}"),
                     );
-                    ran.run.outcome = Err(withheld(HookError::Capability(err), ran.run.outcome));
-                    finish(ran, None)
+                    withheld(ran, e, None)
                 }
-                None => Outcome::Failed(CapabilityError::new(
-                    ErrorCode::PermissionDenied,
-                    format!("transform by policy failed: {e}"),
-                )),
-            },
-            Err(e @ (InterceptError::Engine(_) | InterceptError::Audit(_))) => {
-                // Keep the evidence of anything that ran, then report the failure.
-                if let Some(ran) = ran {
+                OutputWithheld::Governance(g) => {
+                    // Keep the evidence of what ran, then report the failure.
                     let _ = finish(ran, None);
+                    governance_failed(&g)
                 }
-                Outcome::Failed(CapabilityError::new(
-                    ErrorCode::ExecutionFailed,
-                    format!("governance failed: {e}"),
-                ))
-            }
+            },
         }
     }
 
@@ -1083,11 +1093,26 @@ impl CapabilityRuntime {
 
 /// The failure of a run whose output policy withheld after it ran: the boundary it crossed
 /// and its notes are kept.
-fn withheld(error: HookError, outcome: RunResult) -> ExecutionFailure {
+fn withheld_failure(error: HookError, outcome: RunResult) -> ExecutionFailure {
     match outcome {
         Ok((executed, _)) => ExecutionFailure::after(error, executed),
         Err(failure) => ExecutionFailure { error, ..failure },
     }
+}
+
+/// The reason of a denial and the details its error carries.
+fn denial_details(denial: &Denial) -> (String, Value) {
+    let reason = denial
+        .reason()
+        .unwrap_or("capability invocation denied")
+        .to_string();
+    let details = json!({
+        "stage": denial.stage.as_str(),
+        "decisionId": denial.decision.decision_id,
+        "policy": denial.policy_name(),
+        "code": denial.decision.code,
+    });
+    (reason, details)
 }
 
 fn verdict_summary(v: &capability_policy::Verdict) -> VerdictSummary {

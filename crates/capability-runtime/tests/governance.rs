@@ -433,3 +433,188 @@ fn shadow_mode_records_without_enforcing() {
     );
     let _ = Stage::BeforeCapability;
 }
+
+/// An approval store that counts its reads and compare-and-sets.
+#[derive(Default)]
+struct CountingApprovals {
+    inner: MemoryStore,
+    gets: std::sync::atomic::AtomicUsize,
+    updates: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingApprovals {
+    fn counts(&self) -> (usize, usize) {
+        use std::sync::atomic::Ordering::SeqCst;
+        (self.gets.load(SeqCst), self.updates.load(SeqCst))
+    }
+}
+
+impl ApprovalStore for CountingApprovals {
+    fn insert_approval(
+        &self,
+        record: &capability_policy::ApprovalRecord,
+    ) -> Result<(), capability_policy::store::StoreError> {
+        self.inner.insert_approval(record)
+    }
+    fn get_approval(
+        &self,
+        id: &str,
+    ) -> Result<Option<capability_policy::ApprovalRecord>, capability_policy::store::StoreError>
+    {
+        self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.get_approval(id)
+    }
+    fn list_approvals(
+        &self,
+        filter: &capability_policy::approvals::ApprovalFilter,
+    ) -> Result<Vec<capability_policy::ApprovalRecord>, capability_policy::store::StoreError> {
+        self.inner.list_approvals(filter)
+    }
+    fn update_approval(
+        &self,
+        record: &capability_policy::ApprovalRecord,
+        expected: capability_policy::ApprovalStatus,
+    ) -> Result<bool, capability_policy::store::StoreError> {
+        self.updates
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.update_approval(record, expected)
+    }
+    fn approval_changes(
+        &self,
+        after: u64,
+        limit: usize,
+    ) -> Result<Vec<(u64, capability_policy::ApprovalRecord)>, capability_policy::store::StoreError>
+    {
+        self.inner.approval_changes(after, limit)
+    }
+    fn approval_change_head(&self) -> Result<u64, capability_policy::store::StoreError> {
+        self.inner.approval_change_head()
+    }
+}
+
+#[test]
+fn a_resumed_plan_with_a_decoded_token_reads_its_approval_once() {
+    let store = Arc::new(CountingApprovals::default());
+    let approvals = Arc::new(ApprovalManager::new(
+        Arc::clone(&store) as Arc<dyn ApprovalStore>,
+        HostKey::from_seed([9; 32]),
+    ));
+    let governor = Governor::new("support-agent").approvals(Arc::clone(&approvals));
+    governor
+        .policies()
+        .register(Policy::before("billing/refund", |ctx| {
+            if ctx.approval.is_some() {
+                Decision::allow()
+            } else {
+                Decision::approval_required("Refunds need a human")
+            }
+        }));
+    let runtime = CapabilityRuntime::builder()
+        .policy(EffectPolicy::permissive())
+        .governor(Arc::new(governor))
+        .build();
+    runtime.register(refund()).unwrap();
+    let plan = runtime
+        .plan("billing/refund", json!({"amount": 250}))
+        .unwrap();
+    let err = runtime
+        .execute(&plan, &ExecuteOptions::default())
+        .unwrap_err();
+    let id = err.details.as_ref().unwrap()["approval"]["approvalId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let token = approvals.approve(&id, "manager@acme", None).unwrap();
+
+    // As a host resumes: the token decoded once (to find the plan), then handed down.
+    let verified = approvals.decode(&token.0).unwrap();
+    assert_eq!(verified.plan_fingerprint(), Some(plan.fingerprint.as_str()));
+    let options = ExecuteOptions {
+        verified_approval: Some(verified),
+        ..Default::default()
+    };
+    let (gets, updates) = store.counts();
+    let r = runtime.execute(&plan, &options).unwrap();
+    assert_eq!(
+        r.governance
+            .as_ref()
+            .unwrap()
+            .approval
+            .as_ref()
+            .unwrap()
+            .approver,
+        "manager@acme"
+    );
+    assert_eq!(store.counts(), (gets + 1, updates + 1));
+    // Single use.
+    let replay = runtime.execute(&plan, &options).unwrap_err();
+    assert_eq!(replay.code, ErrorCode::PermissionDenied);
+    assert!(
+        replay.message.contains("already used"),
+        "{}",
+        replay.message
+    );
+}
+
+/// An audit sink that cannot write events of one outcome.
+struct AuditFailsOn(AuditOutcome);
+
+impl capability_policy::AuditSink for AuditFailsOn {
+    fn emit(
+        &self,
+        event: &capability_policy::AuditEvent,
+    ) -> Result<(), capability_policy::audit::AuditError> {
+        if event.outcome == self.0 {
+            return Err(capability_policy::audit::AuditError::Malformed {
+                message: "disk full".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn a_governance_failure_after_the_capability_ran_keeps_its_receipt() {
+    for (outcome, fails) in [
+        (AuditOutcome::Executed, false),
+        (AuditOutcome::ExecutionFailed, true),
+    ] {
+        let governor = Governor::new("support-agent").audit(Arc::new(AuditFailsOn(outcome)));
+        let runtime = CapabilityRuntime::builder()
+            .policy(EffectPolicy::permissive())
+            .governor(Arc::new(governor))
+            .build();
+        let capability = Capability::builder(json!({
+            "specVersion": "0.1", "id": "x/maybe", "version": "1.0.0", "name": "Maybe",
+            "description": "Fails when asked to.", "effects": []
+        }))
+        .execute_json(move |_, _| {
+            if fails {
+                Err(capability_runtime::HookError::named("RangeError", "boom"))
+            } else {
+                Ok(json!({"ok": true}))
+            }
+        })
+        .build()
+        .unwrap();
+        runtime.register(capability).unwrap();
+        let err = runtime
+            .invoke("x/maybe", json!({}), &ExecuteOptions::default())
+            .unwrap_err();
+        assert_eq!(err.code, ErrorCode::ExecutionFailed);
+        assert_eq!(
+            err.message,
+            "governance failed: audit event is malformed: disk full"
+        );
+        let receipts = runtime
+            .list_receipts(&capability_runtime::ReceiptQuery::default())
+            .unwrap();
+        assert_eq!(receipts.len(), 1, "{outcome:?}: the evidence of what ran");
+        let expected = if fails {
+            ReceiptStatus::Failed
+        } else {
+            ReceiptStatus::Succeeded
+        };
+        assert_eq!(receipts[0].status, expected);
+    }
+}
