@@ -1469,10 +1469,27 @@ fn cap_exec_runs_an_upstream_tool_through_a_gateway_config() {
         .as_str()
         .unwrap()
         .to_string();
-    let approved = stdout_json(&cap(
+    // Decided as any other approval: here by an approver over the HTTP API of `cap serve`
+    // on the same home.
+    let (approver, _) = token(
         &home,
-        &["approvals", "approve", &id, "--approver", "carol"],
-    ));
+        &["--agent", "carol", "--role", "approver", "--tenant", "*"],
+    );
+    let (_server, addr) = common::serve(&home, &[]);
+    let auth = format!("Bearer {approver}");
+    let (status, _, body) = common::http(
+        &addr,
+        "POST",
+        &format!("/api/v1/approvals/{id}/approve"),
+        &[
+            ("Authorization", &auth),
+            ("Content-Type", "application/json"),
+        ],
+        "{}",
+    );
+    assert_eq!(status, 200, "{body}");
+    let approved = capability_core::json::parse(body.as_bytes()).unwrap();
+    assert_eq!(approved["approval"]["capability"], "mcp.everything.get-sum");
     let token = approved["token"].as_str().unwrap();
     let out = run(r#"{"a": 500, "b": 3}"#, &["--approval", token]);
     assert_eq!(
@@ -2539,4 +2556,119 @@ fn a_slow_upstream_start_holds_up_no_call_to_another() {
             "call {i} waited {seconds} s for another upstream's start"
         );
     }
+}
+
+/// A policy that cannot type-check against an upstream tool's input schema (get-sum's `a`
+/// is a JSON Schema `number`, a Cedar `decimal`: `>` does not apply to it) is reported
+/// before any call: by `cap policy validate --gateway`, and when `cap mcp-gateway` starts,
+/// each with the policy id, the expression and the fix.
+#[test]
+fn a_policy_that_cannot_type_check_against_an_upstream_tool_is_reported_before_any_call() {
+    if !clients_present() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let policy = r#"permit(principal, action, resource);
+@id("big-sums-typed-wrong") @reason("sums over 100 need a human") @decision("approval_required")
+forbid(principal, action == Action::"mcp_tool_call", resource == Capability::"mcp.everything.get-sum")
+when { context.input has a && context.input.a > 100 };"#;
+    let config = gateway_config(
+        dir.path(),
+        policy,
+        &format!(
+            "[[server]]\nname = \"everything\"\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\n",
+            everything()
+        ),
+    );
+    let cedar = dir.path().join("gateway.cedar");
+    let out = cap(
+        &home,
+        &[
+            "policy",
+            "validate",
+            cedar.to_str().unwrap(),
+            "--gateway",
+            config.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = stdout_json(&out);
+    assert_eq!(report["valid"], false, "{report}");
+    let diagnostic = report["diagnostics"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["policy"] == "big-sums-typed-wrong")
+        .unwrap_or_else(|| panic!("{report}"))
+        .clone();
+    assert_eq!(
+        diagnostic["expression"], "context.input.a > 100",
+        "{diagnostic}"
+    );
+    let fix = diagnostic["fix"].as_str().unwrap();
+    assert!(
+        fix.starts_with("context.input.a.greaterThan(decimal(\"100"),
+        "{fix}"
+    );
+    assert!(
+        diagnostic["capabilities"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("mcp.everything.get-sum")),
+        "{diagnostic}"
+    );
+    // Without the gateway's tools the policy type-checks (nothing says `a` is a number).
+    let out = cap(&home, &["policy", "validate", cedar.to_str().unwrap()]);
+    assert_eq!(
+        stdout_json(&out)["valid"],
+        true,
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The gateway says so when it starts (its client closes at once).
+    let started = Command::new(env!("CARGO_BIN_EXE_cap"))
+        .args(["mcp-gateway", "--config"])
+        .arg(&config)
+        .arg("--home")
+        .arg(&home)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&started.stderr);
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("policy:") && l.contains("big-sums-typed-wrong"))
+        .unwrap_or_else(|| panic!("not reported at startup: {stderr}"));
+    assert!(line.contains("context.input.a > 100"), "{line}");
+    assert!(
+        line.contains("fix: `context.input.a.greaterThan(decimal("),
+        "{line}"
+    );
+    // The fix type-checks.
+    std::fs::write(&cedar, policy.replace("context.input.a > 100", fix)).unwrap();
+    let out = cap(
+        &home,
+        &[
+            "policy",
+            "validate",
+            cedar.to_str().unwrap(),
+            "--gateway",
+            config.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

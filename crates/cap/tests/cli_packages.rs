@@ -237,6 +237,57 @@ fn acquire_find_local_trust_eval_and_mcp_tools_work_on_local_packages() {
         report["results"][0]["outputHash"],
         "ea55a943aa0142b49d363a56161b20811f7866375f06228300c325dc5b9bce0f"
     );
+    // The trust policy applies to evals as to every run: a package it refuses runs no case.
+    let strict = home.path().join("strict-trust.json");
+    std::fs::write(&strict, r#"{"minScore": 100, "requireIntegrity": true}"#).unwrap();
+    let out = cap(
+        home.path(),
+        &[
+            "eval",
+            f,
+            "fixture/add",
+            cases.to_str().unwrap(),
+            "--trust-policy",
+            strict.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let refused = stdout_json(&out);
+    assert_eq!(refused["error"]["code"], "PERMISSION_DENIED", "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("trust policy"),
+        "{refused}"
+    );
+    assert!(refused.get("results").is_none(), "no case ran: {refused}");
+    // One the package satisfies lets the cases run.
+    let lenient = home.path().join("lenient-trust.json");
+    std::fs::write(&lenient, r#"{"minScore": 0}"#).unwrap();
+    let out = cap(
+        home.path(),
+        &[
+            "eval",
+            f,
+            "fixture/add",
+            cases.to_str().unwrap(),
+            "--trust-policy",
+            lenient.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(stdout_json(&out)["passed"], 2);
 
     let tools = stdout_json(&cap(home.path(), &["mcp-tools", f]));
     assert_eq!(tools["tools"][0]["name"], "fixture__add");
