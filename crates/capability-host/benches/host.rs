@@ -1,19 +1,44 @@
-//! `Host::invoke` of `text/slugify` with the durable stores (one SQLite database, one
-//! writer, crash journals) and 100 Cedar policies: the path every surface takes.
+//! What the host adds to a governed call, on the same work as the runtime's `governed`
+//! bench: the 48 `add` capabilities under the same 100 Cedar policies, the read-only
+//! effect preset, durable stores (one SQLite database with one writer, crash journals).
+//! `CapabilityRuntime::invoke` and `Host::invoke` are timed alternately in one run, so
+//! that both see the same machine; then `Host::invoke` of `text/slugify` under 100
+//! policies, the path every surface takes with the built-ins.
 //!
-//! `cargo bench -p capability-host --bench host` prints p50/p99 over individually timed
-//! calls beside criterion's mean.
+//! `cargo bench -p capability-host --bench host` prints p50/p99 of each and the ratio,
+//! beside criterion's mean.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::time::Instant;
+use std::hint::black_box;
+use std::sync::Arc;
 
-use capability_host::{Host, HostConfig, Outcome, Request};
+use capability_core::CapabilityError;
+use capability_core::authorization::Preset;
+use capability_host::{Actor, Capability, CapabilitySource, Host, HostConfig, Outcome, Request};
+use capability_runtime::Caller;
+use capability_test_support::governed::{self, CAPABILITIES};
+use capability_test_support::measure::{paired, percentiles};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 
-/// 100 policies: one permit and 99 forbids that name other capabilities or inputs, so
-/// every one is considered and none denies the benchmarked call.
-fn policies() -> String {
+/// The runtime bench's 48 `add` capabilities, as a host source.
+struct Adds;
+
+impl CapabilitySource for Adds {
+    fn name(&self) -> String {
+        "bench adds".into()
+    }
+
+    fn capabilities(&self) -> Result<Vec<Capability>, CapabilityError> {
+        Ok((0..CAPABILITIES)
+            .map(|i| governed::add(&format!("svc/c{i}")))
+            .collect())
+    }
+}
+
+/// 100 policies for `text/slugify`: one permit and 99 forbids that name other capabilities
+/// or inputs, so every one is considered and none denies the benchmarked call.
+fn slugify_policies() -> String {
     let mut text = String::from("@id(\"allow-all\") permit(principal, action, resource);\n");
     for i in 0..99 {
         if i % 3 == 0 {
@@ -29,43 +54,70 @@ fn policies() -> String {
     text
 }
 
-fn percentiles(name: &str, mut f: impl FnMut()) {
-    for _ in 0..1_000 {
-        f();
+fn completed(outcome: Outcome) {
+    match outcome {
+        Outcome::Completed(done) => {
+            black_box(done);
+        }
+        other => panic!("{other:?}"),
     }
-    let mut samples: Vec<u128> = (0..10_000)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_nanos()
-        })
-        .collect();
-    samples.sort_unstable();
-    let p = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
-    println!(
-        "{name}: p50 {:.2} µs, p99 {:.2} µs",
-        p(0.50) as f64 / 1000.0,
-        p(0.99) as f64 / 1000.0
-    );
 }
 
 fn bench(c: &mut Criterion) {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("policies.cedar");
-    std::fs::write(&file, policies()).unwrap();
+
+    // The same work both ways.
+    let runtime_home = dir.path().join("runtime");
+    std::fs::create_dir_all(&runtime_home).unwrap();
+    let (receipts, audit) = governed::durable(&runtime_home);
+    let runtime = governed::runtime(receipts, Some(audit));
+    let options = capability_runtime_options();
+    let policies = dir.path().join("governed.cedar");
+    std::fs::write(&policies, governed::policies()).unwrap();
     let host = Host::open(HostConfig {
-        home: Some(dir.path().join("home")),
+        home: Some(dir.path().join("host")),
+        policies: vec![policies],
+        preset: Preset::ReadOnly,
+        sources: vec![Arc::new(Adds)],
+        default_agent: "bench-agent".into(),
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let input = json!({"a": 20, "b": 22, "tenant": "acme"});
+    let mut request = Request::new("svc/c7", input.clone());
+    request.caller = options.caller.clone().unwrap_or_default();
+    let direct = || {
+        black_box(runtime.invoke("svc/c7", input.clone(), &options).unwrap());
+    };
+    let through_host = || completed(host.invoke(&request));
+    paired(
+        (
+            "runtime governed invoke svc/c7, durable, 100 Cedar policies",
+            "host invoke svc/c7, durable, 100 Cedar policies",
+        ),
+        1_000,
+        10_000,
+        direct,
+        through_host,
+    );
+    c.bench_function("runtime_invoke_add_durable_100_policies", |b| {
+        b.iter(direct)
+    });
+    c.bench_function("host_invoke_add_durable_100_policies", |b| {
+        b.iter(through_host)
+    });
+
+    // The built-ins, as `cap exec` and the MCP server call them.
+    let file = dir.path().join("slugify.cedar");
+    std::fs::write(&file, slugify_policies()).unwrap();
+    let host = Host::open(HostConfig {
+        home: Some(dir.path().join("slugify-home")),
         policies: vec![file],
         ..HostConfig::default()
     })
     .unwrap();
     let request = Request::new("text/slugify", json!({"text": "Hello Capability World"}));
-    let mut call = || match host.invoke(&request) {
-        Outcome::Completed(r) => {
-            std::hint::black_box(r);
-        }
-        other => panic!("{other:?}"),
-    };
+    let mut call = || completed(host.invoke(&request));
     percentiles(
         "host invoke text/slugify, durable, 100 Cedar policies",
         &mut call,
@@ -75,5 +127,19 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench);
+/// The runtime bench's caller: tenant `acme`.
+fn capability_runtime_options() -> capability_runtime::ExecuteOptions {
+    capability_runtime::ExecuteOptions {
+        caller: Some(Caller::from(Actor::default().tenant("acme"))),
+        ..Default::default()
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .measurement_time(std::time::Duration::from_secs(3))
+        .sample_size(50);
+    targets = bench
+}
 criterion_main!(benches);

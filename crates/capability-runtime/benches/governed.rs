@@ -9,37 +9,14 @@
 
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::Instant;
 
 use capability_policy::MemoryStore;
 use capability_runtime::store::MemoryReceiptStore;
 use capability_runtime::{Caller, CapabilityRuntime, ExecuteOptions};
 use criterion::{Criterion, criterion_group, criterion_main};
+use capability_test_support::governed::{self as support, runtime};
+use capability_test_support::measure::percentiles;
 use serde_json::json;
-use support::runtime;
-
-#[path = "support/governed.rs"]
-mod support;
-
-fn percentiles(name: &str, mut f: impl FnMut()) {
-    for _ in 0..1_000 {
-        f();
-    }
-    let mut samples: Vec<u128> = (0..10_000)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_nanos()
-        })
-        .collect();
-    samples.sort_unstable();
-    let p = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
-    println!(
-        "{name}: p50 {:.2} µs, p99 {:.2} µs",
-        p(0.50) as f64 / 1000.0,
-        p(0.99) as f64 / 1000.0
-    );
-}
 
 fn bench(c: &mut Criterion) {
     let home = tempfile::tempdir().unwrap();

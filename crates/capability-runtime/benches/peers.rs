@@ -25,9 +25,7 @@ use capability_runtime::store::MemoryReceiptStore;
 use capability_runtime::{Caller, CapabilityRuntime, ExecuteOptions};
 use serde_json::json;
 
-#[path = "support/governed.rs"]
-#[allow(dead_code)]
-mod support;
+use capability_test_support::governed as support;
 
 /// brane-core's one policy (`deny if a > 107`) as one Cedar policy.
 const ONE_POLICY: &str = r#"@id("limit") @reason("amount too large")

@@ -6,8 +6,6 @@
 //! governance layer adds to).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../benches/support/governed.rs"]
-mod support;
 
 use std::sync::Arc;
 
@@ -15,7 +13,7 @@ use capability_policy::MemoryStore;
 use capability_runtime::store::MemoryReceiptStore;
 use capability_runtime::{Caller, ExecuteOptions};
 use serde_json::json;
-use support::runtime;
+use capability_test_support::governed::{self as support, runtime};
 
 fn main() {
     let n: usize = std::env::args()

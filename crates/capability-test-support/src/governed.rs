@@ -1,5 +1,5 @@
-//! The governed-invoke setup shared by the `governed` bench and the `governed_loop` example:
-//! 48 `add` capabilities under 100 Cedar policies.
+//! The governed-invoke workload: 48 `add` capabilities under 100 Cedar policies (the
+//! runtime's `governed` bench, the host's `host` bench and the `governed_loop` example).
 
 use std::sync::Arc;
 
@@ -41,6 +41,7 @@ when { context has estimatedCostUsd && context.estimatedCostUsd.greaterThan(deci
     text
 }
 
+/// The `add` capability `id` (Rust hooks, in process).
 pub fn add(id: &str) -> Capability {
     Capability::builder(json!({
         "specVersion": "0.1", "id": id, "version": "1.0.0", "name": "Add",
@@ -57,6 +58,8 @@ pub fn add(id: &str) -> Capability {
     .unwrap()
 }
 
+/// A runtime with the 48 capabilities, the read-only effect preset, and (with `audit`) a
+/// governor holding [`policies`].
 pub fn runtime(
     store: Arc<dyn ReceiptStore>,
     audit: Option<Arc<dyn AuditSink>>,
