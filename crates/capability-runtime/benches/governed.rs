@@ -13,9 +13,9 @@ use std::sync::Arc;
 use capability_policy::MemoryStore;
 use capability_runtime::store::MemoryReceiptStore;
 use capability_runtime::{Caller, CapabilityRuntime, ExecuteOptions};
-use criterion::{Criterion, criterion_group, criterion_main};
 use capability_test_support::governed::{self as support, runtime};
 use capability_test_support::measure::percentiles;
+use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
 
 fn bench(c: &mut Criterion) {

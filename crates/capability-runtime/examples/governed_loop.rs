@@ -6,14 +6,13 @@
 //! governance layer adds to).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-
 use std::sync::Arc;
 
 use capability_policy::MemoryStore;
 use capability_runtime::store::MemoryReceiptStore;
 use capability_runtime::{Caller, ExecuteOptions};
-use serde_json::json;
 use capability_test_support::governed::{self as support, runtime};
+use serde_json::json;
 
 fn main() {
     let n: usize = std::env::args()

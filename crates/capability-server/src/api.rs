@@ -17,7 +17,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::auth::Authenticated;
-use crate::{ApiError, AppState, blocking};
+use crate::error::ApiError;
+use crate::state::{AppState, blocking};
 
 type Params = Query<HashMap<String, String>>;
 type ApiResult = Result<Response, ApiError>;
@@ -63,10 +64,6 @@ fn limit(params: &HashMap<String, String>) -> Result<Option<usize>, ApiError> {
 
 fn text(params: &HashMap<String, String>, key: &str) -> Option<String> {
     params.get(key).filter(|v| !v.is_empty()).cloned()
-}
-
-pub(crate) async fn openapi() -> Response {
-    json_response(StatusCode::OK, &crate::routes::openapi())
 }
 
 pub(crate) async fn whoami(Extension(a): Extension<Authenticated>) -> ApiResult {

@@ -5,17 +5,17 @@ use std::collections::HashMap;
 use std::sync::PoisonError;
 use std::time::Instant;
 
-use axum::body::Bytes;
-use axum::extract::{FromRequest, Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use capability_host::guard;
 use capability_host::{AuthError, Credential, Principal};
 use sha2::{Digest, Sha256};
 
-use crate::routes::Access;
-use crate::{ApiError, AppState, blocking};
+use crate::access::Access;
+use crate::error::ApiError;
+use crate::state::{AppState, Session, blocking};
 
 /// An authenticated caller: the host's principal, and for a console session its CSRF token.
 #[derive(Clone, Debug)]
@@ -36,14 +36,6 @@ impl Authenticated {
             Some(a) => self.principal.may(a),
         }
     }
-}
-
-/// A console session: the token it stands for and its CSRF token.
-#[derive(Clone, Debug)]
-pub(crate) struct Session {
-    pub token_id: String,
-    pub csrf: String,
-    pub expires: Instant,
 }
 
 pub(crate) fn random_secret() -> String {
@@ -223,41 +215,6 @@ pub(crate) async fn api_gate(
     }
     request.extensions_mut().insert(principal);
     next.run(request).await
-}
-
-/// A console form whose CSRF token matched the session's (403 otherwise); the console
-/// gate has put the session's principal in the request.
-pub(crate) struct CsrfForm {
-    pub principal: Authenticated,
-    pub fields: HashMap<String, String>,
-}
-
-impl<S: Send + Sync> FromRequest<S> for CsrfForm {
-    type Rejection = Response;
-
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let principal = request
-            .extensions()
-            .get::<Authenticated>()
-            .cloned()
-            .ok_or_else(|| StatusCode::UNAUTHORIZED.into_response())?;
-        let body = Bytes::from_request(request, state)
-            .await
-            .map_err(IntoResponse::into_response)?;
-        let fields = parse_form(&body);
-        let presented = fields.get("csrf").map(String::as_str).unwrap_or_default();
-        if !principal
-            .csrf
-            .as_deref()
-            .is_some_and(|c| same(c, presented))
-        {
-            return Err(crate::console::refused(
-                StatusCode::FORBIDDEN,
-                "The form's CSRF token is missing or wrong. Reload the page and try again.",
-            ));
-        }
-        Ok(CsrfForm { principal, fields })
-    }
 }
 
 pub(crate) fn parse_form(body: &[u8]) -> HashMap<String, String> {

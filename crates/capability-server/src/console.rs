@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use axum::Router;
-use axum::extract::{Path, Query, Request, State};
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -17,9 +18,11 @@ use capability_host::{
 use serde_json::Value;
 
 use crate::api;
-use crate::auth::{self, Authenticated, CsrfForm};
+use crate::auth::{self, Authenticated};
+use crate::error::ApiError;
+use crate::events;
 use crate::html::{esc, esc_into, page, pretty, redact, url};
-use crate::{ApiError, AppState, blocking, events};
+use crate::state::{AppState, blocking};
 
 type Params = Query<HashMap<String, String>>;
 
@@ -71,6 +74,41 @@ fn error_page(p: &Authenticated, e: &ApiError) -> Response {
             ),
         ),
     )
+}
+
+/// A console form whose CSRF token matched the session's (403 otherwise); the console
+/// gate has put the session's principal in the request.
+pub(crate) struct CsrfForm {
+    pub principal: Authenticated,
+    pub fields: HashMap<String, String>,
+}
+
+impl<S: Send + Sync> FromRequest<S> for CsrfForm {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let principal = request
+            .extensions()
+            .get::<Authenticated>()
+            .cloned()
+            .ok_or_else(|| StatusCode::UNAUTHORIZED.into_response())?;
+        let body = Bytes::from_request(request, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let fields = auth::parse_form(&body);
+        let presented = fields.get("csrf").map(String::as_str).unwrap_or_default();
+        if !principal
+            .csrf
+            .as_deref()
+            .is_some_and(|c| auth::same(c, presented))
+        {
+            return Err(refused(
+                StatusCode::FORBIDDEN,
+                "The form's CSRF token is missing or wrong. Reload the page and try again.",
+            ));
+        }
+        Ok(CsrfForm { principal, fields })
+    }
 }
 
 /// Console pages need a session of a principal that may read.

@@ -12,8 +12,8 @@ use capability_host::ApprovalStatus;
 use futures_util::Stream;
 use tokio::sync::broadcast::error::RecvError;
 
-use crate::AppState;
 use crate::auth::Authenticated;
+use crate::state::AppState;
 
 pub(crate) async fn stream(
     State(state): State<AppState>,

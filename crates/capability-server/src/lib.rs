@@ -20,65 +20,29 @@
 //! * **Webhook**: each new pending approval is POSTed, signed with HMAC-SHA256, retried with
 //!   backoff (the host's `webhook`, started by [`Server::serve`]).
 
+mod access;
 mod api;
 mod auth;
 mod console;
+mod error;
 mod events;
 mod html;
 pub mod routes;
+mod state;
 
 use std::collections::HashMap;
 use std::future::Future;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use axum::Router;
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
-use capability_core::{CapabilityError, ErrorCode};
-use capability_host::guard::{HttpGuard, Refusal};
-use capability_host::webhook::Webhook;
-use capability_host::{AuthError, Host, HostError};
-use serde_json::{Value, json};
+use capability_host::Host;
 
+pub use access::Access;
 pub use console::render_pending_page;
+pub use error::status_of;
 
-/// How the server runs.
-#[derive(Clone, Debug)]
-pub struct ServerOptions {
-    /// The host's HTTP guard: Host and Origin checks (the server's own origin and the
-    /// allowed ones; never other pages on this machine), the body limit.
-    pub guard: HttpGuard,
-    /// Mark session cookies `Secure` (on unless the listener is loopback HTTP).
-    pub secure_cookies: bool,
-    /// Fixtures the policies page tests the host's policies against.
-    pub policy_fixtures: Option<PathBuf>,
-    /// Called on each new pending approval.
-    pub webhook: Option<Webhook>,
-    /// How long a console session lasts.
-    pub session_ttl: Duration,
-}
-
-impl Default for ServerOptions {
-    fn default() -> Self {
-        ServerOptions {
-            guard: HttpGuard::default(),
-            secure_cookies: false,
-            policy_fixtures: None,
-            webhook: None,
-            session_ttl: Duration::from_secs(12 * 3600),
-        }
-    }
-}
-
-/// What every handler shares.
-#[derive(Clone)]
-pub(crate) struct AppState {
-    pub host: Arc<Host>,
-    pub options: Arc<ServerOptions>,
-    pub sessions: Arc<Mutex<HashMap<String, auth::Session>>>,
-}
+use state::AppState;
+pub use state::ServerOptions;
 
 /// The HTTP API and console over one host.
 #[derive(Clone)]
@@ -128,139 +92,5 @@ impl Server {
         let host = Arc::clone(&self.state.host);
         let _ = tokio::task::spawn_blocking(move || host.flush()).await;
         served
-    }
-}
-
-/// An error answer: `{"error": {"code", "message", ...}}` with its status.
-#[derive(Debug)]
-pub(crate) enum ApiError {
-    /// The host refused or failed (its status and code).
-    Host(HostError),
-    /// A capability call failed (the status its code stands for).
-    Capability(Box<CapabilityError>),
-    /// The request could not be read.
-    BadRequest(String),
-    /// No valid credential.
-    Unauthorized(AuthError),
-    /// The guard, a role, or CSRF refused it.
-    Forbidden { code: &'static str, message: String },
-    /// No such route or object.
-    NotFound(String),
-}
-
-impl From<HostError> for ApiError {
-    fn from(e: HostError) -> Self {
-        ApiError::Host(e)
-    }
-}
-
-impl From<Refusal> for ApiError {
-    fn from(r: Refusal) -> Self {
-        ApiError::Forbidden {
-            code: "FORBIDDEN",
-            message: r.to_string(),
-        }
-    }
-}
-
-impl ApiError {
-    pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::BadRequest(message.into())
-    }
-
-    pub fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError::NotFound(message.into())
-    }
-
-    pub fn forbidden(message: impl Into<String>) -> ApiError {
-        ApiError::Forbidden {
-            code: "FORBIDDEN",
-            message: message.into(),
-        }
-    }
-
-    pub fn capability(e: CapabilityError) -> ApiError {
-        ApiError::Capability(Box::new(e))
-    }
-
-    pub fn status(&self) -> StatusCode {
-        match self {
-            ApiError::Host(e) => {
-                StatusCode::from_u16(e.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
-            }
-            ApiError::Capability(e) => status_of(e.code),
-            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
-        }
-    }
-
-    pub fn code(&self) -> &str {
-        match self {
-            ApiError::Host(e) => e.code(),
-            ApiError::Capability(e) => e.code.as_str(),
-            ApiError::BadRequest(_) => "INVALID_INPUT",
-            ApiError::Unauthorized(_) => "UNAUTHORIZED",
-            ApiError::Forbidden { code, .. } => code,
-            ApiError::NotFound(_) => "NOT_FOUND",
-        }
-    }
-
-    pub fn message(&self) -> String {
-        match self {
-            ApiError::Host(e) => e.to_string(),
-            ApiError::Capability(e) => e.message.clone(),
-            ApiError::Unauthorized(e) => e.to_string(),
-            ApiError::BadRequest(m)
-            | ApiError::NotFound(m)
-            | ApiError::Forbidden { message: m, .. } => m.clone(),
-        }
-    }
-
-    fn body(&self) -> Value {
-        match self {
-            ApiError::Capability(e) => capability_host::error_document(e),
-            _ => json!({"error": {"code": self.code(), "message": self.message()}}),
-        }
-    }
-}
-
-/// The HTTP status of a capability error code.
-pub fn status_of(code: ErrorCode) -> StatusCode {
-    match code {
-        ErrorCode::InvalidInput
-        | ErrorCode::InvalidManifest
-        | ErrorCode::InvalidPlan
-        | ErrorCode::InvalidPackageDeclaration => StatusCode::BAD_REQUEST,
-        ErrorCode::NotFound => StatusCode::NOT_FOUND,
-        ErrorCode::PermissionDenied | ErrorCode::ApprovalRequired => StatusCode::FORBIDDEN,
-        ErrorCode::DuplicateCapability | ErrorCode::RollbackUnavailable => StatusCode::CONFLICT,
-        ErrorCode::InvalidOutput
-        | ErrorCode::ExecutionFailed
-        | ErrorCode::VerifyFailed
-        | ErrorCode::RollbackFailed => StatusCode::UNPROCESSABLE_ENTITY,
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (
-            self.status(),
-            [(header::CONTENT_TYPE, "application/json")],
-            self.body().to_string(),
-        )
-            .into_response()
-    }
-}
-
-/// Runs a blocking host call: in place on a multi-threaded runtime (the host's calls are
-/// short and their stores have their own threads), else directly.
-pub(crate) fn blocking<R>(f: impl FnOnce() -> R) -> R {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
-        }
-        _ => f(),
     }
 }

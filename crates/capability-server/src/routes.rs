@@ -11,53 +11,14 @@ use axum::middleware;
 use axum::routing::{MethodRouter, get, post};
 use serde_json::{Map, Value, json};
 
+use crate::access::Access;
 use crate::auth::{api_gate, check_host};
-use crate::{ApiError, AppState, api, console};
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::{api, console};
 
-/// Who may call a route.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Access {
-    /// Anyone (the OpenAPI document).
-    Public,
-    /// Any authenticated principal (discovery).
-    Any,
-    /// Agents and admins: invoke, plan, resume.
-    Invoke,
-    /// Approvers, auditors and admins.
-    Read,
-    /// Approvers (for their tenants) and admins.
-    Decide,
-}
-
-impl Access {
-    /// What the host's principal must be allowed (none for public and any-role routes).
-    pub fn host_access(self) -> Option<capability_host::Access> {
-        match self {
-            Access::Public | Access::Any => None,
-            Access::Invoke => Some(capability_host::Access::Call),
-            Access::Read => Some(capability_host::Access::Read),
-            Access::Decide => Some(capability_host::Access::Decide),
-        }
-    }
-
-    pub fn verb(self) -> &'static str {
-        match self {
-            Access::Public | Access::Any => "call this",
-            Access::Invoke => "invoke capabilities",
-            Access::Read => "read approvals, receipts, the audit log or policies",
-            Access::Decide => "approve or deny",
-        }
-    }
-
-    fn roles(self) -> &'static str {
-        match self {
-            Access::Public => "none (public)",
-            Access::Any => "any role",
-            Access::Invoke => "agent, admin",
-            Access::Read => "approver, auditor, admin",
-            Access::Decide => "approver (for its tenants), admin",
-        }
-    }
+async fn openapi_document() -> axum::response::Response {
+    api::json_response(axum::http::StatusCode::OK, &openapi())
 }
 
 /// One API route.
@@ -174,7 +135,7 @@ pub(crate) fn api_routes() -> Vec<ApiRoute> {
             Public,
             &[],
             None,
-            get(api::openapi),
+            get(openapi_document),
         ),
         route(
             "get",
