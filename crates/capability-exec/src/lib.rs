@@ -48,15 +48,38 @@
 //! runtime records as `EXECUTION_FAILED` with `{name, message}`; [`HookResult`] is its
 //! `Result`.
 //!
-//! ## Grants, isolation and the boundary report
+//! ## A run: grants, limits, invocation, outcome
+//!
+//! What every boundary (process sandbox, OCI, WASM) is given and gives back is named once,
+//! here; the executor crates re-export it.
 //!
 //! * [`effects`] names the effects a boundary gives meaning to; [`HostGrants`] is what the
-//!   host is willing to open (paths, environment, secrets) and [`HostGrants::open`] keeps
-//!   each item closed unless its effect was granted ([`Opened`]).
+//!   host is willing to open (paths, environment, secrets) and [`HostGrants::grants`] keeps
+//!   each item closed unless its effect was granted, giving the [`Grants`] of one run.
+//! * [`Limits`] is what every boundary limits (wall clock, memory, `/tmp`, output) plus the
+//!   part only one boundary has (`B`: the sandbox's `ProcessLimits`, the WASM engine's
+//!   `WasmLimits`), whose [`BoundaryLimits`] impl gives that boundary's defaults.
+//!   [`Limits::for_request`] tightens them by an [`ExecutionRequest`] the same way for all.
+//! * [`Invocation`] is one call of a hook ([`Op`]): `Invocation::executing(plan)`,
+//!   `verifying(plan, output)`, `rolling_back(receipt)`.
+//! * [`RunOutcome`] is what a run that entered its boundary returns: the output or the
+//!   boundary's error, whether the hook exists, the boundary's report, duration, stderr.
+//! * [`GuestError`] is what a guest reports through its protocol;
+//!   [`GuestError::to_hook_error`] turns it into the run's error (the guest's code never
+//!   becomes the host's). [`plan_from_reply`] and [`verification_from_reply`] read a guest's
+//!   `plan` and `verify` replies.
+//! * [`resolve_module_path`] (and [`ModuleSource::resolve`] / [`ModuleSource::read`]) keeps a
+//!   package module inside its package root before anything reads it; [`ModuleError`] says
+//!   why one was refused and [`ModuleError::to_hook_error`] what the capability "threw".
+//!
+//! ## Isolation
+//!
 //! * [`IsolationTier`] (`in_process` < `process` < `oci` < `wasm`) and [`SandboxRequirement`]
 //!   (tier floor, no network, time and memory limits, [`SandboxRequirement::merge`] for the
 //!   strictest of several) are the policy crate's `sandbox` vocabulary; it re-exports them.
 //!   [`UnknownName`] is the error of parsing a closed vocabulary.
+//! * [`ExecutorChoice`] is the host's choice of boundary for package code (`auto`, `process`,
+//!   `wasm`, `oci`, `in-process`).
 //! * [`BoundaryReport`] is what every executor's report has in common: the boundary's name,
 //!   its tier, and the JSON the receipt records as `isolation`.
 //!
@@ -136,19 +159,29 @@
 
 mod executor;
 mod grants;
+mod guest;
 pub mod home;
 mod hook;
 pub mod integrity;
 mod isolation;
+mod limits;
+mod module;
+mod run;
 
 pub use executor::{
     CapabilityView, Executed, ExecutionContext, ExecutionFailure, ExecutionRequest, Executor,
     ModuleSource, execute_then_verify,
 };
-pub use grants::{HostGrants, Opened, effects};
+pub use grants::{Grants, HostGrants, effects};
+pub use guest::{GuestError, plan_from_reply, verification_from_reply};
 pub use hook::{HookError, HookResult};
 pub use integrity::{
     DEFAULT_MAX_MODULE_BYTES, DigestAlgorithm, Integrity, IntegrityError, ModuleDigest,
     digest_file, read_module, verify_integrity,
 };
-pub use isolation::{BoundaryReport, IsolationTier, SandboxRequirement, UnknownName};
+pub use isolation::{
+    BoundaryReport, ExecutorChoice, IsolationTier, SandboxRequirement, UnknownName,
+};
+pub use limits::{BoundaryLimits, Limits};
+pub use module::{ModuleError, ModulePath, resolve_module_path};
+pub use run::{Invocation, Op, RunOutcome};

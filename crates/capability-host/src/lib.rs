@@ -328,10 +328,10 @@ fn module_executor(config: &HostConfig) -> Result<Option<ModuleExecutor>, Capabi
         ExecutorChoice::Oci => Choice::Oci,
         ExecutorChoice::InProcess => return Ok(None),
     };
-    let mut limits = capability_sandbox::Limits::default();
-    let mut wasm_limits = capability_sandbox::WasmLimits::default();
+    let mut limits = capability_sandbox::Limits::<capability_sandbox::ProcessLimits>::default();
+    let mut wasm_limits = capability_sandbox::Limits::<capability_sandbox::WasmLimits>::default();
     if let Some(t) = config.timeout {
-        limits.wall_timeout = t;
+        limits.timeout = t;
         wasm_limits.timeout = t;
     }
     if let Some(mb) = config.memory_mb {

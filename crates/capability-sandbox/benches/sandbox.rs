@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use capability_sandbox::{Grants, Invocation, Limits, ModuleSpec, ProcessSandbox, run_module};
+use capability_sandbox::{
+    Grants, Invocation, Limits, ModuleSpec, ProcessLimits, ProcessSandbox, run_module,
+};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 
@@ -98,8 +100,8 @@ fn envelope(input: Value) -> Vec<u8> {
 
 fn bench(c: &mut Criterion) {
     let limits = Limits {
-        wall_timeout: Duration::from_secs(30),
-        ..Limits::default()
+        timeout: Duration::from_secs(30),
+        ..Limits::<ProcessLimits>::default()
     };
     let grants = Grants::none();
     let sandbox = ProcessSandbox::global();

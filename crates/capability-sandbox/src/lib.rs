@@ -40,7 +40,7 @@
 //! ([`SandboxError::PathEscape`]); its exact bytes are checked against `integrity` when present
 //! (sha256 as hex or base64 with an optional `sha256-` prefix, or `sha512-<base64>` SRI) by
 //! `capability-exec`'s integrity checker — the one the WASM engine uses too — streaming the
-//! file rather than reading it whole. A module file above [`Limits::max_module_bytes`]
+//! file rather than reading it whole. A module file above [`ProcessLimits::max_module_bytes`]
 //! (256 MiB by default) is refused from its size before it is read
 //! ([`SandboxError::ModuleTooLarge`]).
 //!
@@ -144,7 +144,7 @@
 //! * **Environment**: empty unless `environment.read` is granted (then exactly the host-chosen
 //!   map); secrets only with `secrets.read`, in the request envelope. The init wipes its copy of
 //!   the host's argv and environment and is not dumpable, so `/proc/1` shows nothing.
-//! * **Limits** ([`Limits`]): RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_FSIZE, no core
+//! * **Limits** ([`Limits`] with [`ProcessLimits`]): RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_FSIZE, no core
 //!   dumps, no POSIX message queues; the tmpfs size; a wall-clock timer that kills the pid
 //!   namespace's init (and so the tree). A cgroup v2 with delegated `pids` and `memory` is used
 //!   when available (`CLONE_INTO_CGROUP`), else writable cgroup v1 `pids` and `memory` groups
@@ -251,7 +251,9 @@
 //! The executors here implement `capability-exec`'s [`Executor`](capability_exec::Executor)
 //! trait and depend only on `capability-exec`, `capability-core` and `capability-wasm`; the
 //! runtime and the policy crate are not dependencies (the runtime is used by the integration
-//! tests only). [`HostGrants`] and [`effects`] are `capability-exec`'s, re-exported.
+//! tests only). The run vocabulary — [`Grants`], [`HostGrants`], [`effects`], [`Limits`],
+//! [`Invocation`], [`Op`], [`RunOutcome`], [`GuestError`] — is `capability-exec`'s,
+//! re-exported; [`ProcessLimits`] is what only this boundary limits.
 
 mod child;
 mod doctor;
@@ -270,13 +272,16 @@ pub mod stamp;
 mod types;
 mod wasm;
 
-pub use capability_exec::HostGrants;
-pub use capability_wasm::Limits as WasmLimits;
+/// The run vocabulary every executor shares, from `capability-exec`.
+pub use capability_exec::{
+    Grants, GuestError, HostGrants, Invocation, Limits, Op, RunOutcome, effects,
+};
+pub use capability_wasm::WasmLimits;
 pub use child::{ChildExit, ChildLimits, ChildSpec, ChildStdin, SandboxedChild};
 pub use doctor::{
     Boundary, DoctorReport, EngineProbes, Probe, doctor, probe_engines, select_boundary,
 };
-pub use error::{GuestError, SandboxError};
+pub use error::SandboxError;
 pub use executor::{Choice, ModuleExecutor, hook_error};
 pub use oci::{
     ENGINE_PROBE_TIMEOUT, OCI_ENGINE_ENV, OCI_WORKSPACE, OciEngine, OciExecutor, OciImages, OciRun,
@@ -289,7 +294,7 @@ pub use protect::{default_capability_home, expose_read_only, protect_host_path};
 pub use protocol::{Response, envelope, parse_response};
 pub use report::{AppliedLimit, BoundaryReport};
 pub use session::{PRE_STARTED_NOTE, Session};
-pub use types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, Op, RunOutcome, effects};
+pub use types::{ModuleKind, ModuleSpec, ProcessLimits};
 pub use wasm::WasmExecutor;
 
 /// Runs one hook of a module-backed capability behind the process sandbox, with the default
@@ -298,7 +303,7 @@ pub fn run_module(
     spec: &ModuleSpec,
     invocation: &Invocation,
     grants: &Grants,
-    limits: &Limits,
-) -> Result<RunOutcome, SandboxError> {
+    limits: &Limits<ProcessLimits>,
+) -> Result<RunOutcome<SandboxError, BoundaryReport>, SandboxError> {
     ProcessSandbox::global().run(spec, invocation, grants, limits)
 }

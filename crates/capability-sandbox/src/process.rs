@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::error::{GuestError, SandboxError};
+use capability_exec::{Grants, GuestError, Invocation, Limits, effects};
+
+use crate::error::SandboxError;
 use crate::linux::host::{self, CgroupInfo, CgroupMemory, CgroupParent, Interpreter, RunCgroup};
 use crate::linux::landlock::{self, LandlockPlan};
 use crate::linux::seccomp;
@@ -20,7 +22,7 @@ use crate::package::{ResolvedModule, resolve_module_limited};
 use crate::protect::{self, Protected};
 use crate::protocol::{self, Response};
 use crate::report::{AppliedLimit, BoundaryReport};
-use crate::types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, RunOutcome, effects};
+use crate::types::{ModuleKind, ModuleSpec, Outcome, ProcessLimits};
 
 const NODE_SHIM: &str = include_str!("shims/node.mjs");
 const PYTHON_SHIM: &str = include_str!("shims/python.py");
@@ -79,7 +81,7 @@ struct Opening<'a> {
 /// One response of a session, handed to the session's callback.
 pub(crate) struct SessionReply {
     /// The op's result, as a one-shot run would report it.
-    pub outcome: RunOutcome,
+    pub outcome: Outcome,
     /// The hooks the module exports, as the shim's handshake listed them.
     pub hooks: Option<Vec<String>>,
 }
@@ -210,8 +212,8 @@ impl ProcessSandbox {
         spec: &ModuleSpec,
         invocation: &Invocation,
         grants: &Grants,
-        limits: &Limits,
-    ) -> Result<RunOutcome, SandboxError> {
+        limits: &Limits<ProcessLimits>,
+    ) -> Result<Outcome, SandboxError> {
         let kind = ModuleKind::of(&spec.module);
         if kind == ModuleKind::Wasm {
             return Err(SandboxError::UseWasmExecutor {
@@ -219,7 +221,7 @@ impl ProcessSandbox {
             });
         }
         check_limits(limits)?;
-        let module = resolve_module_limited(spec, limits.max_module_bytes)?;
+        let module = resolve_module_limited(spec, limits.boundary.max_module_bytes)?;
         let inside_module = Path::new(PACKAGE_MOUNT).join(&module.relative);
         let target = self.target(kind, spec, &module, &inside_module, limits)?;
         let envelope = protocol::envelope(invocation, &spec.manifest, grants);
@@ -253,10 +255,10 @@ impl ProcessSandbox {
         &self,
         spec: &ModuleSpec,
         grants: &Grants,
-        limits: &Limits,
+        limits: &Limits<ProcessLimits>,
         first: spawn::FirstFn<'_>,
         on_reply: &mut dyn FnMut(SessionReply) -> spawn::Next,
-    ) -> Result<RunOutcome, SandboxError> {
+    ) -> Result<Outcome, SandboxError> {
         let kind = ModuleKind::of(&spec.module);
         if !matches!(kind, ModuleKind::Node | ModuleKind::Python) {
             return Err(SandboxError::Invalid {
@@ -267,7 +269,7 @@ impl ProcessSandbox {
             });
         }
         check_limits(limits)?;
-        let module = resolve_module_limited(spec, limits.max_module_bytes)?;
+        let module = resolve_module_limited(spec, limits.boundary.max_module_bytes)?;
         let inside_module = Path::new(PACKAGE_MOUNT).join(&module.relative);
         let target = self.target(kind, spec, &module, &inside_module, limits)?;
         let opening = Opening {
@@ -311,7 +313,7 @@ impl ProcessSandbox {
         spec: &ModuleSpec,
         module: &ResolvedModule,
         inside_module: &Path,
-        limits: &Limits,
+        limits: &Limits<ProcessLimits>,
     ) -> Result<Target, SandboxError> {
         let unavailable = |reason: String| SandboxError::Unavailable {
             boundary: "process-sandbox",
@@ -394,7 +396,7 @@ impl ProcessSandbox {
         target: &Target,
         contents: Contents<'_>,
         grants: &Grants,
-        limits: &Limits,
+        limits: &Limits<ProcessLimits>,
         long_lived: bool,
     ) -> Result<Prepared, SandboxError> {
         let network = grants.network();
@@ -503,10 +505,10 @@ impl ProcessSandbox {
         }
         // Private tmp.
         root.mkdir_p(Path::new("/tmp"))?;
-        let inodes = (limits.tmp_size / 4096).clamp(1024, 1 << 20);
+        let inodes = (limits.tmp_bytes / 4096).clamp(1024, 1 << 20);
         root.tmpfs(
             Path::new("/tmp"),
-            &format!("size={},nr_inodes={inodes},mode=1777", limits.tmp_size),
+            &format!("size={},nr_inodes={inodes},mode=1777", limits.tmp_bytes),
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
         )?;
         allow(&mut ll, "/tmp", landlock::WRITE, true);
@@ -634,7 +636,7 @@ impl ProcessSandbox {
         }
 
         // Limits.
-        let cpu_secs = limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64;
+        let cpu_secs = limits.boundary.cpu_time.as_secs_f64().ceil().max(1.0) as u64;
         let mut rlimits: Vec<(libc::c_int, u64, u64)> = vec![
             (
                 libc::RLIMIT_DATA as libc::c_int,
@@ -643,13 +645,13 @@ impl ProcessSandbox {
             ),
             (
                 libc::RLIMIT_NOFILE as libc::c_int,
-                limits.max_open_files,
-                limits.max_open_files,
+                limits.boundary.max_open_files,
+                limits.boundary.max_open_files,
             ),
             (
                 libc::RLIMIT_FSIZE as libc::c_int,
-                limits.max_file_size,
-                limits.max_file_size,
+                limits.boundary.max_file_size,
+                limits.boundary.max_file_size,
             ),
             (libc::RLIMIT_CORE as libc::c_int, 0, 0),
             (libc::RLIMIT_MSGQUEUE as libc::c_int, 0, 0),
@@ -658,13 +660,15 @@ impl ProcessSandbox {
             rlimits.push((libc::RLIMIT_CPU as libc::c_int, cpu_secs, cpu_secs + 1));
         }
         let cgroup = match self.cgroup_parent() {
-            Ok(parent) => match RunCgroup::create(&parent, limits.memory_bytes, limits.max_pids) {
-                Ok(cg) => Some(cg),
-                Err(e) => {
-                    notes.push(format!("cgroup not used: {e}"));
-                    None
+            Ok(parent) => {
+                match RunCgroup::create(&parent, limits.memory_bytes, limits.boundary.max_pids) {
+                    Ok(cg) => Some(cg),
+                    Err(e) => {
+                        notes.push(format!("cgroup not used: {e}"));
+                        None
+                    }
                 }
-            },
+            }
             Err(e) => {
                 notes.push(format!("cgroup not used: {e}"));
                 None
@@ -686,9 +690,9 @@ impl ProcessSandbox {
         // its guests as nobody: with a pids cgroup (which counts exactly this sandbox) it is
         // only a backstop, well above the limit, so that concurrent sandboxes do not share it.
         let nproc = if pids_cgroup {
-            (limits.max_pids as u64).saturating_mul(4).max(256)
+            (limits.boundary.max_pids as u64).saturating_mul(4).max(256)
         } else {
-            limits.max_pids as u64
+            limits.boundary.max_pids as u64
         };
         rlimits.push((libc::RLIMIT_NPROC as libc::c_int, nproc, nproc));
         let memory = memory_policy(cg_memory, target.kind, spawn_granted, limits);
@@ -698,16 +702,12 @@ impl ProcessSandbox {
         // uid 0 is exempt from RLIMIT_NPROC: without a cgroup, a watchdog counts processes.
         let guest_uid = identity.host_uid(uid);
         let pids_watchdog =
-            (spawn_granted && !pids_cgroup && guest_uid == 0).then_some(limits.max_pids);
+            (spawn_granted && !pids_cgroup && guest_uid == 0).then_some(limits.boundary.max_pids);
         let mut applied = if long_lived {
             Vec::new()
         } else {
             vec![
-                AppliedLimit::new(
-                    "wallTimeoutMs",
-                    limits.wall_timeout.as_millis() as u64,
-                    "timer",
-                ),
+                AppliedLimit::new("wallTimeoutMs", limits.timeout.as_millis() as u64, "timer"),
                 AppliedLimit::new("cpuTimeMs", cpu_secs * 1000, "rlimit"),
             ]
         };
@@ -715,11 +715,11 @@ impl ProcessSandbox {
         applied.push(match (&cgroup, guest_uid, spawn_granted) {
             (Some(cg), _, _) if pids_cgroup => AppliedLimit::new(
                 "maxPids",
-                limits.max_pids as u64,
+                limits.boundary.max_pids as u64,
                 if cg.version == 2 { "rlimit+cgroup" } else { "rlimit+cgroup-v1" },
             ),
             (_, 0, true) => {
-                let mut l = AppliedLimit::new("maxPids", limits.max_pids as u64, "watchdog");
+                let mut l = AppliedLimit::new("maxPids", limits.boundary.max_pids as u64, "watchdog");
                 l.note = Some("best effort: uid 0 is exempt from RLIMIT_NPROC and no cgroup is available; processes are counted in /proc every 1 ms and the sandbox is killed past the limit, but a fast fork bomb can briefly exceed it".into());
                 l
             }
@@ -728,28 +728,28 @@ impl ProcessSandbox {
                 l.note = Some("process creation is refused (process.spawn not granted); threads are not counted because uid 0 is exempt from RLIMIT_NPROC".into());
                 l
             }
-            (_, _, _) => AppliedLimit::new("maxPids", limits.max_pids as u64, "rlimit"),
+            (_, _, _) => AppliedLimit::new("maxPids", limits.boundary.max_pids as u64, "rlimit"),
         });
         applied.push(AppliedLimit::new(
             "maxOpenFiles",
-            limits.max_open_files,
+            limits.boundary.max_open_files,
             "rlimit",
         ));
         applied.push(AppliedLimit::new(
             "maxFileSize",
-            limits.max_file_size,
+            limits.boundary.max_file_size,
             "rlimit",
         ));
-        applied.push(AppliedLimit::new("tmpSize", limits.tmp_size, "tmpfs"));
+        applied.push(AppliedLimit::new("tmpSize", limits.tmp_bytes, "tmpfs"));
         if !long_lived {
             applied.push(AppliedLimit::new(
                 "maxOutputBytes",
-                limits.max_output_bytes as u64,
+                limits.output_bytes,
                 "host",
             ));
             applied.push(AppliedLimit::new(
                 "maxModuleBytes",
-                limits.max_module_bytes,
+                limits.boundary.max_module_bytes,
                 "host",
             ));
         }
@@ -853,8 +853,8 @@ impl ProcessSandbox {
         opening: Opening<'_>,
         spec: &ModuleSpec,
         grants: &Grants,
-        limits: &Limits,
-    ) -> Result<RunOutcome, SandboxError> {
+        limits: &Limits<ProcessLimits>,
+    ) -> Result<Outcome, SandboxError> {
         let Opening {
             initial,
             mut first,
@@ -960,12 +960,13 @@ impl ProcessSandbox {
             };
             let mut boundary = session_report.clone();
             boundary.program.clone_from(&program.borrow());
-            let outcome = RunOutcome {
+            let outcome = Outcome {
                 result,
                 hook_present,
                 boundary,
                 duration: op_started.get().elapsed(),
                 stderr: String::from_utf8_lossy(stderr).into_owned(),
+                fuel_consumed: None,
             };
             let next = on_reply(SessionReply {
                 outcome,
@@ -983,8 +984,8 @@ impl ProcessSandbox {
             },
             hello: if uses_shim { Some(&mut hello) } else { None },
             reply: if session { Some(&mut reply) } else { None },
-            deadline: start + limits.wall_timeout,
-            max_output: limits.max_output_bytes,
+            deadline: start + limits.timeout,
+            max_output: usize::try_from(limits.output_bytes).unwrap_or(usize::MAX),
         });
         drop(scratch);
         report.program = program.into_inner();
@@ -1017,17 +1018,18 @@ impl ProcessSandbox {
             };
             if fork_refused && cgroup.as_ref().is_some_and(RunCgroup::pids_max_hit) {
                 result = Err(SandboxError::PidLimit {
-                    limit: limits.max_pids,
+                    limit: limits.boundary.max_pids,
                 });
             }
         }
         drop(cgroup);
-        Ok(RunOutcome {
+        Ok(Outcome {
             result,
             hook_present,
             boundary: report,
             duration: finished.elapsed,
             stderr,
+            fuel_consumed: None,
         })
     }
 
@@ -1197,7 +1199,12 @@ struct MemoryPolicy {
 /// mapping of a process, shared ones included, while SysV shared memory, message queues and
 /// memfds are refused (they hold memory without a mapping). RLIMIT_DATA is set in every case
 /// so that plain allocations fail cleanly with ENOMEM before anything is killed.
-fn memory_policy(cg: CgroupMemory, kind: ModuleKind, spawn: bool, limits: &Limits) -> MemoryPolicy {
+fn memory_policy(
+    cg: CgroupMemory,
+    kind: ModuleKind,
+    spawn: bool,
+    limits: &Limits<ProcessLimits>,
+) -> MemoryPolicy {
     let m = limits.memory_bytes;
     let (mechanism, rlimit_as, enforced, note): (&str, Option<u64>, bool, String) = match cg {
         CgroupMemory::V2 => (
@@ -1266,7 +1273,7 @@ fn memory_policy(cg: CgroupMemory, kind: ModuleKind, spawn: bool, limits: &Limit
 /// anyway).
 fn sysctls(
     memory_cgroup: bool,
-    limits: &Limits,
+    limits: &Limits<ProcessLimits>,
 ) -> Result<Vec<(CString, Vec<u8>, bool)>, SandboxError> {
     // SAFETY: sysconf has no preconditions.
     let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
@@ -1299,33 +1306,33 @@ fn sysctls(
     Ok(out)
 }
 
-pub(crate) fn check_limits(limits: &Limits) -> Result<(), SandboxError> {
+pub(crate) fn check_limits(limits: &Limits<ProcessLimits>) -> Result<(), SandboxError> {
     let bad = |what: &str| {
         Err(SandboxError::Invalid {
             detail: format!("limit {what} must be positive"),
         })
     };
-    if limits.wall_timeout.is_zero() {
-        return bad("wall_timeout");
+    if limits.timeout.is_zero() {
+        return bad("timeout");
     }
-    if limits.cpu_time.is_zero() {
+    if limits.boundary.cpu_time.is_zero() {
         return bad("cpu_time");
     }
     if limits.memory_bytes == 0 {
         return bad("memory_bytes");
     }
-    if limits.max_pids == 0 {
+    if limits.boundary.max_pids == 0 {
         return bad("max_pids");
     }
-    if limits.max_open_files < 16 {
+    if limits.boundary.max_open_files < 16 {
         return Err(SandboxError::Invalid {
             detail: "limit max_open_files must be at least 16".into(),
         });
     }
-    if limits.tmp_size == 0 {
-        return bad("tmp_size");
+    if limits.tmp_bytes == 0 {
+        return bad("tmp_bytes");
     }
-    if limits.max_module_bytes == 0 {
+    if limits.boundary.max_module_bytes == 0 {
         return bad("max_module_bytes");
     }
     Ok(())
@@ -1660,7 +1667,7 @@ fn looks_like_oom(stderr: &str) -> bool {
     OOM_MARKERS.iter().any(|m| lower.contains(m))
 }
 
-fn guest_failure(g: GuestError, module: &str, limits: &Limits) -> SandboxError {
+fn guest_failure(g: GuestError, module: &str, limits: &Limits<ProcessLimits>) -> SandboxError {
     match g.code.as_deref() {
         Some("ENOMEM") => SandboxError::MemoryLimit {
             limit: limits.memory_bytes,
@@ -1679,7 +1686,7 @@ fn classify(
     finished: &spawn::Finished,
     hello_error: Option<SandboxError>,
     cgroup: Option<&RunCgroup>,
-    limits: &Limits,
+    limits: &Limits<ProcessLimits>,
     module: &str,
     stderr: &str,
     hook_present: &mut bool,
@@ -1690,17 +1697,17 @@ fn classify(
     let rec = match &finished.end {
         End::TimedOut => {
             return Err(SandboxError::Timeout {
-                limit: limits.wall_timeout,
+                limit: limits.timeout,
             });
         }
         End::OutputOverflow => {
             return Err(SandboxError::OutputLimit {
-                limit: limits.max_output_bytes,
+                limit: limits.output_bytes,
             });
         }
         End::PidLimit => {
             return Err(SandboxError::PidLimit {
-                limit: limits.max_pids,
+                limit: limits.boundary.max_pids,
             });
         }
         End::Aborted(e) => {
@@ -1751,7 +1758,8 @@ fn classify(
     let cpu_used = Duration::from_micros(rec.utime_us + rec.stime_us);
     if libc::WIFSIGNALED(status) {
         let sig = libc::WTERMSIG(status);
-        let cpu_limit = Duration::from_secs(limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64);
+        let cpu_limit =
+            Duration::from_secs(limits.boundary.cpu_time.as_secs_f64().ceil().max(1.0) as u64);
         if sig == libc::SIGXCPU
             || (sig == libc::SIGKILL && cpu_used + Duration::from_millis(50) >= cpu_limit)
         {
@@ -1774,7 +1782,7 @@ fn classify(
         }
         if sig == libc::SIGXFSZ {
             return Err(SandboxError::FileSizeLimit {
-                limit: limits.max_file_size,
+                limit: limits.boundary.max_file_size,
             });
         }
         if looks_like_oom(stderr) {
@@ -1788,7 +1796,7 @@ fn classify(
         }
         if pids_cgroup {
             return Err(SandboxError::PidLimit {
-                limit: limits.max_pids,
+                limit: limits.boundary.max_pids,
             });
         }
         return Err(SandboxError::Killed {

@@ -17,11 +17,11 @@ use capability_core::receipt::{Receipt, Verification};
 use capability_core::{CapabilityError, ErrorCode};
 use capability_exec::{
     BoundaryReport as _, CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor,
-    HookError, HookResult, HostGrants, IsolationTier,
+    Grants, HookError, HookResult, HostGrants, Invocation, IsolationTier, Limits, plan_from_reply,
+    verification_from_reply,
 };
 use capability_wasm::{
-    EngineConfig, Grants, Invocation, Limits, Op, WasmEngine, WasmError, WasmErrorKind, WasmModule,
-    WasmModuleSpec,
+    EngineConfig, WasmEngine, WasmError, WasmErrorKind, WasmLimits, WasmModule, WasmModuleSpec,
 };
 use serde_json::Value;
 
@@ -32,7 +32,7 @@ use crate::types::ModuleSpec;
 pub struct WasmExecutor {
     engine: WasmEngine,
     host: HostGrants,
-    limits: Limits,
+    limits: Limits<WasmLimits>,
 }
 
 impl std::fmt::Debug for WasmExecutor {
@@ -52,8 +52,15 @@ fn shared_engine() -> Result<WasmEngine, String> {
 fn to_hook(e: WasmError) -> HookError {
     match e.kind() {
         WasmErrorKind::Guest => {
-            let code = e.guest_error().and_then(|g| g.code.as_deref());
-            crate::executor::guest_hook_error(e.message(), code)
+            let message = e.message();
+            match e.guest_error() {
+                Some(g) => g.to_hook_error(),
+                None => capability_exec::GuestError {
+                    message: message.to_string(),
+                    code: None,
+                }
+                .to_hook_error(),
+            }
         }
         WasmErrorKind::Integrity | WasmErrorKind::ManifestMismatch => HookError::Capability(
             CapabilityError::new(ErrorCode::InvalidPackageDeclaration, e.message()),
@@ -77,7 +84,7 @@ impl WasmExecutor {
         Ok(WasmExecutor {
             engine: shared_engine()?,
             host: HostGrants::default(),
-            limits: Limits::default(),
+            limits: Limits::<WasmLimits>::default(),
         })
     }
 
@@ -86,7 +93,7 @@ impl WasmExecutor {
         self
     }
 
-    pub fn with_limits(mut self, limits: Limits) -> Self {
+    pub fn with_limits(mut self, limits: Limits<WasmLimits>) -> Self {
         self.limits = limits;
         self
     }
@@ -94,29 +101,17 @@ impl WasmExecutor {
     /// The authorized effects, and the host paths and environment they open (preopened at
     /// their host path). Secrets have no channel into a WASI guest.
     fn grants(&self, granted: &[String]) -> Grants {
-        let opened = self.host.open(granted);
-        let mut g = Grants::none();
-        for e in opened.effects {
-            g = g.with_effect(e.clone());
-        }
-        for p in opened.read_paths {
-            g = g.read_dir(p.clone(), p.display().to_string());
-        }
-        for p in opened.write_paths {
-            g = g.write_dir(p.clone(), p.display().to_string());
-        }
-        for (k, v) in opened.env.into_iter().flatten() {
-            g = g.env_var(k.clone(), v.clone());
-        }
-        g
+        let mut grants = self.host.grants(granted);
+        grants.secrets.clear();
+        grants
     }
 
     /// The module, compiled within `limits.timeout`, and the limits left for its run.
     fn module(
         &self,
         capability: &dyn CapabilityView,
-        limits: &Limits,
-    ) -> Result<(WasmModule, Limits), HookError> {
+        limits: &Limits<WasmLimits>,
+    ) -> Result<(WasmModule, Limits<WasmLimits>), HookError> {
         let Some(m) = capability.module_source() else {
             return Err(HookError::msg(format!(
                 "{} is not a package module",
@@ -142,15 +137,11 @@ impl WasmExecutor {
         self.engine.load_for_run(&wasm, limits).map_err(to_hook)
     }
 
-    fn limits_for(&self, request: Option<&ExecutionRequest<'_>>) -> Limits {
-        let mut limits = self.limits.clone();
-        if let Some(t) = request.and_then(|r| r.timeout) {
-            limits.timeout = limits.timeout.min(t);
+    fn limits_for(&self, request: Option<&ExecutionRequest<'_>>) -> Limits<WasmLimits> {
+        match request {
+            Some(r) => self.limits.for_request(r),
+            None => self.limits.clone(),
         }
-        if let Some(bytes) = request.and_then(ExecutionRequest::memory_limit) {
-            limits.memory_bytes = limits.memory_bytes.min(bytes);
-        }
-        limits
     }
 
     fn call(
@@ -186,12 +177,11 @@ impl Executor for WasmExecutor {
         if v.is_null() || v.as_object().is_some_and(|o| o.is_empty()) {
             return Ok(None);
         }
-        Ok(Some(crate::executor::plan_details(&v)))
+        Ok(Some(plan_from_reply(&v)))
     }
 
     fn execute(&self, request: &ExecutionRequest<'_>) -> Result<Executed, ExecutionFailure> {
-        let invocation =
-            Invocation::execute(request.plan.input.clone(), Some(request.plan.to_value()));
+        let invocation = Invocation::executing(request.plan);
         // WASM is the strictest tier, so any floor is met; checked all the same.
         request.require_tier(IsolationTier::Wasm)?;
         let granted = request.granted_effects();
@@ -211,13 +201,7 @@ impl Executor for WasmExecutor {
         request: &ExecutionRequest<'_>,
         output: &Value,
     ) -> HookResult<Option<Verification>> {
-        let invocation = Invocation {
-            op: Op::Verify,
-            input: request.plan.input.clone(),
-            plan: Some(request.plan.to_value()),
-            output: Some(output.clone()),
-            receipt: None,
-        };
+        let invocation = Invocation::verifying(request.plan, output.clone());
         let (result, _) = self.call(
             request.capability,
             &invocation,
@@ -226,7 +210,7 @@ impl Executor for WasmExecutor {
         )?;
         Ok(match result? {
             Value::Null => None,
-            other => Some(crate::executor::verification(&other)),
+            other => Some(verification_from_reply(&other)),
         })
     }
 
@@ -235,13 +219,7 @@ impl Executor for WasmExecutor {
     }
 
     fn rollback(&self, request: &ExecutionRequest<'_>, receipt: &Receipt) -> HookResult<Value> {
-        let invocation = Invocation {
-            op: Op::Rollback,
-            input: receipt.input.clone(),
-            plan: None,
-            output: receipt.output.clone(),
-            receipt: Some(receipt.to_value()),
-        };
+        let invocation = Invocation::rolling_back(receipt);
         let (result, _) = self.call(
             request.capability,
             &invocation,

@@ -83,7 +83,7 @@ fn build(
     let mut executor = ModuleExecutor::new(Choice::Process)
         .with_process_sandbox(sandbox)
         .with_limits(Limits {
-            wall_timeout: wall,
+            timeout: wall,
             ..Limits::default()
         });
     if let Some(capacity) = pool {

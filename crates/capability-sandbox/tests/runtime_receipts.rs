@@ -15,7 +15,7 @@ use capability_core::authorization::EffectPolicy;
 use capability_core::receipt::ReceiptStatus;
 use capability_runtime::capability::{Capability, ModuleSource};
 use capability_runtime::{CapabilityRuntime, ExecuteOptions};
-use capability_sandbox::{Choice, HostGrants, Limits, ModuleExecutor};
+use capability_sandbox::{Choice, HostGrants, Limits, ModuleExecutor, ProcessLimits};
 use serde_json::{Value, json};
 
 /// The hostile JS module, re-declared with the given id and effects (the module's own
@@ -42,7 +42,7 @@ fn runtime(
     dir: &tempfile::TempDir,
     manifest: &Value,
     host: HostGrants,
-    limits: Limits,
+    limits: Limits<ProcessLimits>,
 ) -> CapabilityRuntime {
     let executor = ModuleExecutor::new(Choice::Process)
         .with_host_grants(host)
@@ -61,9 +61,9 @@ fn runtime(
     rt
 }
 
-fn limits() -> Limits {
+fn limits() -> Limits<ProcessLimits> {
     Limits {
-        wall_timeout: Duration::from_secs(20),
+        timeout: Duration::from_secs(20),
         ..Limits::default()
     }
 }
@@ -167,9 +167,9 @@ fn network_and_files_are_closed_without_grants_and_the_receipt_says_why() {
 fn limits_stop_runaway_code_with_a_receipt_naming_the_limit() {
     let (dir, manifest) = package("hostile/limits", &[]);
     let tight = Limits {
-        wall_timeout: Duration::from_millis(1500),
+        timeout: Duration::from_millis(1500),
         memory_bytes: 256 << 20,
-        tmp_size: 4 << 20,
+        tmp_bytes: 4 << 20,
         ..Limits::default()
     };
     let rt = runtime(&dir, &manifest, HostGrants::default(), tight);

@@ -8,7 +8,9 @@
 //! ## API
 //!
 //! ```no_run
-//! use capability_wasm::{Grants, Invocation, Limits, WasmEngine, WasmModuleSpec, EngineConfig};
+//! use capability_wasm::{
+//!     EngineConfig, Grants, Invocation, Limits, WasmEngine, WasmLimits, WasmModuleSpec,
+//! };
 //! use serde_json::json;
 //!
 //! # fn main() -> Result<(), capability_wasm::WasmError> {
@@ -20,9 +22,9 @@
 //! )?; // verified, compiled once, cached by SHA-256
 //! let outcome = engine.run(
 //!     &module,
-//!     &Invocation::execute(json!({"a": 2, "b": 3}), None),
+//!     &Invocation::execute(json!({"a": 2, "b": 3})),
 //!     &Grants::none(),
-//!     &Limits::default(),
+//!     &Limits::<WasmLimits>::default(),
 //! )?; // Err: the run could not start
 //! match outcome.result {
 //!     Ok(output) => println!("{output}"), // {"result": 5}
@@ -48,7 +50,9 @@
 //! * [`WasmEngine::run`]`(&module, &`[`Invocation`]`, &`[`Grants`]`, &`[`Limits`]`)` instantiates a
 //!   fresh instance from the pool, runs `_start` and returns a [`RunOutcome`]:
 //!   `result: Result<Value, WasmError>`, [`BoundaryReport`], duration, fuel consumed and the
-//!   start of stderr. `run` itself fails only when the run cannot start (inconsistent grants
+//!   start of stderr (the run vocabulary — [`Grants`], [`Limits`], [`Invocation`], [`Op`],
+//!   [`RunOutcome`], [`GuestError`] — is `capability-exec`'s, shared with every boundary;
+//!   [`WasmLimits`] is what only this boundary limits). `run` itself fails only when the run cannot start (inconsistent grants
 //!   or limits, all pool slots busy: [`WasmErrorKind::Capacity`], scratch directory I/O).
 //!   [`WasmEngine::run_spec`] is `load` + `run`.
 //! * Every failure is a [`WasmError`]: a [`WasmErrorKind`] (serializable, e.g. `outOfFuel`,
@@ -67,9 +71,9 @@
 //!    "output"?: <output>, "receipt"?: <receipt>}` — the same envelope as the project's
 //!    native process protocol. `plan` is the authorized plan (execute, verify, rollback);
 //!    `output` is the output being verified or rolled back; `receipt` is the receipt of the
-//!    execution being rolled back. At most `Limits::stdin_bytes` bytes.
+//!    execution being rolled back. At most `WasmLimits::stdin_bytes` bytes.
 //! 2. **Output.** The guest writes exactly one JSON object to stdout (whitespace around it is
-//!    allowed), at most `Limits::stdout_bytes` bytes:
+//!    allowed), at most `Limits::output_bytes` bytes:
 //!    * `{"output": <any>}` on success. Per op: `plan` → the plan hook's result
 //!      `{"summary"?, "effects"?, "data"?}` (`{}` when the capability has none); `execute` →
 //!      the capability output; `verify` → the verification result (`null` when the
@@ -81,7 +85,7 @@
 //! 3. **Exit.** Returning from `_start` or `proc_exit(0)` means "read my reply". A non-zero
 //!    exit status is a [`WasmErrorKind::Exit`] error unless stdout holds an `{"error": ...}`
 //!    reply, which is then reported. Stderr is free-form diagnostics, kept (capped at
-//!    `Limits::stderr_bytes`) in [`RunOutcome::stderr`]; its last line is quoted in trap and
+//!    `WasmLimits::stderr_bytes`) in [`RunOutcome::stderr`]; its last line is quoted in trap and
 //!    exit messages.
 //! 4. **Manifest (optional).** A module may embed its manifest as UTF-8 JSON in a custom
 //!    section named [`MANIFEST_SECTION`] (`capability-manifest`). When both it and the
@@ -102,7 +106,7 @@
 //!
 //! ## The boundary
 //!
-//! * **CPU**: a fuel budget (`Limits::fuel`, about one unit per instruction) and a wall-clock
+//! * **CPU**: a fuel budget (`WasmLimits::fuel`, about one unit per instruction) and a wall-clock
 //!   timeout enforced by epoch interruption (`EngineConfig::epoch_tick`, 5 ms: the timeout
 //!   holds to within one tick). Host calls are not interrupted by epochs, so `poll_oneoff`
 //!   (sleep) past the deadline is refused at once as a timeout.
@@ -113,9 +117,10 @@
 //!   ([`WasmErrorKind::StackOverflow`]). This is the WASM analogue of a fork bomb: there are
 //!   no threads or processes to multiply.
 //! * **Files**: nothing but what is granted. `filesystem.read` grants mount
-//!   `Grants::read_dirs` read-only; `filesystem.write` grants mount `Grants::write_dirs`
-//!   read-write; guest paths and host paths are both chosen by the host. WASI resolves paths
-//!   inside a preopen only (no `..` or symlink escapes).
+//!   `Grants::read_paths` read-only; `filesystem.write` grants mount `Grants::write_paths`
+//!   read-write, each at its host path (as in every boundary), which must be absolute,
+//!   normalized and not `/tmp` itself. WASI resolves paths inside a preopen only (no `..` or
+//!   symlink escapes). Secrets have no channel into a guest: `Grants::secrets` opens nothing.
 //! * **`/tmp`**: when `Limits::tmp_bytes > 0`, a private per-run scratch directory (created
 //!   `0700` under `EngineConfig::scratch_root`, removed after the run; one in which the guest
 //!   created nothing is still empty and is pooled for the next run) is mounted at `/tmp`.
@@ -150,14 +155,13 @@ mod host;
 mod integrity;
 mod report;
 
-pub use abi::{ABI, Invocation, Op};
+pub use abi::ABI;
 pub use binary::MANIFEST_SECTION;
-pub use config::{
-    ENVIRONMENT_READ, EngineConfig, FILESYSTEM_READ, FILESYSTEM_WRITE, Grants, Limits,
-    NETWORK_CONNECT, PROCESS_SPAWN, Preopen, TMP_GUEST_PATH,
-};
+/// The run vocabulary every executor shares, from `capability-exec`.
+pub use capability_exec::{Grants, GuestError, Invocation, Limits, Op, RunOutcome, effects};
+pub use config::{EngineConfig, TMP_GUEST_PATH, WasmLimits};
 pub use engine::{ModuleSource, WasmEngine, WasmModule, WasmModuleSpec};
-pub use error::{GuestError, WasmError, WasmErrorKind};
+pub use error::{WasmError, WasmErrorKind};
 pub use host::ENTRY_COST;
 pub use integrity::{sha256, verify_integrity};
-pub use report::{BoundaryReport, ENGINE, PreopenReport, RunOutcome};
+pub use report::{BoundaryReport, ENGINE, PreopenReport};

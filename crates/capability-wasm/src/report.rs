@@ -1,11 +1,7 @@
 //! What a run reports: the boundary it ran behind, the limits applied, what it consumed.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-use crate::error::WasmError;
 
 /// The engine named in every report.
 pub const ENGINE: &str = "wasmtime 48";
@@ -73,27 +69,5 @@ impl capability_exec::BoundaryReport for BoundaryReport {
 
     fn to_isolation(&self) -> Value {
         serde_json::to_value(self).unwrap_or(Value::Null)
-    }
-}
-
-/// The result of one run that started.
-#[derive(Clone, Debug)]
-pub struct RunOutcome {
-    /// The guest's output, or why there is none: a guest error reply
-    /// ([`crate::WasmErrorKind::Guest`]) or the limit or fault that stopped it.
-    pub result: Result<Value, WasmError>,
-    /// The boundary the run used.
-    pub boundary: BoundaryReport,
-    /// Wall time from store creation to the parsed reply.
-    pub duration: Duration,
-    /// Fuel the guest burnt.
-    pub fuel_consumed: u64,
-    /// The start of what the guest wrote on stderr (lossy UTF-8), for diagnostics.
-    pub stderr: String,
-}
-
-impl RunOutcome {
-    pub fn is_ok(&self) -> bool {
-        self.result.is_ok()
     }
 }
