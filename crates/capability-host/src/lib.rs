@@ -347,10 +347,10 @@ fn module_executor(config: &HostConfig) -> Result<Option<ModuleExecutor>, Capabi
     // The WASM executor is available wherever wasmtime runs; without it .wasm modules are
     // refused (they never run elsewhere).
     if let Ok(wasm) = capability_sandbox::WasmExecutor::new() {
-        executor = executor.with_wasm(Arc::new(
+        executor = executor.with_wasm(
             wasm.with_host_grants(config.grants.clone())
                 .with_limits(wasm_limits),
-        ));
+        );
     }
     let images = &config.oci_images;
     let has_images = images.node.is_some() || images.python.is_some() || images.native.is_some();

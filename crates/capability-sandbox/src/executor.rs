@@ -7,13 +7,14 @@
 //!   authorization and therefore get **no** effect at all. Host-chosen paths, environment
 //!   variables and secrets ([`HostGrants`]) are opened only when the matching effect is
 //!   granted (`filesystem.read`, `filesystem.write`, `environment.read`, `secrets.read`).
-//! * **Selection** ([`Choice`]): `auto` picks the WASM executor for `.wasm` modules, the
-//!   process sandbox for node, python and native modules when it works here, else an OCI
-//!   engine when one answers — and otherwise refuses. Package code never runs in process.
+//! * **Selection** ([`Choice`]): `auto` picks the WASM executor for `.wasm` modules
+//!   (`capability-wasm`'s, given with [`ModuleExecutor::with_wasm`]), the process sandbox
+//!   for node, python and native modules when it works here, else an OCI engine when one
+//!   answers — and otherwise refuses. Package code never runs in process.
 //! * **Receipts**: every run that crossed the boundary records it (kind, runner, namespaces,
 //!   landlock, seccomp, network, limits) in the receipt's `isolation`, failures included.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use capability_core::binder::CancelToken;
@@ -25,6 +26,7 @@ use capability_exec::{
     Grants, HookError, HookResult, HostGrants, Invocation, IsolationTier, Limits, plan_from_reply,
     verification_from_reply,
 };
+use capability_wasm::WasmExecutor;
 use serde_json::Value;
 
 use crate::error::SandboxError;
@@ -67,7 +69,7 @@ pub struct ModuleExecutor {
     limits: Limits<ProcessLimits>,
     process: &'static ProcessSandbox,
     oci: Result<OciExecutor, String>,
-    wasm: Option<Arc<dyn Executor>>,
+    wasm: Option<WasmExecutor>,
     /// Sessions whose `plan` ran without grants, kept for the `execute` of the same run when
     /// it needs no grants either (see [`ModuleExecutor::plan`]).
     parked: Mutex<Vec<Parked>>,
@@ -225,8 +227,8 @@ impl ModuleExecutor {
         self
     }
 
-    /// The executor for `.wasm` modules.
-    pub fn with_wasm(mut self, wasm: Arc<dyn Executor>) -> Self {
+    /// The executor for `.wasm` modules (`capability-wasm`'s); without one they are refused.
+    pub fn with_wasm(mut self, wasm: WasmExecutor) -> Self {
         self.wasm = Some(wasm);
         self
     }
@@ -254,8 +256,8 @@ impl ModuleExecutor {
         }
     }
 
-    fn wasm_for(&self, capability: &dyn CapabilityView) -> Result<&dyn Executor, HookError> {
-        self.wasm.as_deref().ok_or_else(|| {
+    fn wasm_for(&self, capability: &dyn CapabilityView) -> Result<&WasmExecutor, HookError> {
+        self.wasm.as_ref().ok_or_else(|| {
             refused(format!(
                 "{}: the WASM executor is not available here",
                 capability.id()
@@ -396,7 +398,7 @@ impl ModuleExecutor {
 enum Route<'a> {
     Process,
     Oci(&'a OciExecutor),
-    Wasm(&'a dyn Executor),
+    Wasm(&'a WasmExecutor),
 }
 
 fn boundary(outcome: &Outcome) -> Value {

@@ -270,13 +270,12 @@ mod report;
 mod session;
 pub mod stamp;
 mod types;
-mod wasm;
 
 /// The run vocabulary every executor shares, from `capability-exec`.
 pub use capability_exec::{
     Grants, GuestError, HostGrants, Invocation, Limits, Op, RunOutcome, effects,
 };
-pub use capability_wasm::WasmLimits;
+pub use capability_wasm::{WasmExecutor, WasmLimits};
 pub use child::{ChildExit, ChildLimits, ChildSpec, ChildStdin, SandboxedChild};
 pub use doctor::{
     Boundary, DoctorReport, EngineProbes, Probe, doctor, probe_engines, select_boundary,
@@ -295,7 +294,6 @@ pub use protocol::{Response, envelope, parse_response};
 pub use report::{AppliedLimit, BoundaryReport};
 pub use session::{PRE_STARTED_NOTE, Session};
 pub use types::{ModuleKind, ModuleSpec, ProcessLimits};
-pub use wasm::WasmExecutor;
 
 /// Runs one hook of a module-backed capability behind the process sandbox, with the default
 /// [`SandboxConfig`]. See the crate docs for the protocol and the boundary.

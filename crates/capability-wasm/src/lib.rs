@@ -3,7 +3,21 @@
 //! The WASM executor of the Capability 1.x runtime: it runs portable, untrusted capability
 //! code compiled to WebAssembly (`wasm32-wasip1`) on wasmtime 48 behind an explicit boundary,
 //! and reports that boundary with every run. It has no `unsafe` and does not depend on the
-//! runtime crate; the runtime's `Executor` adapts it.
+//! runtime crate: [`WasmExecutor`] implements `capability-exec`'s `Executor` for `.wasm`
+//! package modules (the runtime, and the sandbox crate's `ModuleExecutor` for `auto`, use it).
+//!
+//! ## The executor
+//!
+//! [`WasmExecutor`] runs every hook of a `.wasm` package module on one engine (the
+//! process-wide one from [`WasmExecutor::new`], or [`WasmExecutor::with_engine`]). Before
+//! anything compiles, the module path is kept inside the package root, the file is read under
+//! the engine's size limit and its bytes are checked against the declared integrity
+//! (`capability-exec`'s checks, shared with every executor). Grants are the authorized
+//! effects and the host's resources they open ([`WasmExecutor::with_host_grants`]; plan hooks
+//! get none); the limits ([`WasmExecutor::with_limits`]) are tightened by each request's
+//! timeout and governance requirement. Failures map to what the capability "threw": a
+//! guest's error keeps its code in the details, an integrity failure is
+//! `INVALID_PACKAGE_DECLARATION`, a limit is a named error (`WasmOutOfFuel`, ...).
 //!
 //! ## API
 //!
@@ -151,6 +165,7 @@ mod binary;
 mod config;
 mod engine;
 mod error;
+mod executor;
 mod host;
 mod integrity;
 mod report;
@@ -162,6 +177,7 @@ pub use capability_exec::{Grants, GuestError, Invocation, Limits, Op, RunOutcome
 pub use config::{EngineConfig, TMP_GUEST_PATH, WasmLimits};
 pub use engine::{ModuleSource, WasmEngine, WasmModule, WasmModuleSpec};
 pub use error::{WasmError, WasmErrorKind};
+pub use executor::WasmExecutor;
 pub use host::ENTRY_COST;
 pub use integrity::{sha256, verify_integrity};
 pub use report::{BoundaryReport, ENGINE, PreopenReport};
