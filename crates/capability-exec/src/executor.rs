@@ -16,6 +16,7 @@ use crate::hook::{HookError, HookResult};
 use crate::integrity::{read_module, verify_integrity};
 use crate::isolation::{IsolationTier, SandboxRequirement};
 use crate::module::{ModuleError, ModulePath, resolve_module_path};
+use crate::report::BoundaryReport;
 
 /// A package module behind an isolation boundary (never loaded into the host).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,8 +162,9 @@ impl<'a> ExecutionRequest<'a> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Executed {
     pub output: Value,
-    /// The isolation boundary used and the limits applied (recorded in the receipt).
-    pub isolation: Value,
+    /// The isolation boundary used and the limits applied (the receipt records it as
+    /// `isolation`).
+    pub isolation: BoundaryReport,
 }
 
 /// A failed execution: the error, and the isolation record when the boundary was crossed
@@ -170,7 +172,7 @@ pub struct Executed {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExecutionFailure {
     pub error: HookError,
-    pub isolation: Option<Value>,
+    pub isolation: Option<BoundaryReport>,
 }
 
 impl From<HookError> for ExecutionFailure {

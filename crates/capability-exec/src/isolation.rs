@@ -1,5 +1,5 @@
 //! Isolation: the tiers a boundary gives, what a governance `sandbox` decision requires of
-//! the boundary, and the report a run makes of the boundary it crossed.
+//! the boundary, and the host's choice of boundary for package code.
 
 use serde_json::{Map, Value};
 
@@ -223,21 +223,6 @@ impl SandboxRequirement {
         }
         Value::Object(m)
     }
-}
-
-/// The record of the boundary one run crossed and the limits it applied, as the receipt
-/// keeps it (`isolation`). Each executor has its own report type with its own fields; this
-/// trait is what they have in common.
-pub trait BoundaryReport {
-    /// The boundary's name, as the record's `kind` says it: `process-sandbox`, `oci`,
-    /// `wasm` (the in-process record says `"boundary": "in-process"`).
-    fn boundary(&self) -> &str;
-
-    /// The isolation tier the boundary gives.
-    fn tier(&self) -> IsolationTier;
-
-    /// The JSON the receipt records as `isolation`.
-    fn to_isolation(&self) -> Value;
 }
 
 #[cfg(test)]

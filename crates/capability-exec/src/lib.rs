@@ -40,9 +40,9 @@
 //!
 //! ## The outcome
 //!
-//! [`Executed`] is the output plus the `isolation` record of the boundary crossed (the
-//! receipt keeps it). [`ExecutionFailure`] is the [`HookError`] plus that record when the
-//! boundary was crossed, so a failed receipt names the boundary and the limit that stopped
+//! [`Executed`] is the output plus the [`BoundaryReport`] of the boundary crossed (the
+//! receipt keeps it as `isolation`). [`ExecutionFailure`] is the [`HookError`] plus that
+//! report when the boundary was crossed, so a failed receipt names the boundary and the limit that stopped
 //! the run. [`HookError`] is what capability code throws: a
 //! [`CapabilityError`](capability_core::CapabilityError) kept as is, or a named error the
 //! runtime records as `EXECUTION_FAILED` with `{name, message}`; [`HookResult`] is its
@@ -80,8 +80,17 @@
 //!   [`UnknownName`] is the error of parsing a closed vocabulary.
 //! * [`ExecutorChoice`] is the host's choice of boundary for package code (`auto`, `process`,
 //!   `wasm`, `oci`, `in-process`).
-//! * [`BoundaryReport`] is what every executor's report has in common: the boundary's name,
-//!   its tier, and the JSON the receipt records as `isolation`.
+//!
+//! ## The boundary report
+//!
+//! [`BoundaryReport`] is the typed record of the boundary one run crossed, one variant per
+//! kind of boundary: [`InProcessReport`] (trusted host code), [`SandboxReport`] (the process
+//! sandbox and OCI containers, with an [`AppliedLimit`] per limit), [`WasmReport`] (with a
+//! [`PreopenReport`] per directory) and [`HttpReport`] (an HTTP operation:
+//! [`HttpRequestReport`], [`HttpLimits`], and an [`HttpExchange`] once a response came).
+//! [`BoundaryReport::name`] and [`BoundaryReport::tier`] say which; each variant serializes
+//! to exactly the JSON receipts have always held ([`BoundaryReport::to_value`] is what the
+//! runtime stores as the receipt's `isolation`), so receipts stay byte-compatible.
 //!
 //! ## Integrity
 //!
@@ -103,7 +112,7 @@
 //! use capability_core::receipt::{Receipt, Verification};
 //! use capability_exec::{
 //!     CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor, HookError,
-//!     HookResult, ModuleSource,
+//!     HookResult, InProcessReport, ModuleSource,
 //! };
 //! use serde_json::{Value, json};
 //!
@@ -118,7 +127,7 @@
 //!         request.require_tier(capability_exec::IsolationTier::InProcess)?;
 //!         Ok(Executed {
 //!             output: request.plan.input.clone(),
-//!             isolation: json!({"boundary": "echo"}),
+//!             isolation: InProcessReport::new(request.timeout).into(),
 //!         })
 //!     }
 //!     fn verify(&self, _: &ExecutionRequest<'_>, _: &Value) -> HookResult<Option<Verification>> {
@@ -166,6 +175,7 @@ pub mod integrity;
 mod isolation;
 mod limits;
 mod module;
+mod report;
 mod run;
 
 pub use executor::{
@@ -179,9 +189,12 @@ pub use integrity::{
     DEFAULT_MAX_MODULE_BYTES, DigestAlgorithm, Integrity, IntegrityError, ModuleDigest,
     digest_file, read_module, verify_integrity,
 };
-pub use isolation::{
-    BoundaryReport, ExecutorChoice, IsolationTier, SandboxRequirement, UnknownName,
-};
+pub use isolation::{ExecutorChoice, IsolationTier, SandboxRequirement, UnknownName};
 pub use limits::{BoundaryLimits, Limits};
 pub use module::{ModuleError, ModulePath, resolve_module_path};
+pub use report::{
+    AppliedLimit, BoundaryReport, HttpDestination, HttpExchange, HttpLimits, HttpReport,
+    HttpRequestReport, HttpResponseReport, InProcessLimits, InProcessReport, PreopenReport,
+    SandboxReport, WasmReport,
+};
 pub use run::{Invocation, Op, RunOutcome};

@@ -8,13 +8,12 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, mpsc};
 
-use capability_exec::{Grants, Limits};
+use capability_exec::{Grants, Limits, SandboxReport};
 
 use crate::error::SandboxError;
 use crate::linux::host::{self, RunCgroup};
 use crate::linux::{spawn, sys};
 use crate::process::{Contents, ProcessSandbox, Target, check_limits};
-use crate::report::BoundaryReport;
 use crate::types::{ModuleKind, ProcessLimits};
 
 /// Resource limits of a child. [`ChildLimits::default`] suits an MCP server.
@@ -308,12 +307,12 @@ pub struct SandboxedChild {
     pub stderr: Option<File>,
     pidfd: OwnedFd,
     exit: ExitState,
-    boundary: BoundaryReport,
+    boundary: SandboxReport,
 }
 
 impl SandboxedChild {
     /// The boundary the child runs behind and the limits applied.
-    pub fn boundary(&self) -> &BoundaryReport {
+    pub fn boundary(&self) -> &SandboxReport {
         &self.boundary
     }
 
@@ -351,7 +350,7 @@ impl Drop for SandboxedChild {
 }
 
 /// What the thread that owns a sandbox hands back once it started.
-type Started = Result<((OwnedFd, OwnedFd, OwnedFd), OwnedFd, BoundaryReport), SandboxError>;
+type Started = Result<((OwnedFd, OwnedFd, OwnedFd), OwnedFd, SandboxReport), SandboxError>;
 
 impl ProcessSandbox {
     /// Whether this host can run sandboxed children (and processes: user, mount and pid

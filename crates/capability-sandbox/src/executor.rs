@@ -22,8 +22,8 @@ use capability_core::plan::PlanDetails;
 use capability_core::receipt::{Receipt, Verification};
 use capability_core::{CapabilityError, ErrorCode};
 use capability_exec::{
-    BoundaryReport as _, CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor,
-    Grants, HookError, HookResult, HostGrants, Invocation, IsolationTier, Limits, plan_from_reply,
+    BoundaryReport, CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor, Grants,
+    HookError, HookResult, HostGrants, Invocation, IsolationTier, Limits, plan_from_reply,
     verification_from_reply,
 };
 use capability_wasm::WasmExecutor;
@@ -401,10 +401,6 @@ enum Route<'a> {
     Wasm(&'a WasmExecutor),
 }
 
-fn boundary(outcome: &Outcome) -> Value {
-    outcome.boundary.to_isolation()
-}
-
 impl ModuleExecutor {
     /// The effects and limits of an execution once a governance `sandbox` requirement is
     /// applied: no network when it says so, the tighter time and memory limits, and a refusal
@@ -485,7 +481,7 @@ impl Executor for ModuleExecutor {
         let outcome = self
             .run_with(capability, &spec, &route, &invocation, &granted, &limits)
             .map_err(|e| hook_error(capability.id(), e))?;
-        let isolation = boundary(&outcome);
+        let isolation = BoundaryReport::Sandbox(outcome.boundary);
         match outcome.result {
             Ok(output) => Ok(Executed { output, isolation }),
             Err(e) => Err(ExecutionFailure {
@@ -528,7 +524,7 @@ impl Executor for ModuleExecutor {
             },
         };
         let outcome = outcome.map_err(|e| hook_error(capability.id(), e))?;
-        let isolation = boundary(&outcome);
+        let isolation = BoundaryReport::Sandbox(outcome.boundary);
         let mut executed = match outcome.result {
             Ok(output) => Executed {
                 output,

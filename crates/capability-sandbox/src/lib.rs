@@ -2,7 +2,7 @@
 //!
 //! A module-backed capability (a `package.json` `capability` export descriptor
 //! `{module, manifest, integrity?}`) runs behind an explicit isolation boundary, and every run
-//! says which boundary it used and which limits were applied ([`BoundaryReport`]), so the
+//! says which boundary it used and which limits were applied ([`SandboxReport`]), so the
 //! runtime can put it in the receipt. Package code is never imported into the host.
 //!
 //! # Entry points
@@ -11,7 +11,7 @@
 //!   module in the Linux process sandbox. `Err` means the run was refused before any code ran
 //!   (integrity mismatch, path escape, boundary unavailable, invalid grant); once the boundary
 //!   was entered, the outcome — output, guest error, limit, protocol violation, manifest
-//!   mismatch — is in [`RunOutcome::result`], next to the [`BoundaryReport`].
+//!   mismatch — is in [`RunOutcome::result`], next to the [`SandboxReport`].
 //! * [`ProcessSandbox::spawn_child`]: any long-lived program (an MCP server over stdio, say)
 //!   behind the same boundary, talking to the host over its stdin and stdout in its own
 //!   protocol ([`SandboxedChild`]): its code read-only at its host paths ([`ChildSpec::command`]
@@ -120,7 +120,7 @@
 //!   `./.capability`), [`SandboxConfig::protected`] and [`protect_host_path`] are never visible:
 //!   every mounted host tree (system dirs, `/etc` entries, interpreter prefixes, the package,
 //!   grants) is checked; an existing protected path inside a read-only mount is masked by an
-//!   empty read-only mount (noted in [`BoundaryReport::notes`]); a writable mount containing
+//!   empty read-only mount (noted in [`SandboxReport::notes`]); a writable mount containing
 //!   one, a mount inside one, or a read-only mount containing one that does not exist yet is
 //!   refused with [`SandboxError::Invalid`] naming the path. A package root or grant that is
 //!   (or contains) `/`, `/root`, `/home`, `/home/<user>`, `$HOME` or the user's passwd home is
@@ -163,7 +163,7 @@
 //!   RLIMIT_DATA is always set so that plain allocations fail cleanly. When no mechanism can
 //!   hold the whole sandbox (node, or `process.spawn`, without a memory cgroup) the report
 //!   says `enforced: false`. `ISOLATION.md` lists every limit and its mechanism per host kind.
-//!   Every run's [`BoundaryReport::limits`] says which mechanism enforced each limit.
+//!   Every run's [`SandboxReport::limits`] says which mechanism enforced each limit.
 //!
 //! **What a grant opens, and what it does not.**
 //!
@@ -266,14 +266,14 @@ mod pool;
 mod process;
 mod protect;
 mod protocol;
-mod report;
 mod session;
 pub mod stamp;
 mod types;
 
 /// The run vocabulary every executor shares, from `capability-exec`.
 pub use capability_exec::{
-    Grants, GuestError, HostGrants, Invocation, Limits, Op, RunOutcome, effects,
+    AppliedLimit, Grants, GuestError, HostGrants, Invocation, Limits, Op, RunOutcome,
+    SandboxReport, effects,
 };
 pub use capability_wasm::{WasmExecutor, WasmLimits};
 pub use child::{ChildExit, ChildLimits, ChildSpec, ChildStdin, SandboxedChild};
@@ -291,7 +291,6 @@ pub use pool::SandboxPool;
 pub use process::{PACKAGE_MOUNT, ProcessSandbox, SANDBOX_UID, SandboxConfig};
 pub use protect::{default_capability_home, expose_read_only, protect_host_path};
 pub use protocol::{Response, envelope, parse_response};
-pub use report::{AppliedLimit, BoundaryReport};
 pub use session::{PRE_STARTED_NOTE, Session};
 pub use types::{ModuleKind, ModuleSpec, ProcessLimits};
 
@@ -302,6 +301,6 @@ pub fn run_module(
     invocation: &Invocation,
     grants: &Grants,
     limits: &Limits<ProcessLimits>,
-) -> Result<RunOutcome<SandboxError, BoundaryReport>, SandboxError> {
+) -> Result<RunOutcome<SandboxError, SandboxReport>, SandboxError> {
     ProcessSandbox::global().run(spec, invocation, grants, limits)
 }

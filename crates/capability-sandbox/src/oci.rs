@@ -42,13 +42,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use capability_exec::{Grants, Invocation, Limits, effects};
+use capability_exec::{AppliedLimit, Grants, Invocation, Limits, SandboxReport, effects};
 
 use crate::error::SandboxError;
 use crate::linux::sys;
 use crate::package::{ResolvedModule, resolve_module_limited};
 use crate::protocol::{self, Response};
-use crate::report::{AppliedLimit, BoundaryReport};
 use crate::types::{ModuleKind, ModuleSpec, Outcome, ProcessLimits};
 
 const NODE_SHIM: &str = include_str!("shims/node.mjs");
@@ -866,7 +865,7 @@ impl OciExecutor {
         image: &str,
         grants: &Grants,
         limits: &Limits<ProcessLimits>,
-    ) -> BoundaryReport {
+    ) -> SandboxReport {
         let engine = self.engine.name;
         let mut notes = vec![
             format!(
@@ -884,7 +883,7 @@ impl OciExecutor {
         {
             notes.push(format!("CONTAINERS_CONF={}", conf.to_string_lossy()));
         }
-        BoundaryReport {
+        SandboxReport {
             kind: "oci",
             runner: kind.as_str(),
             program: format!("{engine} {} image {image}", self.engine.server_version),

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use capability_exec::{Grants, GuestError, Invocation, Limits, effects};
+use capability_exec::{
+    AppliedLimit, Grants, GuestError, Invocation, Limits, SandboxReport, effects,
+};
 
 use crate::error::SandboxError;
 use crate::linux::host::{self, CgroupInfo, CgroupMemory, CgroupParent, Interpreter, RunCgroup};
@@ -21,7 +23,6 @@ use crate::linux::sys;
 use crate::package::{ResolvedModule, resolve_module_limited};
 use crate::protect::{self, Protected};
 use crate::protocol::{self, Response};
-use crate::report::{AppliedLimit, BoundaryReport};
 use crate::types::{ModuleKind, ModuleSpec, Outcome, ProcessLimits};
 
 const NODE_SHIM: &str = include_str!("shims/node.mjs");
@@ -811,7 +812,7 @@ impl ProcessSandbox {
             sysctls: sysctls(memory_cgroup, limits)?,
         };
 
-        let report = BoundaryReport {
+        let report = SandboxReport {
             kind: "process-sandbox",
             runner: target.kind.as_str(),
             program: target.program_label.clone(),
@@ -1092,7 +1093,7 @@ pub(crate) struct Prepared {
     pub cgroup: Option<RunCgroup>,
     /// The mount point of the new root; removed when dropped, after the sandbox ended.
     pub scratch: MountDir,
-    pub report: BoundaryReport,
+    pub report: SandboxReport,
     /// The host's effective uid.
     pub uid: u32,
 }

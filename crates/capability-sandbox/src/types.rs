@@ -4,15 +4,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use capability_exec::{BoundaryLimits, Limits, RunOutcome};
+use capability_exec::{BoundaryLimits, Limits, RunOutcome, SandboxReport};
 use serde::Serialize;
 use serde_json::Value;
 
 use crate::error::SandboxError;
-use crate::report::BoundaryReport;
 
 /// What a run of this crate's boundaries returns.
-pub(crate) type Outcome = RunOutcome<SandboxError, BoundaryReport>;
+pub(crate) type Outcome = RunOutcome<SandboxError, SandboxReport>;
 
 /// A module-backed capability as a package declares it: the `package.json` `capability` export
 /// descriptor `{module, manifest, integrity?}` resolved against the package root.

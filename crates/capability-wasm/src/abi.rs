@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 
 use crate::error::{WasmError, WasmErrorKind};
 
-/// The version tag of the ABI, reported in every [`crate::BoundaryReport`].
+/// The version tag of the ABI, reported in every [`crate::WasmReport`].
 pub const ABI: &str = "capability-wasi-p1/1";
 
 /// The envelope bytes written to the guest's stdin (`JSON.stringify` form):

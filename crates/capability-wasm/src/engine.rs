@@ -17,7 +17,7 @@ use wasmtime::{
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
-use capability_exec::{Grants, Invocation, Limits, RunOutcome, effects};
+use capability_exec::{Grants, Invocation, Limits, PreopenReport, RunOutcome, WasmReport, effects};
 
 use crate::abi;
 use crate::binary::{self, BinaryKind, MANIFEST_SECTION};
@@ -25,7 +25,9 @@ use crate::config::{EngineConfig, TMP_GUEST_PATH, WasmLimits, check_grants};
 use crate::error::{WasmError, WasmErrorKind};
 use crate::host::{self, RunState, Scratch, Stop};
 use crate::integrity;
-use crate::report::{BoundaryReport, ENGINE, PreopenReport};
+
+/// The engine named in every report.
+pub const ENGINE: &str = "wasmtime 48";
 
 /// Where a module's bytes come from.
 #[derive(Clone, Debug)]
@@ -524,7 +526,7 @@ impl WasmEngine {
         invocation: &Invocation,
         grants: &Grants,
         limits: &Limits<WasmLimits>,
-    ) -> Result<RunOutcome<WasmError, BoundaryReport>, WasmError> {
+    ) -> Result<RunOutcome<WasmError, WasmReport>, WasmError> {
         let (module, limits) = self.load_for_run(spec, limits)?;
         self.run(&module, invocation, grants, &limits)
     }
@@ -558,7 +560,7 @@ impl WasmEngine {
         invocation: &Invocation,
         grants: &Grants,
         limits: &Limits<WasmLimits>,
-    ) -> Result<RunOutcome<WasmError, BoundaryReport>, WasmError> {
+    ) -> Result<RunOutcome<WasmError, WasmReport>, WasmError> {
         let started = Instant::now();
         let config = &self.inner.config;
         if !Engine::same(module.inner.pre.module().engine(), &self.inner.engine) {
@@ -639,8 +641,7 @@ impl WasmEngine {
             }
         }
 
-        let boundary = BoundaryReport {
-            kind: "wasm".into(),
+        let boundary = WasmReport {
             engine: ENGINE.into(),
             abi: abi::ABI.into(),
             wasi: "preview1".into(),

@@ -17,7 +17,7 @@ use capability_core::plan::PlanDetails;
 use capability_core::receipt::{Receipt, Verification};
 use capability_core::{CapabilityError, ErrorCode};
 use capability_exec::{
-    BoundaryReport as _, CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor,
+    BoundaryReport, CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor,
     GuestError, HookError, HookResult, HostGrants, Invocation, IsolationTier, Limits,
     plan_from_reply, verification_from_reply,
 };
@@ -153,7 +153,7 @@ impl WasmExecutor {
         invocation: &Invocation,
         granted: &[String],
         request: Option<&ExecutionRequest<'_>>,
-    ) -> Result<(Result<Value, HookError>, Value), HookError> {
+    ) -> Result<(Result<Value, HookError>, BoundaryReport), HookError> {
         let limits = match request {
             Some(r) => self.limits.for_request(r),
             None => self.limits.clone(),
@@ -167,7 +167,7 @@ impl WasmExecutor {
             .engine
             .run(&module, invocation, &grants, &limits)
             .map_err(|e| hook_error(id, e))?;
-        let boundary = outcome.boundary.to_isolation();
+        let boundary = BoundaryReport::Wasm(outcome.boundary);
         Ok((outcome.result.map_err(|e| hook_error(id, e)), boundary))
     }
 }

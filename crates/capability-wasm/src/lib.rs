@@ -63,7 +63,7 @@
 //!   here with [`WasmErrorKind::Link`]. Components are refused (build for `wasm32-wasip1`).
 //! * [`WasmEngine::run`]`(&module, &`[`Invocation`]`, &`[`Grants`]`, &`[`Limits`]`)` instantiates a
 //!   fresh instance from the pool, runs `_start` and returns a [`RunOutcome`]:
-//!   `result: Result<Value, WasmError>`, [`BoundaryReport`], duration, fuel consumed and the
+//!   `result: Result<Value, WasmError>`, [`WasmReport`], duration, fuel consumed and the
 //!   start of stderr (the run vocabulary — [`Grants`], [`Limits`], [`Invocation`], [`Op`],
 //!   [`RunOutcome`], [`GuestError`] — is `capability-exec`'s, shared with every boundary;
 //!   [`WasmLimits`] is what only this boundary limits). `run` itself fails only when the run cannot start (inconsistent grants
@@ -155,7 +155,7 @@
 //! * **Processes**: none. WASI preview 1 has no process API at all.
 //! * **Clocks and randomness** are the host's (not a grant).
 //!
-//! The [`BoundaryReport`] of each run records all of the above: `kind: "wasm"`,
+//! The [`WasmReport`] of each run records all of the above: `kind: "wasm"`,
 //! `engine: "wasmtime 48"`, the module digest, fuel, memory limit, timeout, tick, stack,
 //! stdin/stdout caps, `/tmp` quota, every preopen with its access, env names, and network and
 //! process status.
@@ -168,16 +168,16 @@ mod error;
 mod executor;
 mod host;
 mod integrity;
-mod report;
 
 pub use abi::ABI;
 pub use binary::MANIFEST_SECTION;
 /// The run vocabulary every executor shares, from `capability-exec`.
-pub use capability_exec::{Grants, GuestError, Invocation, Limits, Op, RunOutcome, effects};
+pub use capability_exec::{
+    Grants, GuestError, Invocation, Limits, Op, PreopenReport, RunOutcome, WasmReport, effects,
+};
 pub use config::{EngineConfig, TMP_GUEST_PATH, WasmLimits};
-pub use engine::{ModuleSource, WasmEngine, WasmModule, WasmModuleSpec};
+pub use engine::{ENGINE, ModuleSource, WasmEngine, WasmModule, WasmModuleSpec};
 pub use error::{WasmError, WasmErrorKind};
 pub use executor::WasmExecutor;
 pub use host::ENTRY_COST;
 pub use integrity::{sha256, verify_integrity};
-pub use report::{BoundaryReport, ENGINE, PreopenReport};

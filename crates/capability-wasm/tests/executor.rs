@@ -13,8 +13,8 @@ use capability_core::binder::CancelToken;
 use capability_core::manifest::Manifest;
 use capability_core::plan::{CapabilityRef, Plan};
 use capability_exec::{
-    CapabilityView, ExecutionRequest, Executor, HookError, HostGrants, ModuleSource,
-    SandboxRequirement,
+    BoundaryReport, CapabilityView, ExecutionRequest, Executor, HookError, HostGrants,
+    IsolationTier, ModuleSource, SandboxRequirement,
 };
 use capability_wasm::{Limits, WasmExecutor, WasmLimits, sha256};
 use common::*;
@@ -125,8 +125,12 @@ fn every_hook_crosses_the_wasm_boundary() {
     assert_eq!(executed.output, json!({"result": 5}));
     let bytes = std::fs::read(fixture("guest-add.wasm")).unwrap();
     let digest: String = sha256(&bytes).iter().map(|b| format!("{b:02x}")).collect();
-    assert_eq!(executed.isolation["kind"], "wasm");
-    assert_eq!(executed.isolation["moduleSha256"], json!(digest));
+    let BoundaryReport::Wasm(report) = &executed.isolation else {
+        panic!("a wasm report: {:?}", executed.isolation)
+    };
+    assert_eq!(report.module_sha256, digest);
+    assert_eq!(executed.isolation.tier(), IsolationTier::Wasm);
+    assert_eq!(executed.isolation.to_value()["kind"], "wasm");
 
     let verification = executor
         .verify(&request(&add, &plan, &cancel, None), &executed.output)
@@ -240,14 +244,12 @@ fn host_paths_open_only_with_their_effect_and_requests_tighten_the_limits() {
     let failure = executor
         .execute(&request(&hostile, &closed, &cancel, None))
         .unwrap_err();
-    let isolation = failure.isolation.unwrap();
-    assert_eq!(
-        isolation["preopens"].as_array().unwrap().len(),
-        1,
-        "/tmp only"
-    );
+    let Some(BoundaryReport::Wasm(report)) = failure.isolation else {
+        panic!("a wasm report: {:?}", failure.isolation)
+    };
+    assert_eq!(report.preopens.len(), 1, "/tmp only");
     // Compiling counts against the timeout: what is left of it is the run's.
-    assert!(isolation["timeoutMs"].as_u64().unwrap() <= 5000);
+    assert!(report.timeout_ms <= 5000);
 
     // Authorized, under a governance requirement: opened read-only at its host path, and the
     // run gets the requirement's tighter time and memory.
@@ -262,9 +264,12 @@ fn host_paths_open_only_with_their_effect_and_requests_tighten_the_limits() {
         .execute(&request(&hostile, &open, &cancel, Some(&requirement)))
         .unwrap();
     assert_eq!(executed.output, json!({"content": "granted-contents"}));
-    let preopen = &executed.isolation["preopens"][1];
-    assert_eq!(preopen["guest"], json!(data.path().display().to_string()));
-    assert_eq!(preopen["access"], "read");
-    assert_eq!(executed.isolation["memoryLimit"], 64 << 20);
-    assert!(executed.isolation["timeoutMs"].as_u64().unwrap() <= 3000);
+    let BoundaryReport::Wasm(report) = &executed.isolation else {
+        panic!("a wasm report: {:?}", executed.isolation)
+    };
+    let preopen = &report.preopens[1];
+    assert_eq!(preopen.guest, data.path().display().to_string());
+    assert_eq!(preopen.access, "read");
+    assert_eq!(report.memory_limit, 64 << 20);
+    assert!(report.timeout_ms <= 3000);
 }

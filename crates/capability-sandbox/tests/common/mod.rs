@@ -8,12 +8,12 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use capability_sandbox::{
-    BoundaryReport, Grants, Invocation, Limits, ModuleSpec, ProcessLimits, RunOutcome,
-    SandboxError, run_module,
+    Grants, Invocation, Limits, ModuleSpec, ProcessLimits, RunOutcome, SandboxError, SandboxReport,
+    run_module,
 };
 
 /// What a run in the process sandbox returns.
-pub type Outcome = RunOutcome<SandboxError, BoundaryReport>;
+pub type Outcome = RunOutcome<SandboxError, SandboxReport>;
 use serde_json::{Value, json};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,12 +6,12 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use capability_wasm::{
-    BoundaryReport, EngineConfig, Grants, Invocation, Limits, Op, RunOutcome, WasmEngine,
-    WasmError, WasmLimits, WasmModule, WasmModuleSpec,
+    EngineConfig, Grants, Invocation, Limits, Op, RunOutcome, WasmEngine, WasmError, WasmLimits,
+    WasmModule, WasmModuleSpec, WasmReport,
 };
 
 /// What a run of the engine returns.
-pub type Outcome = RunOutcome<WasmError, BoundaryReport>;
+pub type Outcome = RunOutcome<WasmError, WasmReport>;
 
 /// A directory to grant, outside the guest's private `/tmp` (granted paths show at their host
 /// path).
