@@ -82,12 +82,12 @@ use capability_policy::{
 use capability_runtime::store::{Durability, MemoryReceiptStore, ReceiptStore};
 use capability_runtime::trust::{TrustPolicy, assess_trust_of};
 use capability_runtime::{CapabilityRuntime, ExecuteOptions, SqliteReceiptStore};
-use capability_sandbox::{Choice, ModuleExecutor};
+use capability_sandbox::ModuleExecutor;
 use serde_json::{Value, json};
 
 pub use capability_policy::{ActionType, Actor, Governor};
 pub use capability_runtime::{Caller, Outcome, PendingApproval};
-pub use capability_sandbox::{HostGrants, OciImages};
+pub use capability_sandbox::{ExecutorChoice, HostGrants, OciImages};
 pub use home::Home;
 pub use sources::{Builtins, CapabilitySource, LocalPackage, OpenApiSource, PackageFile};
 pub use tokens::{AuthError, Role, TokenRecord, TokenSpec, Tokens};
@@ -110,36 +110,6 @@ pub enum HostError {
     Store(String),
     #[error("host key: {0}")]
     Key(String),
-}
-
-/// Where package code runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ExecutorChoice {
-    /// The strongest boundary available here for the module kind.
-    #[default]
-    Auto,
-    /// The Linux process sandbox (node, python, native).
-    Process,
-    /// The WASM executor (`.wasm` modules).
-    Wasm,
-    /// An OCI engine (docker or podman).
-    Oci,
-    /// In the host process: trusted host code only; package modules are refused.
-    InProcess,
-}
-
-impl ExecutorChoice {
-    /// Parses `auto`, `process`, `wasm`, `oci` or `in-process`.
-    pub fn parse(s: &str) -> Option<ExecutorChoice> {
-        Some(match s {
-            "auto" => ExecutorChoice::Auto,
-            "process" => ExecutorChoice::Process,
-            "wasm" => ExecutorChoice::Wasm,
-            "oci" => ExecutorChoice::Oci,
-            "in-process" => ExecutorChoice::InProcess,
-            _ => return None,
-        })
-    }
 }
 
 /// Where receipts, audit events and approvals are kept.
@@ -321,13 +291,10 @@ fn store_err(e: impl std::fmt::Display) -> HostError {
 }
 
 fn module_executor(config: &HostConfig) -> Result<Option<ModuleExecutor>, CapabilityError> {
-    let choice = match config.executor {
-        ExecutorChoice::Auto => Choice::Auto,
-        ExecutorChoice::Process => Choice::Process,
-        ExecutorChoice::Wasm => Choice::Wasm,
-        ExecutorChoice::Oci => Choice::Oci,
-        ExecutorChoice::InProcess => return Ok(None),
-    };
+    let choice = config.executor;
+    if choice == ExecutorChoice::InProcess {
+        return Ok(None);
+    }
     let mut limits = capability_sandbox::Limits::<capability_sandbox::ProcessLimits>::default();
     let mut wasm_limits = capability_sandbox::Limits::<capability_sandbox::WasmLimits>::default();
     if let Some(t) = config.timeout {
@@ -354,7 +321,7 @@ fn module_executor(config: &HostConfig) -> Result<Option<ModuleExecutor>, Capabi
     }
     let images = &config.oci_images;
     let has_images = images.node.is_some() || images.python.is_some() || images.native.is_some();
-    if choice == Choice::Oci || (choice == Choice::Auto && has_images) {
+    if choice == ExecutorChoice::Oci || (choice == ExecutorChoice::Auto && has_images) {
         executor = executor.with_oci(images.clone());
     }
     Ok(Some(executor))

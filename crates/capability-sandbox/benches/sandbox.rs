@@ -209,7 +209,8 @@ fn pooled_runtime(
 ) -> capability_runtime::CapabilityRuntime {
     use capability_runtime::capability::{Capability, ModuleSource};
     let executor =
-        capability_sandbox::ModuleExecutor::new(capability_sandbox::Choice::Process).with_pool(2);
+        capability_sandbox::ModuleExecutor::new(capability_sandbox::ExecutorChoice::Process)
+            .with_pool(2);
     let runtime = capability_runtime::CapabilityRuntime::builder()
         .policy(capability_core::authorization::EffectPolicy::permissive())
         .executor(std::sync::Arc::new(executor))

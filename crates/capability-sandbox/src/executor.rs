@@ -7,7 +7,7 @@
 //!   authorization and therefore get **no** effect at all. Host-chosen paths, environment
 //!   variables and secrets ([`HostGrants`]) are opened only when the matching effect is
 //!   granted (`filesystem.read`, `filesystem.write`, `environment.read`, `secrets.read`).
-//! * **Selection** ([`Choice`]): `auto` picks the WASM executor for `.wasm` modules
+//! * **Selection** ([`ExecutorChoice`]): `auto` picks the WASM executor for `.wasm` modules
 //!   (`capability-wasm`'s, given with [`ModuleExecutor::with_wasm`]), the process sandbox
 //!   for node, python and native modules when it works here, else an OCI engine when one
 //!   answers — and otherwise refuses. Package code never runs in process.
@@ -22,9 +22,9 @@ use capability_core::plan::PlanDetails;
 use capability_core::receipt::{Receipt, Verification};
 use capability_core::{CapabilityError, ErrorCode};
 use capability_exec::{
-    BoundaryReport, CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor, Grants,
-    HookError, HookResult, HostGrants, Invocation, IsolationTier, Limits, plan_from_reply,
-    verification_from_reply,
+    BoundaryReport, CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor,
+    ExecutorChoice, Grants, HookError, HookResult, HostGrants, Invocation, IsolationTier, Limits,
+    plan_from_reply, verification_from_reply,
 };
 use capability_wasm::WasmExecutor;
 use serde_json::Value;
@@ -36,35 +36,9 @@ use crate::process::ProcessSandbox;
 use crate::session::Session;
 use crate::types::{ModuleKind, ModuleSpec, Outcome, ProcessLimits};
 
-/// Which boundary runs package modules.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Choice {
-    /// The strongest boundary available here that can honour the module kind.
-    Auto,
-    /// The Linux process sandbox (node, python, native).
-    Process,
-    /// The WASM executor (`.wasm` modules).
-    Wasm,
-    /// An OCI engine (docker or podman).
-    Oci,
-}
-
-impl Choice {
-    /// Parses `auto`, `process`, `wasm` or `oci`.
-    pub fn parse(s: &str) -> Option<Choice> {
-        match s {
-            "auto" => Some(Choice::Auto),
-            "process" => Some(Choice::Process),
-            "wasm" => Some(Choice::Wasm),
-            "oci" => Some(Choice::Oci),
-            _ => None,
-        }
-    }
-}
-
 /// The executor for module-backed capabilities.
 pub struct ModuleExecutor {
-    choice: Choice,
+    choice: ExecutorChoice,
     host: HostGrants,
     limits: Limits<ProcessLimits>,
     process: &'static ProcessSandbox,
@@ -150,7 +124,7 @@ fn pascal(kind: &str) -> String {
 
 impl ModuleExecutor {
     /// An executor with the default limits and no host grants.
-    pub fn new(choice: Choice) -> Self {
+    pub fn new(choice: ExecutorChoice) -> Self {
         ModuleExecutor {
             choice,
             host: HostGrants::default(),
@@ -274,24 +248,30 @@ impl ModuleExecutor {
         let kind = ModuleKind::of(&spec.module);
         let wasm = kind == ModuleKind::Wasm;
         match (self.choice, wasm) {
-            (Choice::Wasm, false) => Err(refused(format!(
+            (ExecutorChoice::InProcess, _) => Err(refused(format!(
+                "{}: package modules run only behind an isolation boundary, never in process",
+                capability.id()
+            ))),
+            (ExecutorChoice::Wasm, false) => Err(refused(format!(
                 "{}: the WASM executor runs .wasm modules only",
                 capability.id()
             ))),
-            (Choice::Process | Choice::Oci, true) => Err(refused(format!(
+            (ExecutorChoice::Process | ExecutorChoice::Oci, true) => Err(refused(format!(
                 "{}: a .wasm module runs only in the WASM executor",
                 capability.id()
             ))),
-            (Choice::Wasm | Choice::Auto, true) => self.wasm_for(capability).map(Route::Wasm),
-            (Choice::Process, false) => Ok(Route::Process),
-            (Choice::Oci, false) => match &self.oci {
+            (ExecutorChoice::Wasm | ExecutorChoice::Auto, true) => {
+                self.wasm_for(capability).map(Route::Wasm)
+            }
+            (ExecutorChoice::Process, false) => Ok(Route::Process),
+            (ExecutorChoice::Oci, false) => match &self.oci {
                 Ok(oci) => Ok(Route::Oci(oci)),
                 Err(reason) => Err(refused(format!(
                     "{}: no OCI engine answers here: {reason}",
                     capability.id()
                 ))),
             },
-            (Choice::Auto, false) => {
+            (ExecutorChoice::Auto, false) => {
                 if self.process.landlock_abi().is_ok() || self.process.node().is_ok() {
                     Ok(Route::Process)
                 } else if let Ok(oci) = &self.oci {

@@ -272,8 +272,8 @@ mod types;
 
 /// The run vocabulary every executor shares, from `capability-exec`.
 pub use capability_exec::{
-    AppliedLimit, Grants, GuestError, HostGrants, Invocation, Limits, Op, RunOutcome,
-    SandboxReport, effects,
+    AppliedLimit, ExecutorChoice, Grants, GuestError, HostGrants, Invocation, Limits, Op,
+    RunOutcome, SandboxReport, effects,
 };
 pub use capability_wasm::{WasmExecutor, WasmLimits};
 pub use child::{ChildExit, ChildLimits, ChildSpec, ChildStdin, SandboxedChild};
@@ -281,7 +281,7 @@ pub use doctor::{
     Boundary, DoctorReport, EngineProbes, Probe, doctor, probe_engines, select_boundary,
 };
 pub use error::SandboxError;
-pub use executor::{Choice, ModuleExecutor, hook_error};
+pub use executor::{ModuleExecutor, hook_error};
 pub use oci::{
     ENGINE_PROBE_TIMEOUT, OCI_ENGINE_ENV, OCI_WORKSPACE, OciEngine, OciExecutor, OciImages, OciRun,
     check_pinned_image, detect_engine, docker_args, probe_cli, probe_engine,

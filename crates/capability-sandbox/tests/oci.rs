@@ -294,7 +294,9 @@ use capability_core::authorization::EffectPolicy;
 use capability_core::receipt::ReceiptStatus;
 use capability_runtime::capability::{Capability, ModuleSource};
 use capability_runtime::{CapabilityRuntime, ExecuteOptions};
-use capability_sandbox::{Choice, ENGINE_PROBE_TIMEOUT, Invocation, ModuleExecutor, probe_cli};
+use capability_sandbox::{
+    ENGINE_PROBE_TIMEOUT, ExecutorChoice, Invocation, ModuleExecutor, probe_cli,
+};
 use serde_json::{Value, json};
 
 /// Set (by `.ci/run`) where podman must work: a missing or broken engine then fails the tests
@@ -442,7 +444,7 @@ fn oci_runtime(
         }
         Ok(_) => {}
     }
-    let executor = ModuleExecutor::new(Choice::Oci)
+    let executor = ModuleExecutor::new(ExecutorChoice::Oci)
         .with_limits(oci_limits())
         .with_oci(images);
     let rt = CapabilityRuntime::builder()

@@ -15,7 +15,7 @@ use capability_core::authorization::EffectPolicy;
 use capability_core::receipt::ReceiptStatus;
 use capability_runtime::capability::{Capability, ModuleSource};
 use capability_runtime::{CapabilityRuntime, ExecuteOptions};
-use capability_sandbox::{Choice, HostGrants, Limits, ModuleExecutor, ProcessLimits};
+use capability_sandbox::{ExecutorChoice, HostGrants, Limits, ModuleExecutor, ProcessLimits};
 use serde_json::{Value, json};
 
 /// The hostile JS module, re-declared with the given id and effects (the module's own
@@ -44,7 +44,7 @@ fn runtime(
     host: HostGrants,
     limits: Limits<ProcessLimits>,
 ) -> CapabilityRuntime {
-    let executor = ModuleExecutor::new(Choice::Process)
+    let executor = ModuleExecutor::new(ExecutorChoice::Process)
         .with_host_grants(host)
         .with_limits(limits);
     let rt = CapabilityRuntime::builder()
@@ -266,7 +266,7 @@ fn granted_effects_open_exactly_what_the_host_chose() {
 #[test]
 fn a_tampered_module_is_refused_before_it_runs() {
     let (dir, manifest) = package("hostile/tampered", &[]);
-    let executor = ModuleExecutor::new(Choice::Process);
+    let executor = ModuleExecutor::new(ExecutorChoice::Process);
     let rt = CapabilityRuntime::builder()
         .executor(Arc::new(executor))
         .build();
@@ -289,10 +289,35 @@ fn a_tampered_module_is_refused_before_it_runs() {
 }
 
 #[test]
+fn the_in_process_choice_runs_no_package_module() {
+    let (dir, manifest) = package("hostile/in-process", &[]);
+    let executor = ModuleExecutor::new(ExecutorChoice::InProcess);
+    let rt = CapabilityRuntime::builder()
+        .executor(Arc::new(executor))
+        .build();
+    let source = ModuleSource {
+        package_root: dir.path().to_path_buf(),
+        module: "./hostile.mjs".into(),
+        integrity: None,
+    };
+    rt.register(Capability::module(&manifest, source).unwrap())
+        .unwrap();
+    let err = rt
+        .invoke(
+            "hostile/in-process",
+            json!({"action": "ok"}),
+            &ExecuteOptions::default(),
+        )
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::ExecutionFailed, "{err:?}");
+    assert!(err.message.contains("never in process"), "{}", err.message);
+}
+
+#[test]
 fn a_guest_error_code_is_the_guests_never_the_runs() {
     for lang in common::ALL {
         let pkg = common::Package::new(lang);
-        let executor = ModuleExecutor::new(Choice::Process).with_limits(limits());
+        let executor = ModuleExecutor::new(ExecutorChoice::Process).with_limits(limits());
         let rt = CapabilityRuntime::builder()
             .policy(EffectPolicy::permissive())
             .executor(Arc::new(executor))
