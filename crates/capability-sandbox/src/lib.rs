@@ -84,6 +84,10 @@
 //! # The Linux process sandbox
 //!
 //! No daemon, no root: everything works for an unprivileged user with user namespaces.
+//! What a sandbox opens is decided first, as data, before anything is created: the new root
+//! (every tmpfs, bind, overlay, device and mask, in order), the landlock rules, the network
+//! namespace, the environment and the limits (`src/plan.rs`, tested without spawning
+//! anything); the sandbox then applies that plan.
 //!
 //! * **Namespaces**: user, mount, pid (a small init is pid 1; when it exits the kernel kills
 //!   the whole tree), ipc, uts, cgroup, and network — an empty network namespace unless
@@ -262,6 +266,7 @@ mod executor;
 mod linux;
 mod oci;
 mod package;
+mod plan;
 mod pool;
 mod process;
 mod protect;
