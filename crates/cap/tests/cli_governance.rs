@@ -785,7 +785,8 @@ fn one_rule_refuses_self_approval_on_every_surface() {
             .to_string()
     };
     // The three ways a request is the decider's own, each with its decider.
-    let cases: [(&str, &str, &str, Box<dyn Fn(&str) -> String>); 3] = [
+    type Requester<'a> = Box<dyn Fn(&str) -> String + 'a>;
+    let cases: [(&str, &str, &str, Requester); 3] = [
         ("principal id", &root, "root", Box::new(by_root)),
         (
             "name",

@@ -13,7 +13,10 @@ use serde_json::{Map, Value};
 
 use crate::grants::effects;
 use crate::hook::{HookError, HookResult};
+use crate::integrity::{read_module, verify_integrity};
 use crate::isolation::{IsolationTier, SandboxRequirement};
+use crate::module::{ModuleError, ModulePath, resolve_module_path};
+use crate::report::BoundaryReport;
 
 /// A package module behind an isolation boundary (never loaded into the host).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,6 +27,26 @@ pub struct ModuleSource {
     pub module: String,
     /// The expected integrity of the module bytes.
     pub integrity: Option<String>,
+}
+
+impl ModuleSource {
+    /// The module file, its path checked to stay inside the package root
+    /// ([`resolve_module_path`](crate::resolve_module_path)).
+    pub fn resolve(&self) -> Result<ModulePath, ModuleError> {
+        resolve_module_path(&self.package_root, &self.module)
+    }
+
+    /// The module's bytes, for an executor that compiles them: the path checked, a file
+    /// above `max_bytes` refused from its size before it is read, and the bytes checked
+    /// against `integrity` before anything parses them.
+    pub fn read(&self, max_bytes: u64) -> Result<(ModulePath, Vec<u8>), ModuleError> {
+        let path = self.resolve()?;
+        let bytes = read_module(&path.file, max_bytes)?;
+        if let Some(integrity) = &self.integrity {
+            verify_integrity(&bytes, integrity)?;
+        }
+        Ok((path, bytes))
+    }
 }
 
 /// What an executor sees of the capability it runs: identity, inert manifest, where its
@@ -139,8 +162,9 @@ impl<'a> ExecutionRequest<'a> {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Executed {
     pub output: Value,
-    /// The isolation boundary used and the limits applied (recorded in the receipt).
-    pub isolation: Value,
+    /// The isolation boundary used and the limits applied (the receipt records it as
+    /// `isolation`).
+    pub isolation: BoundaryReport,
     /// Facts only the execution knows (an upstream's latency, how its answer ended), added
     /// to the metadata of the audit event that records the outcome.
     pub notes: Map<String, Value>,
@@ -152,7 +176,7 @@ pub struct Executed {
 
 impl Executed {
     /// An output and the boundary record, with no notes and no reply.
-    pub fn new(output: Value, isolation: Value) -> Self {
+    pub fn new(output: Value, isolation: BoundaryReport) -> Self {
         Executed {
             output,
             isolation,
@@ -167,14 +191,14 @@ impl Executed {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExecutionFailure {
     pub error: HookError,
-    pub isolation: Option<Value>,
+    pub isolation: Option<BoundaryReport>,
     /// As [`Executed::notes`]: recorded in the audit event of the failure.
     pub notes: Map<String, Value>,
 }
 
 impl ExecutionFailure {
     /// A failure that crossed the boundary `isolation` (when it did).
-    pub fn new(error: HookError, isolation: Option<Value>) -> Self {
+    pub fn new(error: HookError, isolation: Option<BoundaryReport>) -> Self {
         ExecutionFailure {
             error,
             isolation,
@@ -349,5 +373,52 @@ mod tests {
         );
         assert!(matches!(e, HookError::Capability(c) if c.code == ErrorCode::PermissionDenied));
         assert!(format!("{request:?}").contains("demo/fetch"));
+    }
+
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    struct Part(u8);
+
+    impl crate::BoundaryLimits for Part {
+        fn defaults() -> crate::Limits<Part> {
+            crate::Limits {
+                timeout: Duration::from_secs(30),
+                memory_bytes: 1 << 30,
+                tmp_bytes: 1 << 20,
+                output_bytes: 1 << 20,
+                boundary: Part(7),
+            }
+        }
+    }
+
+    #[test]
+    fn limits_are_tightened_by_the_request_the_same_way_for_every_boundary() {
+        let view = view();
+        let plan = plan();
+        let cancel = CancelToken::new();
+        let mut request = ExecutionRequest {
+            capability: &view,
+            plan: &plan,
+            approved: false,
+            metadata: None,
+            cancel: &cancel,
+            timeout: None,
+            sandbox: None,
+        };
+        let limits = crate::Limits::<Part>::default();
+        assert_eq!(limits.for_request(&request), limits);
+        let requirement = SandboxRequirement {
+            min_tier: None,
+            deny_network: false,
+            timeout_ms: Some(2000),
+            memory_mb: Some(64),
+        };
+        request.timeout = Some(Duration::from_secs(5));
+        request.sandbox = Some(&requirement);
+        let tight = limits.for_request(&request);
+        assert_eq!(tight.timeout, Duration::from_secs(2));
+        assert_eq!(tight.memory_bytes, 64 << 20);
+        assert_eq!((tight.tmp_bytes, &tight.boundary), (1 << 20, &Part(7)));
+        request.timeout = Some(Duration::from_secs(1));
+        assert_eq!(limits.for_request(&request).timeout, Duration::from_secs(1));
     }
 }

@@ -3,10 +3,11 @@
 //! The rule is the same for every executor: the authorized effects are granted, and of the
 //! host's own resources ([`HostGrants`]) each item is opened only when its effect is granted
 //! — paths with `filesystem.read` / `filesystem.write`, environment variables with
-//! `environment.read`, secrets with `secrets.read`. [`HostGrants::open`] applies it once;
-//! executors translate the result into their own mechanism (bind mounts, preopens, ...).
+//! `environment.read`, secrets with `secrets.read`. [`HostGrants::grants`] applies it once and
+//! gives the [`Grants`] of one run; each boundary translates them into its own mechanism
+//! (bind mounts, preopens, container flags, ...).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 /// The effect names a boundary gives meaning to (the Capability 1.x built-in effects that a
@@ -21,7 +22,7 @@ pub mod effects {
 }
 
 /// What the host is willing to open to a capability, each item only when the matching
-/// effect was granted.
+/// effect was granted ([`HostGrants::grants`]).
 #[derive(Clone, Debug, Default)]
 pub struct HostGrants {
     /// Opened read-only with `filesystem.read`.
@@ -34,47 +35,109 @@ pub struct HostGrants {
     pub secrets: BTreeMap<String, String>,
 }
 
-/// What one run may open: the granted effects and the host resources they unlock.
-#[derive(Clone, Copy, Debug)]
-pub struct Opened<'a> {
-    /// The granted effects, as given.
-    pub effects: &'a [String],
-    /// Host paths to open read-only (empty without `filesystem.read`).
-    pub read_paths: &'a [PathBuf],
-    /// Host paths to open read-write (empty without `filesystem.write`).
-    pub write_paths: &'a [PathBuf],
-    /// Environment variables to pass (`None` without `environment.read`).
-    pub env: Option<&'a BTreeMap<String, String>>,
-    /// Secrets to inject (`None` without `secrets.read`).
-    pub secrets: Option<&'a BTreeMap<String, String>>,
-}
-
-impl Opened<'_> {
-    /// Whether `effect` was granted.
-    pub fn has(&self, effect: &str) -> bool {
-        self.effects.iter().any(|e| e == effect)
+impl HostGrants {
+    /// The grants of a run with these authorized effects: the effects, and of the host's
+    /// resources only those their effect opens.
+    pub fn grants(&self, granted: &[String]) -> Grants {
+        let effects: BTreeSet<String> = granted.iter().cloned().collect();
+        let has = |effect: &str| effects.contains(effect);
+        Grants {
+            read_paths: if has(effects::FILESYSTEM_READ) {
+                self.read_paths.clone()
+            } else {
+                Vec::new()
+            },
+            write_paths: if has(effects::FILESYSTEM_WRITE) {
+                self.write_paths.clone()
+            } else {
+                Vec::new()
+            },
+            env: if has(effects::ENVIRONMENT_READ) {
+                self.env.clone()
+            } else {
+                BTreeMap::new()
+            },
+            secrets: if has(effects::SECRETS_READ) {
+                self.secrets.clone()
+            } else {
+                BTreeMap::new()
+            },
+            effects,
+        }
     }
 }
 
-impl HostGrants {
-    /// What a run with these granted effects may open.
-    pub fn open<'a>(&'a self, granted: &'a [String]) -> Opened<'a> {
-        let has = |effect: &str| granted.iter().any(|e| e == effect);
-        Opened {
-            effects: granted,
-            read_paths: if has(effects::FILESYSTEM_READ) {
-                &self.read_paths
-            } else {
-                &[]
-            },
-            write_paths: if has(effects::FILESYSTEM_WRITE) {
-                &self.write_paths
-            } else {
-                &[]
-            },
-            env: has(effects::ENVIRONMENT_READ).then_some(&self.env),
-            secrets: has(effects::SECRETS_READ).then_some(&self.secrets),
-        }
+/// What one run is granted: the authorized effects, and the host resources they open. Each
+/// list only takes effect when its effect is granted: `read_paths` with `filesystem.read`,
+/// `write_paths` with `filesystem.write`, `env` with `environment.read`, `secrets` with
+/// `secrets.read` (a boundary ignores, or refuses, a list without its effect). Paths are host
+/// paths, chosen by the host; every boundary shows them at the same path inside.
+///
+/// What a boundary cannot open stays closed whatever the grant, and its report says so: a
+/// WASI guest has no sockets, no processes and no channel for secrets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Grants {
+    pub effects: BTreeSet<String>,
+    pub read_paths: Vec<PathBuf>,
+    pub write_paths: Vec<PathBuf>,
+    pub env: BTreeMap<String, String>,
+    pub secrets: BTreeMap<String, String>,
+}
+
+impl Grants {
+    /// No effects: no network, no files beyond what the boundary always gives (the package, a
+    /// private `/tmp`), no environment, no secrets, no child processes.
+    pub fn none() -> Self {
+        Grants::default()
+    }
+
+    /// Adds an effect.
+    pub fn effect(mut self, effect: impl Into<String>) -> Self {
+        self.effects.insert(effect.into());
+        self
+    }
+
+    /// Grants `filesystem.read` on `path`.
+    pub fn read(mut self, path: impl Into<PathBuf>) -> Self {
+        self.effects.insert(effects::FILESYSTEM_READ.to_string());
+        self.read_paths.push(path.into());
+        self
+    }
+
+    /// Grants `filesystem.write` (and read) on `path`.
+    pub fn write(mut self, path: impl Into<PathBuf>) -> Self {
+        self.effects.insert(effects::FILESYSTEM_WRITE.to_string());
+        self.write_paths.push(path.into());
+        self
+    }
+
+    /// Grants `environment.read` with one variable.
+    pub fn env_var(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.effects.insert(effects::ENVIRONMENT_READ.to_string());
+        self.env.insert(name.into(), value.into());
+        self
+    }
+
+    /// Grants `secrets.read` with one secret.
+    pub fn secret(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.effects.insert(effects::SECRETS_READ.to_string());
+        self.secrets.insert(name.into(), value.into());
+        self
+    }
+
+    /// Whether `effect` is granted.
+    pub fn has(&self, effect: &str) -> bool {
+        self.effects.contains(effect)
+    }
+
+    /// Whether `network.connect` is granted.
+    pub fn network(&self) -> bool {
+        self.has(effects::NETWORK_CONNECT)
+    }
+
+    /// Whether `process.spawn` is granted.
+    pub fn spawn(&self) -> bool {
+        self.has(effects::PROCESS_SPAWN)
     }
 }
 
@@ -90,18 +153,23 @@ mod tests {
             env: BTreeMap::from([("LANG".into(), "C".into())]),
             secrets: BTreeMap::from([("TOKEN".into(), "s".into())]),
         };
-        let none = host.open(&[]);
-        assert!(none.read_paths.is_empty() && none.write_paths.is_empty());
-        assert!(none.env.is_none() && none.secrets.is_none());
+        assert_eq!(host.grants(&[]), Grants::none());
         let granted = [
             effects::FILESYSTEM_READ.to_string(),
             effects::SECRETS_READ.to_string(),
         ];
-        let some = host.open(&granted);
-        assert_eq!(some.read_paths, host.read_paths.as_slice());
+        let some = host.grants(&granted);
+        assert_eq!(some.read_paths, host.read_paths);
         assert!(some.write_paths.is_empty());
-        assert!(some.env.is_none());
-        assert_eq!(some.secrets, Some(&host.secrets));
-        assert!(some.has(effects::SECRETS_READ) && !some.has(effects::NETWORK_CONNECT));
+        assert!(some.env.is_empty());
+        assert_eq!(some.secrets, host.secrets);
+        assert!(some.has(effects::SECRETS_READ) && !some.network() && !some.spawn());
+        assert_eq!(
+            some,
+            Grants::none()
+                .read("/data")
+                .secret("TOKEN", "s")
+                .effect(effects::FILESYSTEM_READ)
+        );
     }
 }

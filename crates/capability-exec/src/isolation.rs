@@ -1,5 +1,5 @@
 //! Isolation: the tiers a boundary gives, what a governance `sandbox` decision requires of
-//! the boundary, and the report a run makes of the boundary it crossed.
+//! the boundary, and the host's choice of boundary for package code.
 
 use serde_json::{Map, Value};
 
@@ -93,6 +93,76 @@ impl<'de> serde::Deserialize<'de> for IsolationTier {
     }
 }
 
+/// Which boundary runs package code: the host's choice (`--executor`). The built-ins always
+/// run in process whatever the choice; package code never does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ExecutorChoice {
+    /// The strongest boundary available here for the module kind: WASM for `.wasm` modules,
+    /// the process sandbox for node, python and native modules, else an OCI engine.
+    #[default]
+    Auto,
+    /// The Linux process sandbox (node, python, native).
+    Process,
+    /// The WASM executor (`.wasm` modules).
+    Wasm,
+    /// An OCI engine (docker or podman).
+    Oci,
+    /// In the host process: trusted host code only; package modules are refused.
+    InProcess,
+}
+
+impl ExecutorChoice {
+    /// Every value.
+    pub const ALL: &'static [ExecutorChoice] = &[
+        ExecutorChoice::Auto,
+        ExecutorChoice::Process,
+        ExecutorChoice::Wasm,
+        ExecutorChoice::Oci,
+        ExecutorChoice::InProcess,
+    ];
+
+    /// The name (`auto`, `process`, `wasm`, `oci`, `in-process`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecutorChoice::Auto => "auto",
+            ExecutorChoice::Process => "process",
+            ExecutorChoice::Wasm => "wasm",
+            ExecutorChoice::Oci => "oci",
+            ExecutorChoice::InProcess => "in-process",
+        }
+    }
+
+    /// Parses a name.
+    pub fn parse(value: &str) -> Result<Self, UnknownName> {
+        ExecutorChoice::ALL
+            .iter()
+            .copied()
+            .find(|c| c.as_str() == value)
+            .ok_or_else(|| UnknownName {
+                what: "executor",
+                value: value.to_string(),
+                expected: ExecutorChoice::ALL
+                    .iter()
+                    .map(|c| c.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+}
+
+impl std::fmt::Display for ExecutorChoice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for ExecutorChoice {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
 /// What a `sandbox` decision requires of the execution boundary.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SandboxRequirement {
@@ -155,21 +225,6 @@ impl SandboxRequirement {
     }
 }
 
-/// The record of the boundary one run crossed and the limits it applied, as the receipt
-/// keeps it (`isolation`). Each executor has its own report type with its own fields; this
-/// trait is what they have in common.
-pub trait BoundaryReport {
-    /// The boundary's name, as the record's `kind` says it: `process-sandbox`, `oci`,
-    /// `wasm` (the in-process record says `"boundary": "in-process"`).
-    fn boundary(&self) -> &str;
-
-    /// The isolation tier the boundary gives.
-    fn tier(&self) -> IsolationTier;
-
-    /// The JSON the receipt records as `isolation`.
-    fn to_isolation(&self) -> Value;
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -188,6 +243,19 @@ mod tests {
         assert_eq!(
             IsolationTier::parse("vm").unwrap_err().to_string(),
             "unknown isolation tier `vm`; expected one of: in_process, process, oci, wasm"
+        );
+    }
+
+    #[test]
+    fn executor_choices_parse_and_print() {
+        for c in ExecutorChoice::ALL {
+            assert_eq!(ExecutorChoice::parse(c.as_str()), Ok(*c));
+            assert_eq!(c.to_string().parse::<ExecutorChoice>(), Ok(*c));
+        }
+        assert_eq!(ExecutorChoice::default(), ExecutorChoice::Auto);
+        assert_eq!(
+            ExecutorChoice::parse("vm").unwrap_err().to_string(),
+            "unknown executor `vm`; expected one of: auto, process, wasm, oci, in-process"
         );
     }
 

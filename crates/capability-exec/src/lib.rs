@@ -40,25 +40,57 @@
 //!
 //! ## The outcome
 //!
-//! [`Executed`] is the output plus the `isolation` record of the boundary crossed (the
-//! receipt keeps it). [`ExecutionFailure`] is the [`HookError`] plus that record when the
-//! boundary was crossed, so a failed receipt names the boundary and the limit that stopped
+//! [`Executed`] is the output plus the [`BoundaryReport`] of the boundary crossed (the
+//! receipt keeps it as `isolation`). [`ExecutionFailure`] is the [`HookError`] plus that
+//! report when the boundary was crossed, so a failed receipt names the boundary and the limit that stopped
 //! the run. [`HookError`] is what capability code throws: a
 //! [`CapabilityError`](capability_core::CapabilityError) kept as is, or a named error the
 //! runtime records as `EXECUTION_FAILED` with `{name, message}`; [`HookResult`] is its
 //! `Result`.
 //!
-//! ## Grants, isolation and the boundary report
+//! ## A run: grants, limits, invocation, outcome
+//!
+//! What every boundary (process sandbox, OCI, WASM) is given and gives back is named once,
+//! here; the executor crates re-export it.
 //!
 //! * [`effects`] names the effects a boundary gives meaning to; [`HostGrants`] is what the
-//!   host is willing to open (paths, environment, secrets) and [`HostGrants::open`] keeps
-//!   each item closed unless its effect was granted ([`Opened`]).
+//!   host is willing to open (paths, environment, secrets) and [`HostGrants::grants`] keeps
+//!   each item closed unless its effect was granted, giving the [`Grants`] of one run.
+//! * [`Limits`] is what every boundary limits (wall clock, memory, `/tmp`, output) plus the
+//!   part only one boundary has (`B`: the sandbox's `ProcessLimits`, the WASM engine's
+//!   `WasmLimits`), whose [`BoundaryLimits`] impl gives that boundary's defaults.
+//!   [`Limits::for_request`] tightens them by an [`ExecutionRequest`] the same way for all.
+//! * [`Invocation`] is one call of a hook ([`Op`]): `Invocation::executing(plan)`,
+//!   `verifying(plan, output)`, `rolling_back(receipt)`.
+//! * [`RunOutcome`] is what a run that entered its boundary returns: the output or the
+//!   boundary's error, whether the hook exists, the boundary's report, duration, stderr.
+//! * [`GuestError`] is what a guest reports through its protocol;
+//!   [`GuestError::to_hook_error`] turns it into the run's error (the guest's code never
+//!   becomes the host's). [`plan_from_reply`] and [`verification_from_reply`] read a guest's
+//!   `plan` and `verify` replies.
+//! * [`resolve_module_path`] (and [`ModuleSource::resolve`] / [`ModuleSource::read`]) keeps a
+//!   package module inside its package root before anything reads it; [`ModuleError`] says
+//!   why one was refused and [`ModuleError::to_hook_error`] what the capability "threw".
+//!
+//! ## Isolation
+//!
 //! * [`IsolationTier`] (`in_process` < `process` < `oci` < `wasm`) and [`SandboxRequirement`]
 //!   (tier floor, no network, time and memory limits, [`SandboxRequirement::merge`] for the
 //!   strictest of several) are the policy crate's `sandbox` vocabulary; it re-exports them.
 //!   [`UnknownName`] is the error of parsing a closed vocabulary.
-//! * [`BoundaryReport`] is what every executor's report has in common: the boundary's name,
-//!   its tier, and the JSON the receipt records as `isolation`.
+//! * [`ExecutorChoice`] is the host's choice of boundary for package code (`auto`, `process`,
+//!   `wasm`, `oci`, `in-process`).
+//!
+//! ## The boundary report
+//!
+//! [`BoundaryReport`] is the typed record of the boundary one run crossed, one variant per
+//! kind of boundary: [`InProcessReport`] (trusted host code), [`SandboxReport`] (the process
+//! sandbox and OCI containers, with an [`AppliedLimit`] per limit), [`WasmReport`] (with a
+//! [`PreopenReport`] per directory) and [`HttpReport`] (an HTTP operation:
+//! [`HttpRequestReport`], [`HttpLimits`], and an [`HttpExchange`] once a response came).
+//! [`BoundaryReport::name`] and [`BoundaryReport::tier`] say which; each variant serializes
+//! to exactly the JSON receipts have always held ([`BoundaryReport::to_value`] is what the
+//! runtime stores as the receipt's `isolation`), so receipts stay byte-compatible.
 //!
 //! ## Integrity
 //!
@@ -80,7 +112,7 @@
 //! use capability_core::receipt::{Receipt, Verification};
 //! use capability_exec::{
 //!     CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor, HookError,
-//!     HookResult, ModuleSource,
+//!     HookResult, InProcessReport, ModuleSource,
 //! };
 //! use serde_json::{Value, json};
 //!
@@ -93,7 +125,10 @@
 //!         -> HookResult<Option<PlanDetails>> { Ok(None) }
 //!     fn execute(&self, request: &ExecutionRequest<'_>) -> Result<Executed, ExecutionFailure> {
 //!         request.require_tier(capability_exec::IsolationTier::InProcess)?;
-//!         Ok(Executed::new(request.plan.input.clone(), json!({"boundary": "echo"})))
+//!         Ok(Executed::new(
+//!             request.plan.input.clone(),
+//!             InProcessReport::new(request.timeout).into(),
+//!         ))
 //!     }
 //!     fn verify(&self, _: &ExecutionRequest<'_>, _: &Value) -> HookResult<Option<Verification>> {
 //!         Ok(None)
@@ -133,19 +168,33 @@
 
 mod executor;
 mod grants;
+mod guest;
 pub mod home;
 mod hook;
 pub mod integrity;
 mod isolation;
+mod limits;
+mod module;
+mod report;
+mod run;
 
 pub use executor::{
     CapabilityView, Executed, ExecutionContext, ExecutionFailure, ExecutionRequest, Executor,
     ModuleSource, execute_then_verify,
 };
-pub use grants::{HostGrants, Opened, effects};
+pub use grants::{Grants, HostGrants, effects};
+pub use guest::{GuestError, plan_from_reply, verification_from_reply};
 pub use hook::{HookError, HookResult};
 pub use integrity::{
     DEFAULT_MAX_MODULE_BYTES, DigestAlgorithm, Integrity, IntegrityError, ModuleDigest,
     digest_file, read_module, verify_integrity,
 };
-pub use isolation::{BoundaryReport, IsolationTier, SandboxRequirement, UnknownName};
+pub use isolation::{ExecutorChoice, IsolationTier, SandboxRequirement, UnknownName};
+pub use limits::{BoundaryLimits, Limits};
+pub use module::{ModuleError, ModulePath, resolve_module_path};
+pub use report::{
+    AppliedLimit, BoundaryReport, HttpDestination, HttpExchange, HttpLimits, HttpReport,
+    HttpRequestReport, HttpResponseReport, InProcessLimits, InProcessReport, McpUpstreamReport,
+    PreopenReport, SandboxReport, WasmReport,
+};
+pub use run::{Invocation, Op, RunOutcome};

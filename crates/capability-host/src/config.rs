@@ -13,40 +13,12 @@ use capability_sandbox::{HostGrants, OciImages};
 use capability_upstream::{Connect, GatewayConfig};
 use serde_json::Value;
 
+use capability_exec::ExecutorChoice;
+
 use crate::error::{HostError, PolicyError};
 
 /// The agent the host acts as when a request names none.
 pub const DEFAULT_AGENT: &str = "cap-cli";
-
-/// Where package code runs.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ExecutorChoice {
-    /// The strongest boundary available here for the module kind.
-    #[default]
-    Auto,
-    /// The Linux process sandbox (node, python, native).
-    Process,
-    /// The WASM executor (`.wasm` modules).
-    Wasm,
-    /// An OCI engine (docker or podman).
-    Oci,
-    /// In the host process: trusted host code only; package modules are refused.
-    InProcess,
-}
-
-impl ExecutorChoice {
-    /// Parses `auto`, `process`, `wasm`, `oci` or `in-process`.
-    pub fn parse(s: &str) -> Option<ExecutorChoice> {
-        Some(match s {
-            "auto" => ExecutorChoice::Auto,
-            "process" => ExecutorChoice::Process,
-            "wasm" => ExecutorChoice::Wasm,
-            "oci" => ExecutorChoice::Oci,
-            "in-process" => ExecutorChoice::InProcess,
-            _ => return None,
-        })
-    }
-}
 
 /// Where receipts, audit events and approvals are kept.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

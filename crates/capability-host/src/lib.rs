@@ -169,7 +169,7 @@ use capability_runtime::capability::Implementation;
 use capability_runtime::store::ReceiptStore;
 use capability_runtime::trust::{TrustPolicy, assess_trust_of};
 use capability_runtime::{CapabilityRuntime, ExecuteOptions};
-use capability_sandbox::{Choice, ModuleExecutor};
+use capability_sandbox::ModuleExecutor;
 use serde_json::{Value, json};
 
 pub use capability_acquire::{InstallOptions, InstallRecord, Installation, Installed};
@@ -200,9 +200,8 @@ pub use capability_upstream as upstream;
 pub use acquisition::Acquired;
 pub use approvals::{ApprovalList, approval_document, approval_json};
 pub use audit::{AuditFilter, AuditPage, ExportFormat};
-pub use config::{
-    DEFAULT_AGENT, ExecutorChoice, HostConfig, Request, Storage, TenantPolicies, policy_files,
-};
+pub use capability_exec::ExecutorChoice;
+pub use config::{DEFAULT_AGENT, HostConfig, Request, Storage, TenantPolicies, policy_files};
 pub use error::HostError;
 pub use events::{ApprovalChange, ApprovalEvents};
 pub use limits::LimitReached;
@@ -228,17 +227,15 @@ impl ModuleConfig {
     /// The isolating executor of package modules (`None` for `in-process`, which refuses
     /// them).
     fn build(&self) -> Option<ModuleExecutor> {
-        let choice = match self.executor {
-            ExecutorChoice::Auto => Choice::Auto,
-            ExecutorChoice::Process => Choice::Process,
-            ExecutorChoice::Wasm => Choice::Wasm,
-            ExecutorChoice::Oci => Choice::Oci,
-            ExecutorChoice::InProcess => return None,
-        };
-        let mut limits = capability_sandbox::Limits::default();
-        let mut wasm_limits = capability_sandbox::WasmLimits::default();
+        use capability_sandbox::{Limits, ProcessLimits, WasmLimits};
+        let choice = self.executor;
+        if choice == ExecutorChoice::InProcess {
+            return None;
+        }
+        let mut limits = Limits::<ProcessLimits>::default();
+        let mut wasm_limits = Limits::<WasmLimits>::default();
         if let Some(t) = self.timeout {
-            limits.wall_timeout = t;
+            limits.timeout = t;
             wasm_limits.timeout = t;
         }
         if let Some(mb) = self.memory_mb {
@@ -254,15 +251,15 @@ impl ModuleConfig {
         // The WASM executor is available wherever wasmtime runs; without it .wasm modules
         // are refused (they never run elsewhere).
         if let Ok(wasm) = capability_sandbox::WasmExecutor::new() {
-            executor = executor.with_wasm(Arc::new(
+            executor = executor.with_wasm(
                 wasm.with_host_grants(self.grants.clone())
                     .with_limits(wasm_limits),
-            ));
+            );
         }
         let images = &self.oci_images;
         let has_images =
             images.node.is_some() || images.python.is_some() || images.native.is_some();
-        if choice == Choice::Oci || (choice == Choice::Auto && has_images) {
+        if choice == ExecutorChoice::Oci || (choice == ExecutorChoice::Auto && has_images) {
             executor = executor.with_oci(images.clone());
         }
         Some(executor)

@@ -22,6 +22,7 @@ use capability_core::schema::CompiledSchema;
 use capability_core::{CapabilityError, ErrorCode};
 use capability_exec::{
     CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor, HookError, HookResult,
+    HttpDestination, HttpExchange, HttpLimits, HttpReport, HttpRequestReport, HttpResponseReport,
     IsolationTier, effects,
 };
 use serde_json::{Value, json};
@@ -506,6 +507,27 @@ fn scrub(v: &mut Value, secrets: &[String]) {
     }
 }
 
+/// [`scrub`] for the boundary report: every text it holds.
+fn scrub_report(report: &mut HttpReport, secrets: &[String]) {
+    if secrets.is_empty() {
+        return;
+    }
+    let request = &mut report.request;
+    let texts = [&mut request.method, &mut request.url]
+        .into_iter()
+        .chain(request.headers.iter_mut())
+        .chain(request.credentials.iter_mut());
+    for text in texts {
+        *text = scrub_text(text, secrets);
+    }
+    if let Some(exchange) = &mut report.exchange {
+        if let Some(t) = &mut exchange.response.content_type {
+            *t = scrub_text(t, secrets);
+        }
+        exchange.destination.address = scrub_text(&exchange.destination.address, secrets);
+    }
+}
+
 fn denied(message: String) -> ExecutionFailure {
     HookError::Capability(CapabilityError::new(ErrorCode::PermissionDenied, message)).into()
 }
@@ -547,39 +569,46 @@ impl HttpOperation {
         spec: &RequestSpec,
         response: Option<&Incoming>,
         timeout_ms: u128,
-    ) -> Value {
+    ) -> HttpReport {
         let config = self.shared.client.config();
-        let mut v = json!({
-            "boundary": "http",
-            "tier": IsolationTier::InProcess.as_str(),
-            "request": {
-                "method": spec.method,
-                "url": spec.url.as_str(),
-                "headers": spec.headers.iter().map(|(k, _)| k.clone())
-                    .chain(self.credentials.iter().filter_map(|c| match &c.placement {
-                        Placement::Header(n) => Some(n.clone()),
-                        Placement::Bearer | Placement::Basic => Some("Authorization".into()),
-                        _ => None,
-                    }))
-                    .collect::<Vec<_>>(),
-                "bodyBytes": spec.body.as_ref().map_or(0, |(_, b)| b.len()),
-                "credentials": self.credentials.iter().map(|c| json!(c.scheme)).collect::<Vec<_>>(),
-            },
-            "limits": {
-                "timeoutMs": timeout_ms as u64,
-                "maxResponseBytes": config.max_response_bytes,
-                "maxRedirects": config.max_redirects,
-                "retries": config.retries,
-            },
+        let credential_headers = self.credentials.iter().filter_map(|c| match &c.placement {
+            Placement::Header(n) => Some(n.clone()),
+            Placement::Bearer | Placement::Basic => Some("Authorization".into()),
+            _ => None,
         });
-        if let Some(r) = response {
-            v["response"] =
-                json!({"status": r.status, "bytes": r.body.len(), "contentType": r.content_type});
-            v["destination"] = json!({"address": r.address.to_string()});
-            v["attempts"] = json!(r.attempts);
-            v["redirects"] = json!(r.redirects);
+        HttpReport {
+            tier: IsolationTier::InProcess,
+            request: HttpRequestReport {
+                method: spec.method.clone(),
+                url: spec.url.as_str().to_string(),
+                headers: spec
+                    .headers
+                    .iter()
+                    .map(|(k, _)| k.clone())
+                    .chain(credential_headers)
+                    .collect(),
+                body_bytes: spec.body.as_ref().map_or(0, |(_, b)| b.len() as u64),
+                credentials: self.credentials.iter().map(|c| c.scheme.clone()).collect(),
+            },
+            limits: HttpLimits {
+                timeout_ms: u64::try_from(timeout_ms).unwrap_or(u64::MAX),
+                max_response_bytes: config.max_response_bytes as u64,
+                max_redirects: config.max_redirects,
+                retries: config.retries,
+            },
+            exchange: response.map(|r| HttpExchange {
+                response: HttpResponseReport {
+                    status: r.status,
+                    bytes: r.body.len() as u64,
+                    content_type: r.content_type.clone(),
+                },
+                destination: HttpDestination {
+                    address: r.address.to_string(),
+                },
+                attempts: r.attempts,
+                redirects: r.redirects,
+            }),
         }
-        v
     }
 
     fn validate_response(&self, status: u16, body: &Value) -> Result<(), CapabilityError> {
@@ -723,7 +752,7 @@ impl Executor for HttpOperation {
             });
         let fail = |error: HookError, response: Option<&Incoming>| {
             let mut isolation = self.isolation(&spec, response, timeout_ms);
-            scrub(&mut isolation, &secrets);
+            scrub_report(&mut isolation, &secrets);
             let error = match error {
                 HookError::Capability(mut c) => {
                     c.message = scrub_text(&c.message, &secrets);
@@ -734,7 +763,7 @@ impl Executor for HttpOperation {
                     message: scrub_text(&message, &secrets),
                 },
             };
-            ExecutionFailure::new(error, Some(isolation))
+            ExecutionFailure::new(error, Some(isolation.into()))
         };
         let response = match result {
             Ok(r) => r,
@@ -790,8 +819,8 @@ impl Executor for HttpOperation {
             return Err(fail(HookError::Capability(e), Some(&response)));
         }
         let mut isolation = self.isolation(&spec, Some(&response), timeout_ms);
-        scrub(&mut isolation, &secrets);
-        Ok(Executed::new(output, isolation))
+        scrub_report(&mut isolation, &secrets);
+        Ok(Executed::new(output, isolation.into()))
     }
 
     fn verify(

@@ -21,8 +21,9 @@ use capability_core::binder::CancelToken;
 use capability_core::plan::PlanDetails;
 use capability_core::receipt::{Receipt, Verification};
 use capability_core::{CapabilityError, ErrorCode};
-use serde_json::{Value, json};
+use serde_json::Value;
 
+use capability_exec::{BoundaryReport, InProcessReport};
 pub use capability_exec::{
     CapabilityView, Executed, ExecutionContext, ExecutionFailure, ExecutionRequest, Executor,
 };
@@ -105,17 +106,8 @@ impl InProcessExecutor {
     }
 
     /// The isolation record of an in-process run.
-    pub fn isolation(timeout: Option<Duration>) -> Value {
-        static PLAIN: std::sync::LazyLock<Value> =
-            std::sync::LazyLock::new(|| json!({"boundary": "in-process", "trusted": true}));
-        match timeout {
-            None => PLAIN.clone(),
-            Some(t) => json!({
-                "boundary": "in-process",
-                "trusted": true,
-                "limits": {"timeoutMs": t.as_millis() as u64}
-            }),
-        }
+    pub fn isolation(timeout: Option<Duration>) -> BoundaryReport {
+        InProcessReport::new(timeout).into()
     }
 }
 
@@ -247,6 +239,7 @@ mod tests {
     use capability_core::manifest::Manifest;
     use capability_core::plan::{CapabilityRef, Plan};
     use capability_exec::ModuleSource;
+    use serde_json::json;
 
     fn manifest() -> Value {
         json!({

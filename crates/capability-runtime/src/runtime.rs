@@ -26,6 +26,7 @@ use crate::executor::{Executed, ExecutionFailure, ExecutionRequest, Executor, In
 use crate::governance::Caller;
 use crate::registry::{CapabilityRegistry, Discovered, Ranker};
 use crate::store::{MemoryReceiptStore, ReceiptQuery, ReceiptStore};
+use capability_exec::BoundaryReport;
 
 /// A source of time (milliseconds since the Unix epoch), replaceable for deterministic tests.
 pub trait Clock: Send + Sync {
@@ -650,7 +651,7 @@ impl CapabilityRuntime {
                 receipt.output_hash = Some(canonical_hash(&executed.output));
                 receipt.output = Some(executed.output);
                 receipt.verification = verification;
-                receipt.isolation = Some(executed.isolation);
+                receipt.isolation = Some(executed.isolation.to_value());
                 let receipt = Arc::new(receipt);
                 self.store.put(Arc::clone(&receipt)).map_err(store_error)?;
                 Ok(Completed {
@@ -663,7 +664,7 @@ impl CapabilityRuntime {
             }) => {
                 receipt.status = ReceiptStatus::Failed;
                 receipt.error = Some(serialize_hook_error(&error));
-                receipt.isolation = isolation;
+                receipt.isolation = isolation.as_ref().map(BoundaryReport::to_value);
                 let id = receipt.receipt_id.clone();
                 self.store.put(Arc::new(receipt)).map_err(store_error)?;
                 Err(match error {

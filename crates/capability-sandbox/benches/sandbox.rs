@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use capability_sandbox::{Grants, Invocation, Limits, ModuleSpec, ProcessSandbox, run_module};
+use capability_sandbox::{
+    Grants, Invocation, Limits, ModuleSpec, ProcessLimits, ProcessSandbox, run_module,
+};
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 
@@ -98,8 +100,8 @@ fn envelope(input: Value) -> Vec<u8> {
 
 fn bench(c: &mut Criterion) {
     let limits = Limits {
-        wall_timeout: Duration::from_secs(30),
-        ..Limits::default()
+        timeout: Duration::from_secs(30),
+        ..Limits::<ProcessLimits>::default()
     };
     let grants = Grants::none();
     let sandbox = ProcessSandbox::global();
@@ -207,7 +209,8 @@ fn pooled_runtime(
 ) -> capability_runtime::CapabilityRuntime {
     use capability_runtime::capability::{Capability, ModuleSource};
     let executor =
-        capability_sandbox::ModuleExecutor::new(capability_sandbox::Choice::Process).with_pool(2);
+        capability_sandbox::ModuleExecutor::new(capability_sandbox::ExecutorChoice::Process)
+            .with_pool(2);
     let runtime = capability_runtime::CapabilityRuntime::builder()
         .policy(capability_core::authorization::EffectPolicy::permissive())
         .executor(std::sync::Arc::new(executor))

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use capability_sandbox::{Grants, Invocation, Limits, ModuleSpec, run_module};
+use capability_sandbox::{Grants, Invocation, Limits, ModuleSpec, ProcessLimits, run_module};
 use serde_json::json;
 
 fn main() {
@@ -23,8 +23,8 @@ fn main() {
         manifest: json!({"id": "bench/native"}),
     };
     let limits = Limits {
-        wall_timeout: Duration::from_secs(30),
-        ..Limits::default()
+        timeout: Duration::from_secs(30),
+        ..Limits::<ProcessLimits>::default()
     };
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {

@@ -8,12 +8,13 @@ use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, mpsc};
 
+use capability_exec::{Grants, Limits, SandboxReport};
+
 use crate::error::SandboxError;
 use crate::linux::host::{self, RunCgroup};
 use crate::linux::{spawn, sys};
 use crate::process::{Contents, ProcessSandbox, Target, check_limits};
-use crate::report::BoundaryReport;
-use crate::types::{Grants, Limits, ModuleKind};
+use crate::types::{ModuleKind, ProcessLimits};
 
 /// Resource limits of a child. [`ChildLimits::default`] suits an MCP server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,7 +28,7 @@ pub struct ChildLimits {
     /// Largest file the child may write. Default 64 MiB.
     pub max_file_size: u64,
     /// Size of the private writable `/tmp`. Default 64 MiB.
-    pub tmp_size: u64,
+    pub tmp_bytes: u64,
 }
 
 impl Default for ChildLimits {
@@ -37,7 +38,7 @@ impl Default for ChildLimits {
             max_pids: 128,
             max_open_files: 1024,
             max_file_size: 64 << 20,
-            tmp_size: 64 << 20,
+            tmp_bytes: 64 << 20,
         }
     }
 }
@@ -306,12 +307,12 @@ pub struct SandboxedChild {
     pub stderr: Option<File>,
     pidfd: OwnedFd,
     exit: ExitState,
-    boundary: BoundaryReport,
+    boundary: SandboxReport,
 }
 
 impl SandboxedChild {
     /// The boundary the child runs behind and the limits applied.
-    pub fn boundary(&self) -> &BoundaryReport {
+    pub fn boundary(&self) -> &SandboxReport {
         &self.boundary
     }
 
@@ -349,7 +350,7 @@ impl Drop for SandboxedChild {
 }
 
 /// What the thread that owns a sandbox hands back once it started.
-type Started = Result<((OwnedFd, OwnedFd, OwnedFd), OwnedFd, BoundaryReport), SandboxError>;
+type Started = Result<((OwnedFd, OwnedFd, OwnedFd), OwnedFd, SandboxReport), SandboxError>;
 
 impl ProcessSandbox {
     /// Whether this host can run sandboxed children (and processes: user, mount and pid
@@ -384,13 +385,17 @@ impl ProcessSandbox {
             boundary: "process-sandbox",
             reason,
         })?;
+        let defaults = Limits::<ProcessLimits>::default();
         let limits = Limits {
             memory_bytes: spec.limits.memory_bytes,
-            max_pids: spec.limits.max_pids,
-            max_open_files: spec.limits.max_open_files,
-            max_file_size: spec.limits.max_file_size,
-            tmp_size: spec.limits.tmp_size,
-            ..Limits::default()
+            tmp_bytes: spec.limits.tmp_bytes,
+            boundary: ProcessLimits {
+                max_pids: spec.limits.max_pids,
+                max_open_files: spec.limits.max_open_files,
+                max_file_size: spec.limits.max_file_size,
+                ..defaults.boundary
+            },
+            ..defaults
         };
         check_limits(&limits)?;
         let target = self.child_target(spec)?;

@@ -8,12 +8,14 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::json;
 
+use capability_exec::{Grants, Invocation, Limits};
+
 use crate::error::SandboxError;
 use crate::linux::host::{self, CgroupInfo};
 use crate::linux::sys;
 use crate::oci;
 use crate::process::ProcessSandbox;
-use crate::types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec};
+use crate::types::{ModuleKind, ModuleSpec, ProcessLimits};
 
 /// One probe's verdict.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -409,8 +411,8 @@ fn probe_full_run(sandbox: &ProcessSandbox) -> Probe {
             integrity: None,
             manifest: json!({"id": "doctor/probe"}),
         };
-        let limits = Limits {
-            wall_timeout: Duration::from_secs(10),
+        let limits = Limits::<ProcessLimits> {
+            timeout: Duration::from_secs(10),
             ..Limits::default()
         };
         let out = sandbox

@@ -3,26 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use serde::Serialize;
-
-/// An error raised by the guest code itself and reported through the protocol
-/// (`{"error": {"message": ..., "code"?: ...}}`). The shims fill `code` from the thrown error:
-/// Node's `error.code` (`EACCES`, `ECONNREFUSED`, ...), Python's `errno` name or exception name.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct GuestError {
-    pub message: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub code: Option<String>,
-}
-
-impl std::fmt::Display for GuestError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.code {
-            Some(code) => write!(f, "{} ({code})", self.message),
-            None => f.write_str(&self.message),
-        }
-    }
-}
+use capability_exec::GuestError;
 
 /// Everything that can go wrong when running package code behind a boundary.
 ///
@@ -49,7 +30,7 @@ pub enum SandboxError {
     #[error("a file write exceeded the file-size limit of {limit} bytes")]
     FileSizeLimit { limit: u64 },
     #[error("guest output exceeded the limit of {limit} bytes")]
-    OutputLimit { limit: usize },
+    OutputLimit { limit: u64 },
     #[error("guest was killed by signal {signal} ({name}){}", tail(stderr))]
     Killed {
         signal: i32,

@@ -7,13 +7,14 @@
 //!   authorization and therefore get **no** effect at all. Host-chosen paths, environment
 //!   variables and secrets ([`HostGrants`]) are opened only when the matching effect is
 //!   granted (`filesystem.read`, `filesystem.write`, `environment.read`, `secrets.read`).
-//! * **Selection** ([`Choice`]): `auto` picks the WASM executor for `.wasm` modules, the
-//!   process sandbox for node, python and native modules when it works here, else an OCI
-//!   engine when one answers — and otherwise refuses. Package code never runs in process.
+//! * **Selection** ([`ExecutorChoice`]): `auto` picks the WASM executor for `.wasm` modules
+//!   (`capability-wasm`'s, given with [`ModuleExecutor::with_wasm`]), the process sandbox
+//!   for node, python and native modules when it works here, else an OCI engine when one
+//!   answers — and otherwise refuses. Package code never runs in process.
 //! * **Receipts**: every run that crossed the boundary records it (kind, runner, namespaces,
 //!   landlock, seccomp, network, limits) in the receipt's `isolation`, failures included.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use capability_core::binder::CancelToken;
@@ -21,9 +22,11 @@ use capability_core::plan::PlanDetails;
 use capability_core::receipt::{Receipt, Verification};
 use capability_core::{CapabilityError, ErrorCode};
 use capability_exec::{
-    BoundaryReport as _, CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor,
-    HookError, HookResult, HostGrants, IsolationTier,
+    BoundaryReport, CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor,
+    ExecutorChoice, Grants, HookError, HookResult, HostGrants, Invocation, IsolationTier, Limits,
+    plan_from_reply, verification_from_reply,
 };
+use capability_wasm::WasmExecutor;
 use serde_json::Value;
 
 use crate::error::SandboxError;
@@ -31,65 +34,16 @@ use crate::oci::{OciExecutor, OciImages};
 use crate::pool::SandboxPool;
 use crate::process::ProcessSandbox;
 use crate::session::Session;
-use crate::types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, Op, RunOutcome};
-
-/// Which boundary runs package modules.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Choice {
-    /// The strongest boundary available here that can honour the module kind.
-    Auto,
-    /// The Linux process sandbox (node, python, native).
-    Process,
-    /// The WASM executor (`.wasm` modules).
-    Wasm,
-    /// An OCI engine (docker or podman).
-    Oci,
-}
-
-impl Choice {
-    /// Parses `auto`, `process`, `wasm` or `oci`.
-    pub fn parse(s: &str) -> Option<Choice> {
-        match s {
-            "auto" => Some(Choice::Auto),
-            "process" => Some(Choice::Process),
-            "wasm" => Some(Choice::Wasm),
-            "oci" => Some(Choice::Oci),
-            _ => None,
-        }
-    }
-}
-
-/// The sandbox grants for a set of authorized effects: the effects, and of the host's
-/// resources only those their effect opens ([`HostGrants::open`]).
-pub(crate) fn grants_for(host: &HostGrants, granted: &[String]) -> Grants {
-    let opened = host.open(granted);
-    let mut g = Grants::none();
-    for e in opened.effects {
-        g = g.effect(e);
-    }
-    for p in opened.read_paths {
-        g = g.read(p.clone());
-    }
-    for p in opened.write_paths {
-        g = g.write(p.clone());
-    }
-    for (k, v) in opened.env.into_iter().flatten() {
-        g = g.env_var(k, v);
-    }
-    for (k, v) in opened.secrets.into_iter().flatten() {
-        g = g.secret(k, v);
-    }
-    g
-}
+use crate::types::{ModuleKind, ModuleSpec, Outcome, ProcessLimits};
 
 /// The executor for module-backed capabilities.
 pub struct ModuleExecutor {
-    choice: Choice,
+    choice: ExecutorChoice,
     host: HostGrants,
-    limits: Limits,
+    limits: Limits<ProcessLimits>,
     process: &'static ProcessSandbox,
     oci: Result<OciExecutor, String>,
-    wasm: Option<Arc<dyn Executor>>,
+    wasm: Option<WasmExecutor>,
     /// Sessions whose `plan` ran without grants, kept for the `execute` of the same run when
     /// it needs no grants either (see [`ModuleExecutor::plan`]).
     parked: Mutex<Vec<Parked>>,
@@ -121,28 +75,13 @@ fn refused(message: String) -> HookError {
     HookError::Capability(CapabilityError::new(ErrorCode::ExecutionFailed, message))
 }
 
-/// What a guest reported, as the run's error: the code is the guest's, never the run's. A
-/// guest saying `APPROVAL_REQUIRED` (or any other code the host itself uses) must not make the
-/// host's answer say so: the run failed with `EXECUTION_FAILED`, and the guest's code and
-/// message are in the details under `guest`.
-pub fn guest_hook_error(message: &str, code: Option<&str>) -> HookError {
-    let mut guest = serde_json::Map::new();
-    guest.insert("message".into(), message.into());
-    if let Some(code) = code {
-        guest.insert("code".into(), code.into());
-    }
-    HookError::Capability(
-        CapabilityError::new(ErrorCode::ExecutionFailed, message)
-            .with_details(serde_json::json!({"guest": guest})),
-    )
-}
-
 /// Maps a sandbox failure to what the capability "threw": guest errors become
-/// `EXECUTION_FAILED` with the guest's code and message in the details (see
-/// `guest_hook_error`); boundary failures name the limit or refusal that stopped the run.
+/// `EXECUTION_FAILED` with the guest's code and message in the details
+/// ([`GuestError::to_hook_error`](capability_exec::GuestError::to_hook_error)); boundary
+/// failures name the limit or refusal that stopped the run.
 pub fn hook_error(capability: &str, e: SandboxError) -> HookError {
     match e {
-        SandboxError::Guest(g) => guest_hook_error(&g.message, g.code.as_deref()),
+        SandboxError::Guest(g) => g.to_hook_error(),
         e
         @ (SandboxError::IntegrityMismatch { .. } | SandboxError::UnsupportedIntegrity { .. }) => {
             HookError::Capability(
@@ -185,11 +124,11 @@ fn pascal(kind: &str) -> String {
 
 impl ModuleExecutor {
     /// An executor with the default limits and no host grants.
-    pub fn new(choice: Choice) -> Self {
+    pub fn new(choice: ExecutorChoice) -> Self {
         ModuleExecutor {
             choice,
             host: HostGrants::default(),
-            limits: Limits::default(),
+            limits: Limits::<ProcessLimits>::default(),
             process: ProcessSandbox::global(),
             oci: Err("no OCI engine was configured (ModuleExecutor::with_oci)".into()),
             wasm: None,
@@ -222,12 +161,7 @@ impl ModuleExecutor {
         if !speaks_sessions(&spec) || !matches!(self.route(capability, &spec), Ok(Route::Process)) {
             return false;
         }
-        pool.prestart(
-            self.process,
-            &spec,
-            &grants_for(&self.host, &[]),
-            &self.limits,
-        );
+        pool.prestart(self.process, &spec, &self.host.grants(&[]), &self.limits);
         true
     }
 
@@ -238,9 +172,9 @@ impl ModuleExecutor {
         spec: &ModuleSpec,
         first: &Invocation,
         grants: &Grants,
-        limits: &Limits,
-    ) -> Result<(Session, RunOutcome), SandboxError> {
-        let grantless = *grants == grants_for(&self.host, &[]) && grants.effects.is_empty();
+        limits: &Limits<ProcessLimits>,
+    ) -> Result<(Session, Outcome), SandboxError> {
+        let grantless = *grants == self.host.grants(&[]) && grants.effects.is_empty();
         if let Some(pool) = self.pool.as_ref().filter(|_| grantless)
             && let Some(mut session) = pool.claim(self.process, spec, grants, limits)
         {
@@ -262,13 +196,13 @@ impl ModuleExecutor {
         self
     }
 
-    pub fn with_limits(mut self, limits: Limits) -> Self {
+    pub fn with_limits(mut self, limits: Limits<ProcessLimits>) -> Self {
         self.limits = limits;
         self
     }
 
-    /// The executor for `.wasm` modules.
-    pub fn with_wasm(mut self, wasm: Arc<dyn Executor>) -> Self {
+    /// The executor for `.wasm` modules (`capability-wasm`'s); without one they are refused.
+    pub fn with_wasm(mut self, wasm: WasmExecutor) -> Self {
         self.wasm = Some(wasm);
         self
     }
@@ -296,8 +230,8 @@ impl ModuleExecutor {
         }
     }
 
-    fn wasm_for(&self, capability: &dyn CapabilityView) -> Result<&dyn Executor, HookError> {
-        self.wasm.as_deref().ok_or_else(|| {
+    fn wasm_for(&self, capability: &dyn CapabilityView) -> Result<&WasmExecutor, HookError> {
+        self.wasm.as_ref().ok_or_else(|| {
             refused(format!(
                 "{}: the WASM executor is not available here",
                 capability.id()
@@ -314,24 +248,30 @@ impl ModuleExecutor {
         let kind = ModuleKind::of(&spec.module);
         let wasm = kind == ModuleKind::Wasm;
         match (self.choice, wasm) {
-            (Choice::Wasm, false) => Err(refused(format!(
+            (ExecutorChoice::InProcess, _) => Err(refused(format!(
+                "{}: package modules run only behind an isolation boundary, never in process",
+                capability.id()
+            ))),
+            (ExecutorChoice::Wasm, false) => Err(refused(format!(
                 "{}: the WASM executor runs .wasm modules only",
                 capability.id()
             ))),
-            (Choice::Process | Choice::Oci, true) => Err(refused(format!(
+            (ExecutorChoice::Process | ExecutorChoice::Oci, true) => Err(refused(format!(
                 "{}: a .wasm module runs only in the WASM executor",
                 capability.id()
             ))),
-            (Choice::Wasm | Choice::Auto, true) => self.wasm_for(capability).map(Route::Wasm),
-            (Choice::Process, false) => Ok(Route::Process),
-            (Choice::Oci, false) => match &self.oci {
+            (ExecutorChoice::Wasm | ExecutorChoice::Auto, true) => {
+                self.wasm_for(capability).map(Route::Wasm)
+            }
+            (ExecutorChoice::Process, false) => Ok(Route::Process),
+            (ExecutorChoice::Oci, false) => match &self.oci {
                 Ok(oci) => Ok(Route::Oci(oci)),
                 Err(reason) => Err(refused(format!(
                     "{}: no OCI engine answers here: {reason}",
                     capability.id()
                 ))),
             },
-            (Choice::Auto, false) => {
+            (ExecutorChoice::Auto, false) => {
                 if self.process.landlock_abi().is_ok() || self.process.node().is_ok() {
                     Ok(Route::Process)
                 } else if let Ok(oci) = &self.oci {
@@ -353,7 +293,7 @@ impl ModuleExecutor {
         route: &Route<'_>,
         invocation: &Invocation,
         granted: &[String],
-    ) -> Result<RunOutcome, SandboxError> {
+    ) -> Result<Outcome, SandboxError> {
         self.run_with(capability, spec, route, invocation, granted, &self.limits)
     }
 
@@ -364,9 +304,9 @@ impl ModuleExecutor {
         route: &Route<'_>,
         invocation: &Invocation,
         granted: &[String],
-        limits: &Limits,
-    ) -> Result<RunOutcome, SandboxError> {
-        let grants = grants_for(&self.host, granted);
+        limits: &Limits<ProcessLimits>,
+    ) -> Result<Outcome, SandboxError> {
+        let grants = self.host.grants(granted);
         match route {
             Route::Process => self.process.run(spec, invocation, &grants, limits),
             Route::Oci(oci) => oci.run(spec, invocation, &grants, limits),
@@ -417,7 +357,12 @@ impl ModuleExecutor {
 
     /// The session parked by this run's `plan`, when it can run `execute` with exactly these
     /// grants and limits; any other session of the run is closed.
-    fn unpark(&self, key: &str, grants: &Grants, limits: &Limits) -> Option<Session> {
+    fn unpark(
+        &self,
+        key: &str,
+        grants: &Grants,
+        limits: &Limits<ProcessLimits>,
+    ) -> Option<Session> {
         let mut parked = self.parked.lock().ok()?;
         let i = parked.iter().position(|p| p.key == key)?;
         let p = parked.remove(i);
@@ -433,69 +378,20 @@ impl ModuleExecutor {
 enum Route<'a> {
     Process,
     Oci(&'a OciExecutor),
-    Wasm(&'a dyn Executor),
-}
-
-fn boundary(outcome: &RunOutcome) -> Value {
-    outcome.boundary.to_isolation()
-}
-
-/// What a guest's `plan` reply means: `{effects?, summary?, data?}`.
-pub(crate) fn plan_details(v: &Value) -> PlanDetails {
-    PlanDetails {
-        effects: v.get("effects").and_then(Value::as_array).map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        }),
-        summary: v.get("summary").and_then(Value::as_str).map(String::from),
-        data: v.get("data").cloned(),
-    }
-}
-
-/// What a guest's `verify` reply means: a boolean or `{ok, message?, data?}`.
-pub(crate) fn verification(v: &Value) -> Verification {
-    match v {
-        Value::Bool(ok) => Verification {
-            ok: *ok,
-            message: None,
-            data: None,
-        },
-        other => Verification {
-            ok: other.get("ok") == Some(&Value::Bool(true)),
-            message: other
-                .get("message")
-                .and_then(Value::as_str)
-                .map(String::from),
-            data: other.get("data").cloned(),
-        },
-    }
+    Wasm(&'a WasmExecutor),
 }
 
 impl ModuleExecutor {
     /// The effects and limits of an execution once a governance `sandbox` requirement is
     /// applied: no network when it says so, the tighter time and memory limits, and a refusal
-    /// when it asks for a stronger tier than the process sandbox.
+    /// when it asks for a stronger tier than the boundary about to be used.
     fn constrained(
         &self,
         request: &ExecutionRequest<'_>,
         tier: IsolationTier,
-    ) -> Result<(Vec<String>, Limits), HookError> {
+    ) -> Result<(Vec<String>, Limits<ProcessLimits>), HookError> {
         request.require_tier(tier)?;
-        let mut limits = self.limits.clone();
-        if let Some(t) = request.timeout {
-            limits.wall_timeout = limits.wall_timeout.min(t);
-        }
-        if let Some(ms) = request.sandbox.and_then(|s| s.timeout_ms) {
-            limits.wall_timeout = limits
-                .wall_timeout
-                .min(std::time::Duration::from_millis(ms));
-        }
-        if let Some(bytes) = request.memory_limit() {
-            limits.memory_bytes = limits.memory_bytes.min(bytes);
-        }
-        Ok((request.granted_effects(), limits))
+        Ok((request.granted_effects(), self.limits.for_request(request)))
     }
 }
 
@@ -519,7 +415,7 @@ impl Executor for ModuleExecutor {
         // plan runs in a session that is parked for this run's `execute`, which continues it
         // only if it needs no grant either; otherwise `execute` starts its own sandbox.
         let outcome = if matches!(route, Route::Process) && speaks_sessions(&spec) {
-            let grants = grants_for(&self.host, &[]);
+            let grants = self.host.grants(&[]);
             let (session, outcome) = self
                 .start_session(
                     &spec,
@@ -546,7 +442,7 @@ impl Executor for ModuleExecutor {
             return Ok(None);
         }
         let v = outcome.result.map_err(|e| hook_error(capability.id(), e))?;
-        Ok(Some(plan_details(&v)))
+        Ok(Some(plan_from_reply(&v)))
     }
 
     fn execute(&self, request: &ExecutionRequest<'_>) -> Result<Executed, ExecutionFailure> {
@@ -556,13 +452,7 @@ impl Executor for ModuleExecutor {
         if let Route::Wasm(w) = route {
             return w.execute(request);
         }
-        let invocation = Invocation {
-            op: Op::Execute,
-            input: request.plan.input.clone(),
-            plan: Some(request.plan.to_value()),
-            output: None,
-            receipt: None,
-        };
+        let invocation = Invocation::executing(request.plan);
         let tier = match route {
             Route::Oci(_) => IsolationTier::Oci,
             _ => IsolationTier::Process,
@@ -571,7 +461,7 @@ impl Executor for ModuleExecutor {
         let outcome = self
             .run_with(capability, &spec, &route, &invocation, &granted, &limits)
             .map_err(|e| hook_error(capability.id(), e))?;
-        let isolation = boundary(&outcome);
+        let isolation = BoundaryReport::Sandbox(outcome.boundary);
         match outcome.result {
             Ok(output) => Ok(Executed::new(output, isolation)),
             Err(e) => Err(ExecutionFailure::new(
@@ -600,15 +490,8 @@ impl Executor for ModuleExecutor {
             return capability_exec::execute_then_verify(self, request, check);
         }
         let (granted, limits) = self.constrained(request, IsolationTier::Process)?;
-        let grants = grants_for(&self.host, &granted);
-        let plan = request.plan.to_value();
-        let invocation = Invocation {
-            op: Op::Execute,
-            input: request.plan.input.clone(),
-            plan: Some(plan.clone()),
-            output: None,
-            receipt: None,
-        };
+        let grants = self.host.grants(&granted);
+        let invocation = Invocation::executing(request.plan);
         let key = park_key(capability, &spec, &request.plan.input);
         let (mut session, outcome) = match self.unpark(&key, &grants, &limits) {
             Some(mut session) => {
@@ -621,7 +504,7 @@ impl Executor for ModuleExecutor {
             },
         };
         let outcome = outcome.map_err(|e| hook_error(capability.id(), e))?;
-        let isolation = boundary(&outcome);
+        let isolation = BoundaryReport::Sandbox(outcome.boundary);
         let mut executed = match outcome.result {
             Ok(output) => Executed::new(output, isolation.clone()),
             Err(e) => {
@@ -637,13 +520,10 @@ impl Executor for ModuleExecutor {
             return Ok((executed, None));
         }
         let outcome = session
-            .call(&Invocation {
-                op: Op::Verify,
-                input: request.plan.input.clone(),
-                plan: Some(plan),
-                output: Some(executed.output.clone()),
-                receipt: None,
-            })
+            .call(&Invocation::verifying(
+                request.plan,
+                executed.output.clone(),
+            ))
             .map_err(|e| failed(hook_error(capability.id(), e)))?;
         session.close();
         if !outcome.hook_present {
@@ -652,7 +532,7 @@ impl Executor for ModuleExecutor {
         let v = outcome
             .result
             .map_err(|e| failed(hook_error(capability.id(), e)))?;
-        Ok((executed, Some(verification(&v))))
+        Ok((executed, Some(verification_from_reply(&v))))
     }
 
     fn verify(
@@ -666,13 +546,7 @@ impl Executor for ModuleExecutor {
         if let Route::Wasm(w) = route {
             return w.verify(request, output);
         }
-        let invocation = Invocation {
-            op: Op::Verify,
-            input: request.plan.input.clone(),
-            plan: Some(request.plan.to_value()),
-            output: Some(output.clone()),
-            receipt: None,
-        };
+        let invocation = Invocation::verifying(request.plan, output.clone());
         let outcome = self
             .run(
                 capability,
@@ -686,7 +560,7 @@ impl Executor for ModuleExecutor {
             return Ok(None);
         }
         let v = outcome.result.map_err(|e| hook_error(capability.id(), e))?;
-        Ok(Some(verification(&v)))
+        Ok(Some(verification_from_reply(&v)))
     }
 
     fn can_rollback(&self, capability: &dyn CapabilityView) -> bool {
@@ -702,13 +576,7 @@ impl Executor for ModuleExecutor {
         if let Route::Wasm(w) = route {
             return w.rollback(request, receipt);
         }
-        let invocation = Invocation {
-            op: Op::Rollback,
-            input: receipt.input.clone(),
-            plan: None,
-            output: receipt.output.clone(),
-            receipt: Some(receipt.to_value()),
-        };
+        let invocation = Invocation::rolling_back(receipt);
         let outcome = self
             .run(capability, &spec, &route, &invocation, &receipt.effects)
             .map_err(|e| hook_error(capability.id(), e))?;

@@ -2,7 +2,7 @@
 //!
 //! A module-backed capability (a `package.json` `capability` export descriptor
 //! `{module, manifest, integrity?}`) runs behind an explicit isolation boundary, and every run
-//! says which boundary it used and which limits were applied ([`BoundaryReport`]), so the
+//! says which boundary it used and which limits were applied ([`SandboxReport`]), so the
 //! runtime can put it in the receipt. Package code is never imported into the host.
 //!
 //! # Entry points
@@ -11,7 +11,7 @@
 //!   module in the Linux process sandbox. `Err` means the run was refused before any code ran
 //!   (integrity mismatch, path escape, boundary unavailable, invalid grant); once the boundary
 //!   was entered, the outcome — output, guest error, limit, protocol violation, manifest
-//!   mismatch — is in [`RunOutcome::result`], next to the [`BoundaryReport`].
+//!   mismatch — is in [`RunOutcome::result`], next to the [`SandboxReport`].
 //! * [`ProcessSandbox::spawn_child`]: any long-lived program (an MCP server over stdio, say)
 //!   behind the same boundary, talking to the host over its stdin and stdout in its own
 //!   protocol ([`SandboxedChild`]): its code read-only at its host paths ([`ChildSpec::command`]
@@ -40,7 +40,7 @@
 //! ([`SandboxError::PathEscape`]); its exact bytes are checked against `integrity` when present
 //! (sha256 as hex or base64 with an optional `sha256-` prefix, or `sha512-<base64>` SRI) by
 //! `capability-exec`'s integrity checker — the one the WASM engine uses too — streaming the
-//! file rather than reading it whole. A module file above [`Limits::max_module_bytes`]
+//! file rather than reading it whole. A module file above [`ProcessLimits::max_module_bytes`]
 //! (256 MiB by default) is refused from its size before it is read
 //! ([`SandboxError::ModuleTooLarge`]).
 //!
@@ -84,6 +84,10 @@
 //! # The Linux process sandbox
 //!
 //! No daemon, no root: everything works for an unprivileged user with user namespaces.
+//! What a sandbox opens is decided first, as data, before anything is created: the new root
+//! (every tmpfs, bind, overlay, device and mask, in order), the landlock rules, the network
+//! namespace, the environment and the limits (`src/plan.rs`, tested without spawning
+//! anything); the sandbox then applies that plan.
 //!
 //! * **Namespaces**: user, mount, pid (a small init is pid 1; when it exits the kernel kills
 //!   the whole tree), ipc, uts, cgroup, and network — an empty network namespace unless
@@ -120,7 +124,7 @@
 //!   `./.capability`), [`SandboxConfig::protected`] and [`protect_host_path`] are never visible:
 //!   every mounted host tree (system dirs, `/etc` entries, interpreter prefixes, the package,
 //!   grants) is checked; an existing protected path inside a read-only mount is masked by an
-//!   empty read-only mount (noted in [`BoundaryReport::notes`]); a writable mount containing
+//!   empty read-only mount (noted in [`SandboxReport::notes`]); a writable mount containing
 //!   one, a mount inside one, or a read-only mount containing one that does not exist yet is
 //!   refused with [`SandboxError::Invalid`] naming the path. A package root or grant that is
 //!   (or contains) `/`, `/root`, `/home`, `/home/<user>`, `$HOME` or the user's passwd home is
@@ -144,7 +148,7 @@
 //! * **Environment**: empty unless `environment.read` is granted (then exactly the host-chosen
 //!   map); secrets only with `secrets.read`, in the request envelope. The init wipes its copy of
 //!   the host's argv and environment and is not dumpable, so `/proc/1` shows nothing.
-//! * **Limits** ([`Limits`]): RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_FSIZE, no core
+//! * **Limits** ([`Limits`] with [`ProcessLimits`]): RLIMIT_CPU, RLIMIT_NPROC, RLIMIT_NOFILE, RLIMIT_FSIZE, no core
 //!   dumps, no POSIX message queues; the tmpfs size; a wall-clock timer that kills the pid
 //!   namespace's init (and so the tree). A cgroup v2 with delegated `pids` and `memory` is used
 //!   when available (`CLONE_INTO_CGROUP`), else writable cgroup v1 `pids` and `memory` groups
@@ -163,7 +167,7 @@
 //!   RLIMIT_DATA is always set so that plain allocations fail cleanly. When no mechanism can
 //!   hold the whole sandbox (node, or `process.spawn`, without a memory cgroup) the report
 //!   says `enforced: false`. `ISOLATION.md` lists every limit and its mechanism per host kind.
-//!   Every run's [`BoundaryReport::limits`] says which mechanism enforced each limit.
+//!   Every run's [`SandboxReport::limits`] says which mechanism enforced each limit.
 //!
 //! **What a grant opens, and what it does not.**
 //!
@@ -251,7 +255,9 @@
 //! The executors here implement `capability-exec`'s [`Executor`](capability_exec::Executor)
 //! trait and depend only on `capability-exec`, `capability-core` and `capability-wasm`; the
 //! runtime and the policy crate are not dependencies (the runtime is used by the integration
-//! tests only). [`HostGrants`] and [`effects`] are `capability-exec`'s, re-exported.
+//! tests only). The run vocabulary — [`Grants`], [`HostGrants`], [`effects`], [`Limits`],
+//! [`Invocation`], [`Op`], [`RunOutcome`], [`GuestError`] — is `capability-exec`'s,
+//! re-exported; [`ProcessLimits`] is what only this boundary limits.
 
 mod child;
 mod doctor;
@@ -260,24 +266,27 @@ mod executor;
 mod linux;
 mod oci;
 mod package;
+mod plan;
 mod pool;
 mod process;
 mod protect;
 mod protocol;
-mod report;
 mod session;
 pub mod stamp;
 mod types;
-mod wasm;
 
-pub use capability_exec::HostGrants;
-pub use capability_wasm::Limits as WasmLimits;
+/// The run vocabulary every executor shares, from `capability-exec`.
+pub use capability_exec::{
+    AppliedLimit, ExecutorChoice, Grants, GuestError, HostGrants, Invocation, Limits, Op,
+    RunOutcome, SandboxReport, effects,
+};
+pub use capability_wasm::{WasmExecutor, WasmLimits};
 pub use child::{ChildExit, ChildLimits, ChildSpec, ChildStdin, SandboxedChild};
 pub use doctor::{
     Boundary, DoctorReport, EngineProbes, Probe, doctor, probe_engines, select_boundary,
 };
-pub use error::{GuestError, SandboxError};
-pub use executor::{Choice, ModuleExecutor, hook_error};
+pub use error::SandboxError;
+pub use executor::{ModuleExecutor, hook_error};
 pub use oci::{
     ENGINE_PROBE_TIMEOUT, OCI_ENGINE_ENV, OCI_WORKSPACE, OciEngine, OciExecutor, OciImages, OciRun,
     check_pinned_image, detect_engine, docker_args, probe_cli, probe_engine,
@@ -287,10 +296,8 @@ pub use pool::SandboxPool;
 pub use process::{PACKAGE_MOUNT, ProcessSandbox, SANDBOX_UID, SandboxConfig};
 pub use protect::{default_capability_home, expose_read_only, protect_host_path};
 pub use protocol::{Response, envelope, parse_response};
-pub use report::{AppliedLimit, BoundaryReport};
 pub use session::{PRE_STARTED_NOTE, Session};
-pub use types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, Op, RunOutcome, effects};
-pub use wasm::WasmExecutor;
+pub use types::{ModuleKind, ModuleSpec, ProcessLimits};
 
 /// Runs one hook of a module-backed capability behind the process sandbox, with the default
 /// [`SandboxConfig`]. See the crate docs for the protocol and the boundary.
@@ -298,7 +305,7 @@ pub fn run_module(
     spec: &ModuleSpec,
     invocation: &Invocation,
     grants: &Grants,
-    limits: &Limits,
-) -> Result<RunOutcome, SandboxError> {
+    limits: &Limits<ProcessLimits>,
+) -> Result<RunOutcome<SandboxError, SandboxReport>, SandboxError> {
     ProcessSandbox::global().run(spec, invocation, grants, limits)
 }

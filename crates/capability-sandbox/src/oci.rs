@@ -42,12 +42,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use capability_exec::{AppliedLimit, Grants, Invocation, Limits, SandboxReport, effects};
+
 use crate::error::SandboxError;
 use crate::linux::sys;
 use crate::package::{ResolvedModule, resolve_module_limited};
 use crate::protocol::{self, Response};
-use crate::report::{AppliedLimit, BoundaryReport};
-use crate::types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, RunOutcome, effects};
+use crate::types::{ModuleKind, ModuleSpec, Outcome, ProcessLimits};
 
 const NODE_SHIM: &str = include_str!("shims/node.mjs");
 const PYTHON_SHIM: &str = include_str!("shims/python.py");
@@ -385,7 +386,7 @@ pub fn docker_args(
     spec: &ModuleSpec,
     image: &str,
     grants: &Grants,
-    limits: &Limits,
+    limits: &Limits<ProcessLimits>,
     container_name: &str,
 ) -> Result<OciRun, SandboxError> {
     build_args(false, spec, image, grants, limits, container_name)
@@ -396,7 +397,7 @@ fn build_args(
     spec: &ModuleSpec,
     image: &str,
     grants: &Grants,
-    limits: &Limits,
+    limits: &Limits<ProcessLimits>,
     container_name: &str,
 ) -> Result<OciRun, SandboxError> {
     check_pinned_image(image)?;
@@ -406,7 +407,7 @@ fn build_args(
             module: spec.module.clone(),
         });
     }
-    let module = resolve_module_limited(spec, limits.max_module_bytes)?;
+    let module = resolve_module_limited(spec, limits.boundary.max_module_bytes)?;
     let inside = format!(
         "{OCI_WORKSPACE}/{}",
         module.relative.to_string_lossy().trim_start_matches('/')
@@ -430,19 +431,19 @@ fn build_args(
     args.extend([
         "--cap-drop=ALL".into(),
         "--security-opt=no-new-privileges:true".into(),
-        format!("--pids-limit={}", limits.max_pids),
+        format!("--pids-limit={}", limits.boundary.max_pids),
         format!("--memory={}", limits.memory_bytes),
         format!("--memory-swap={}", limits.memory_bytes),
         "--cpus=1".into(),
         format!("--user={CONTAINER_USER}"),
         "--log-driver=none".into(),
         format!("--ulimit=cpu={0}:{0}", cpu_seconds(limits)),
-        format!("--ulimit=fsize={0}:{0}", limits.max_file_size),
-        format!("--ulimit=nofile={0}:{0}", limits.max_open_files),
+        format!("--ulimit=fsize={0}:{0}", limits.boundary.max_file_size),
+        format!("--ulimit=nofile={0}:{0}", limits.boundary.max_open_files),
         format!("--ulimit=nproc={nproc}:{nproc}"),
         "--ulimit=core=0:0".into(),
         "--tmpfs".into(),
-        format!("/tmp:rw,nosuid,nodev,noexec,size={}", limits.tmp_size),
+        format!("/tmp:rw,nosuid,nodev,noexec,size={}", limits.tmp_bytes),
         "-v".into(),
         format!("{}:{OCI_WORKSPACE}:ro", path_arg(&module.mount_root)?),
     ]);
@@ -527,8 +528,8 @@ fn nproc_ceiling() -> u64 {
     sys::nproc_hard_limit().map_or(pid_max, |hard| hard.min(pid_max))
 }
 
-fn cpu_seconds(limits: &Limits) -> u64 {
-    limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64
+fn cpu_seconds(limits: &Limits<ProcessLimits>) -> u64 {
+    limits.boundary.cpu_time.as_secs_f64().ceil().max(1.0) as u64
 }
 
 fn path_arg(p: &Path) -> Result<String, SandboxError> {
@@ -632,7 +633,7 @@ impl OciExecutor {
         spec: &ModuleSpec,
         image: &str,
         grants: &Grants,
-        limits: &Limits,
+        limits: &Limits<ProcessLimits>,
         container_name: &str,
     ) -> Result<OciRun, SandboxError> {
         build_args(
@@ -651,8 +652,8 @@ impl OciExecutor {
         spec: &ModuleSpec,
         invocation: &Invocation,
         grants: &Grants,
-        limits: &Limits,
-    ) -> Result<RunOutcome, SandboxError> {
+        limits: &Limits<ProcessLimits>,
+    ) -> Result<Outcome, SandboxError> {
         use std::sync::atomic::AtomicU64;
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let kind = ModuleKind::of(&spec.module);
@@ -664,7 +665,7 @@ impl OciExecutor {
         );
         let run = self.args(spec, image, grants, limits, &name)?;
         check_container_access(
-            &resolve_module_limited(spec, limits.max_module_bytes)?,
+            &resolve_module_limited(spec, limits.boundary.max_module_bytes)?,
             kind,
         )?;
         let envelope = protocol::envelope(invocation, &spec.manifest, grants);
@@ -711,7 +712,8 @@ impl OciExecutor {
         let uses_shim = run.uses_shim;
         let manifest_required = run.manifest_required;
         let initial = capability_core::json::to_js_string(&envelope) + "\n";
-        let max_output = limits.max_output_bytes;
+        let max_output = limits.output_bytes;
+        let max_output_len = usize::try_from(max_output).unwrap_or(usize::MAX);
         let overflow = Arc::new(AtomicBool::new(false));
         let overflow_io = Arc::clone(&overflow);
         let (io_tx, io_rx) = mpsc::channel();
@@ -723,7 +725,7 @@ impl OciExecutor {
                         let _ = stdin.write_all(initial.as_bytes());
                         let mut line = Vec::new();
                         let _ = (&mut reader)
-                            .take(max_output as u64 + 1)
+                            .take(max_output.saturating_add(1))
                             .read_until(b'\n', &mut line);
                         let value = capability_core::json::parse(protocol::trim_ascii(&line))
                             .map_err(|e| SandboxError::ProtocolViolation {
@@ -751,9 +753,9 @@ impl OciExecutor {
                     }
                     let mut rest = Vec::new();
                     let _ = (&mut reader)
-                        .take(max_output as u64 + 1)
+                        .take(max_output.saturating_add(1))
                         .read_to_end(&mut rest);
-                    if rest.len() > max_output {
+                    if rest.len() > max_output_len {
                         overflow_io.store(true, Ordering::SeqCst);
                         return Ok(Body::TooLong);
                     }
@@ -761,7 +763,7 @@ impl OciExecutor {
                 })();
             let _ = io_tx.send(result);
         });
-        let deadline = started + limits.wall_timeout;
+        let deadline = started + limits.timeout;
         let mut timed_out = false;
         let mut status = None;
         loop {
@@ -795,7 +797,7 @@ impl OciExecutor {
         let mut hook_present = true;
         let result = if timed_out {
             Err(SandboxError::Timeout {
-                limit: limits.wall_timeout,
+                limit: limits.timeout,
             })
         } else {
             match body {
@@ -817,12 +819,13 @@ impl OciExecutor {
                 },
             }
         };
-        Ok(RunOutcome {
+        Ok(Outcome {
             result,
             hook_present,
             boundary: self.report(kind, image, grants, limits),
             duration: started.elapsed(),
             stderr,
+            fuel_consumed: None,
         })
     }
 
@@ -861,8 +864,8 @@ impl OciExecutor {
         kind: ModuleKind,
         image: &str,
         grants: &Grants,
-        limits: &Limits,
-    ) -> BoundaryReport {
+        limits: &Limits<ProcessLimits>,
+    ) -> SandboxReport {
         let engine = self.engine.name;
         let mut notes = vec![
             format!(
@@ -880,7 +883,7 @@ impl OciExecutor {
         {
             notes.push(format!("CONTAINERS_CONF={}", conf.to_string_lossy()));
         }
-        BoundaryReport {
+        SandboxReport {
             kind: "oci",
             runner: kind.as_str(),
             program: format!("{engine} {} image {image}", self.engine.server_version),
@@ -915,19 +918,15 @@ impl OciExecutor {
             },
             cgroup: "engine".into(),
             limits: vec![
-                AppliedLimit::new(
-                    "wallTimeoutMs",
-                    limits.wall_timeout.as_millis() as u64,
-                    "timer",
-                ),
+                AppliedLimit::new("wallTimeoutMs", limits.timeout.as_millis() as u64, "timer"),
                 AppliedLimit::new("cpuTimeMs", cpu_seconds(limits) * 1000, engine),
                 AppliedLimit::new("memoryBytes", limits.memory_bytes, engine),
-                AppliedLimit::new("maxPids", limits.max_pids as u64, engine),
-                AppliedLimit::new("maxOpenFiles", limits.max_open_files, engine),
-                AppliedLimit::new("maxFileSize", limits.max_file_size, engine),
-                AppliedLimit::new("tmpSize", limits.tmp_size, engine),
-                AppliedLimit::new("maxOutputBytes", limits.max_output_bytes as u64, "host"),
-                AppliedLimit::new("maxModuleBytes", limits.max_module_bytes, "host"),
+                AppliedLimit::new("maxPids", limits.boundary.max_pids as u64, engine),
+                AppliedLimit::new("maxOpenFiles", limits.boundary.max_open_files, engine),
+                AppliedLimit::new("maxFileSize", limits.boundary.max_file_size, engine),
+                AppliedLimit::new("tmpSize", limits.tmp_bytes, engine),
+                AppliedLimit::new("maxOutputBytes", limits.output_bytes, "host"),
+                AppliedLimit::new("maxModuleBytes", limits.boundary.max_module_bytes, "host"),
             ],
             notes,
         }

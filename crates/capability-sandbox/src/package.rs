@@ -1,11 +1,14 @@
-//! Safe acquisition checks on the host side: the module path stays inside the package root,
+//! Safe acquisition checks on the host side: the module path stays inside the package root
+//! (`capability-exec`'s resolution, the one every executor uses),
 //! and its exact bytes match the declared integrity before anything runs. The bytes are
 //! checked by `capability-exec`'s one integrity checker (the WASM executor uses the same),
 //! streamed from the file under a size limit rather than read whole.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
-use capability_exec::{DEFAULT_MAX_MODULE_BYTES, IntegrityError, digest_file};
+use capability_exec::{
+    DEFAULT_MAX_MODULE_BYTES, IntegrityError, ModuleError, digest_file, resolve_module_path,
+};
 
 use crate::error::SandboxError;
 use crate::types::ModuleSpec;
@@ -46,72 +49,26 @@ pub fn resolve_module_limited(
     max_module_bytes: u64,
 ) -> Result<ResolvedModule, SandboxError> {
     let module = spec.module.as_str();
-    let escape = |reason: &str| SandboxError::PathEscape {
-        module: module.to_string(),
-        reason: reason.to_string(),
-    };
-    if module.contains('\0') {
-        return Err(escape("it contains a NUL byte"));
-    }
-    let rest = module
-        .strip_prefix("./")
-        .ok_or_else(|| escape("it must start with ./"))?;
-    let rel = Path::new(rest);
-    for component in rel.components() {
-        match component {
-            Component::Normal(_) | Component::CurDir => {}
-            Component::ParentDir => return Err(escape("it contains a `..` component")),
-            Component::RootDir | Component::Prefix(_) => {
-                return Err(escape("it is absolute"));
-            }
-        }
-    }
-    if rel.as_os_str().is_empty() {
-        return Err(escape("it names the package root itself"));
-    }
-    let root = spec
-        .package_root
-        .canonicalize()
-        .map_err(|e| SandboxError::io(format!("package root {:?}", spec.package_root), e))?;
+    let path = resolve_module_path(&spec.package_root, module).map_err(module_error)?;
     let mount_root = match &spec.install_root {
-        None => root.clone(),
+        None => path.package_root.clone(),
         Some(install) => {
             let install = install
                 .canonicalize()
                 .map_err(|e| SandboxError::io(format!("install root {install:?}"), e))?;
-            if !root.starts_with(&install) {
+            if !path.package_root.starts_with(&install) {
                 return Err(SandboxError::Invalid {
                     detail: format!(
-                        "install root {install:?} does not contain the package root {root:?}"
+                        "install root {install:?} does not contain the package root {:?}",
+                        path.package_root
                     ),
                 });
             }
             install
         }
     };
-    let joined = root.join(rel);
-    let real = match joined.canonicalize() {
-        Ok(real) => real,
-        Err(_) => {
-            // A dangling symlink or a missing file. Tell them apart for a precise error.
-            if std::fs::symlink_metadata(&joined).is_ok() {
-                return Err(escape(
-                    "it is a symlink that does not resolve inside the package",
-                ));
-            }
-            return Err(SandboxError::ModuleNotFound { path: joined });
-        }
-    };
-    if !real.starts_with(&root) {
-        return Err(escape(&format!(
-            "it resolves to {} outside the package root",
-            real.display()
-        )));
-    }
+    let real = path.file;
     let meta = std::fs::metadata(&real).map_err(|e| SandboxError::io(format!("{real:?}"), e))?;
-    if !meta.is_file() {
-        return Err(SandboxError::ModuleNotFound { path: real });
-    }
     let digest = digest_file(
         &real,
         spec.integrity.as_deref(),
@@ -122,7 +79,10 @@ pub fn resolve_module_limited(
     let relative = real
         .strip_prefix(&mount_root)
         .map(Path::to_path_buf)
-        .map_err(|_| escape("it is outside the mounted root"))?;
+        .map_err(|_| SandboxError::PathEscape {
+            module: module.to_string(),
+            reason: "it is outside the mounted root".into(),
+        })?;
     use std::os::unix::fs::PermissionsExt as _;
     Ok(ResolvedModule {
         sha256: digest.sha256_hex(),
@@ -132,6 +92,18 @@ pub fn resolve_module_limited(
         mount_root,
         relative,
     })
+}
+
+/// The sandbox's error for a module path refused by `capability-exec`'s resolution.
+fn module_error(e: ModuleError) -> SandboxError {
+    match e {
+        ModuleError::Escape { module, reason } => SandboxError::PathEscape { module, reason },
+        ModuleError::NotFound { path } => SandboxError::ModuleNotFound { path },
+        ModuleError::Io { context, source } => SandboxError::Io { context, source },
+        other => SandboxError::Invalid {
+            detail: other.to_string(),
+        },
+    }
 }
 
 /// Checks `bytes` against an integrity string, with the rules every module kind shares

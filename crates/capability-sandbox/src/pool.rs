@@ -2,21 +2,23 @@
 
 use std::sync::{Arc, Mutex};
 
+use capability_exec::{Grants, Limits};
+
 use crate::process::ProcessSandbox;
 use crate::session::Session;
 use crate::stamp::FileStamp;
-use crate::types::{Grants, Limits, ModuleSpec};
+use crate::types::{ModuleSpec, ProcessLimits};
 
 /// What a spare was started for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Key {
     module: String,
     grants: Grants,
-    limits: Limits,
+    limits: Limits<ProcessLimits>,
 }
 
 impl Key {
-    fn of(spec: &ModuleSpec, grants: &Grants, limits: &Limits) -> Key {
+    fn of(spec: &ModuleSpec, grants: &Grants, limits: &Limits<ProcessLimits>) -> Key {
         Key {
             module: format!(
                 "{}\u{0}{}\u{0}{}\u{0}{}\u{0}{}",
@@ -109,7 +111,7 @@ impl SandboxPool {
         sandbox: &'static ProcessSandbox,
         spec: &ModuleSpec,
         grants: &Grants,
-        limits: &Limits,
+        limits: &Limits<ProcessLimits>,
     ) -> Option<Session> {
         let key = Key::of(spec, grants, limits);
         let now = stamp(spec);
@@ -144,7 +146,7 @@ impl SandboxPool {
         sandbox: &'static ProcessSandbox,
         spec: &ModuleSpec,
         grants: &Grants,
-        limits: &Limits,
+        limits: &Limits<ProcessLimits>,
     ) {
         self.refill(sandbox, spec, Key::of(spec, grants, limits), stamp(spec))
             .start();

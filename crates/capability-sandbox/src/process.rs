@@ -1,6 +1,5 @@
 //! The Linux process sandbox: policy (what the boundary opens) on top of `linux::spawn`.
 
-use std::collections::BTreeSet;
 use std::ffi::CString;
 use std::os::fd::AsRawFd as _;
 use std::os::unix::ffi::OsStrExt as _;
@@ -10,17 +9,19 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::error::{GuestError, SandboxError};
-use crate::linux::host::{self, CgroupInfo, CgroupMemory, CgroupParent, Interpreter, RunCgroup};
-use crate::linux::landlock::{self, LandlockPlan};
+use capability_exec::{Grants, GuestError, Invocation, Limits, SandboxReport, effects};
+
+use crate::error::SandboxError;
+use crate::linux::host::{self, CgroupInfo, CgroupParent, Interpreter, RunCgroup};
+use crate::linux::landlock::LandlockPlan;
 use crate::linux::seccomp;
-use crate::linux::spawn::{self, ChildPlan, End, Exchange, MountOp};
+use crate::linux::spawn::{self, ChildPlan, End, Exchange};
 use crate::linux::sys;
 use crate::package::{ResolvedModule, resolve_module_limited};
-use crate::protect::{self, Protected};
+use crate::plan::{CgroupFacts, LimitPlan, SandboxPlan, cstring, path_cstring};
+use crate::protect;
 use crate::protocol::{self, Response};
-use crate::report::{AppliedLimit, BoundaryReport};
-use crate::types::{Grants, Invocation, Limits, ModuleKind, ModuleSpec, RunOutcome, effects};
+use crate::types::{ModuleKind, ModuleSpec, Outcome, ProcessLimits};
 
 const NODE_SHIM: &str = include_str!("shims/node.mjs");
 const PYTHON_SHIM: &str = include_str!("shims/python.py");
@@ -79,7 +80,7 @@ struct Opening<'a> {
 /// One response of a session, handed to the session's callback.
 pub(crate) struct SessionReply {
     /// The op's result, as a one-shot run would report it.
-    pub outcome: RunOutcome,
+    pub outcome: Outcome,
     /// The hooks the module exports, as the shim's handshake listed them.
     pub hooks: Option<Vec<String>>,
 }
@@ -210,8 +211,8 @@ impl ProcessSandbox {
         spec: &ModuleSpec,
         invocation: &Invocation,
         grants: &Grants,
-        limits: &Limits,
-    ) -> Result<RunOutcome, SandboxError> {
+        limits: &Limits<ProcessLimits>,
+    ) -> Result<Outcome, SandboxError> {
         let kind = ModuleKind::of(&spec.module);
         if kind == ModuleKind::Wasm {
             return Err(SandboxError::UseWasmExecutor {
@@ -219,7 +220,7 @@ impl ProcessSandbox {
             });
         }
         check_limits(limits)?;
-        let module = resolve_module_limited(spec, limits.max_module_bytes)?;
+        let module = resolve_module_limited(spec, limits.boundary.max_module_bytes)?;
         let inside_module = Path::new(PACKAGE_MOUNT).join(&module.relative);
         let target = self.target(kind, spec, &module, &inside_module, limits)?;
         let envelope = protocol::envelope(invocation, &spec.manifest, grants);
@@ -253,10 +254,10 @@ impl ProcessSandbox {
         &self,
         spec: &ModuleSpec,
         grants: &Grants,
-        limits: &Limits,
+        limits: &Limits<ProcessLimits>,
         first: spawn::FirstFn<'_>,
         on_reply: &mut dyn FnMut(SessionReply) -> spawn::Next,
-    ) -> Result<RunOutcome, SandboxError> {
+    ) -> Result<Outcome, SandboxError> {
         let kind = ModuleKind::of(&spec.module);
         if !matches!(kind, ModuleKind::Node | ModuleKind::Python) {
             return Err(SandboxError::Invalid {
@@ -267,7 +268,7 @@ impl ProcessSandbox {
             });
         }
         check_limits(limits)?;
-        let module = resolve_module_limited(spec, limits.max_module_bytes)?;
+        let module = resolve_module_limited(spec, limits.boundary.max_module_bytes)?;
         let inside_module = Path::new(PACKAGE_MOUNT).join(&module.relative);
         let target = self.target(kind, spec, &module, &inside_module, limits)?;
         let opening = Opening {
@@ -311,7 +312,7 @@ impl ProcessSandbox {
         spec: &ModuleSpec,
         module: &ResolvedModule,
         inside_module: &Path,
-        limits: &Limits,
+        limits: &Limits<ProcessLimits>,
     ) -> Result<Target, SandboxError> {
         let unavailable = |reason: String| SandboxError::Unavailable {
             boundary: "process-sandbox",
@@ -385,405 +386,72 @@ impl ProcessSandbox {
         }
     }
 
-    /// Everything a sandbox needs before it starts: the new root (the system, `contents`, the
-    /// grants), landlock, seccomp, limits, the cgroup and the report. `long_lived` (a child
-    /// program rather than one hook run) drops RLIMIT_CPU and the run-only limits (wall clock,
-    /// output, module size) from the plan and the report.
+    /// Everything a sandbox needs before it starts, in stages: what it opens
+    /// ([`SandboxPlan`]: the new root, landlock, namespaces, environment — decided without
+    /// creating anything), the run's cgroup and its limits ([`LimitPlan`]), then the plans
+    /// applied: the mount point, the child's plan (maps, mounts, rlimits, landlock, seccomp)
+    /// and the report. `long_lived` (a child program rather than one hook run) drops
+    /// RLIMIT_CPU and the run-only limits (wall clock, output, module size) from the plan and
+    /// the report.
     pub(crate) fn prepare(
         &self,
         target: &Target,
         contents: Contents<'_>,
         grants: &Grants,
-        limits: &Limits,
+        limits: &Limits<ProcessLimits>,
         long_lived: bool,
     ) -> Result<Prepared, SandboxError> {
-        let network = grants.network();
-        let spawn_granted = grants.spawn();
+        let plan = SandboxPlan::new(
+            target,
+            contents,
+            grants,
+            limits,
+            protect::protected_paths(&self.config.protected),
+        )?;
         // SAFETY: geteuid/getegid cannot fail.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        let mut notes: Vec<String> = Vec::new();
         let identity = GuestIdentity::for_host(uid);
+        let landlock_abi = self.landlock_abi();
+        let mut notes: Vec<String> = Vec::new();
         if identity.maps_by_host {
             notes.push(format!(
                 "the guest runs as host uid {HOST_NOBODY} (nobody), not as the host's root: host \
                  permissions apply to granted paths, and what nobody cannot read fails with EACCES"
             ));
         }
-
-        let protected = protect::protected_paths(&self.config.protected);
-        let scratch = MountDir::create(self.config.scratch_dir.as_deref())?;
-        let mut root = RootBuilder::new(scratch.path.clone(), protected);
-        let landlock_abi = self.landlock_abi();
-        let mut ll = landlock_abi
-            .as_ref()
-            .ok()
-            .map(|&abi| LandlockPlan::new(abi, network));
         if let Err(e) = &landlock_abi {
             notes.push(format!("landlock unavailable: {e}"));
         }
-        let exec_right = if spawn_granted { sys::FS_EXECUTE } else { 0 };
-        let allow = |ll: &mut Option<LandlockPlan>, p: &str, access: u64, is_dir: bool| {
-            if let Some(ll) = ll.as_mut() {
-                ll.allow(p, access, is_dir);
-            }
-        };
-        allow(&mut ll, "/", sys::FS_READ_DIR, true);
-
-        // System directories.
-        for dir in host::SYSTEM_DIRS {
-            let p = Path::new(dir);
-            match std::fs::symlink_metadata(p) {
-                Ok(m) if m.file_type().is_symlink() => {
-                    if let Ok(t) = std::fs::read_link(p) {
-                        root.symlink(&t, p)?;
-                    }
-                }
-                Ok(m) if m.is_dir() => root.bind(p, p, ro_attrs(), true)?,
-                _ => continue,
-            }
-            allow(&mut ll, dir, landlock::READ | exec_right, true);
-        }
-        // A minimal /etc.
-        root.mkdir_p(Path::new("/etc"))?;
-        for entry in host::ETC_ENTRIES {
-            let p = Path::new("/etc").join(entry);
-            let Ok(real) = p.canonicalize() else { continue };
-            let Ok(meta) = std::fs::metadata(&real) else {
-                continue;
-            };
-            root.bind(
-                &real,
-                &p,
-                ro_attrs() | sys::MOUNT_ATTR_NOEXEC,
-                meta.is_dir(),
-            )?;
-        }
-        root.write_file(
-            Path::new("/etc/passwd"),
-            format!("sandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/tmp:/nonexistent\n")
-                .into_bytes(),
-        )?;
-        root.write_file(
-            Path::new("/etc/group"),
-            format!("sandbox:x:{SANDBOX_UID}:\n").into_bytes(),
-        )?;
-        allow(&mut ll, "/etc", landlock::READ, true);
-        // /dev with the harmless character devices.
-        root.mkdir_p(Path::new("/dev"))?;
-        for dev in ["null", "zero", "full", "random", "urandom"] {
-            let p = Path::new("/dev").join(dev);
-            if p.exists() {
-                root.bind(
-                    &p,
-                    &p,
-                    sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NOEXEC,
-                    false,
-                )?;
-                allow(
-                    &mut ll,
-                    &p.to_string_lossy(),
-                    sys::FS_READ_FILE | sys::FS_WRITE_FILE | sys::FS_IOCTL_DEV,
-                    false,
-                );
-            }
-        }
-        for (link, to) in [
-            ("/dev/fd", "/proc/self/fd"),
-            ("/dev/stdin", "/proc/self/fd/0"),
-            ("/dev/stdout", "/proc/self/fd/1"),
-            ("/dev/stderr", "/proc/self/fd/2"),
-        ] {
-            root.symlink(Path::new(to), Path::new(link))?;
-        }
-        allow(&mut ll, "/dev", sys::FS_READ_DIR, true);
-        if let Contents::Package(module) = contents {
-            // The package, read-only, through an overlay that hides its host path.
-            root.overlay(&module.mount_root, Path::new(PACKAGE_MOUNT), ro_attrs())?;
-            allow(&mut ll, PACKAGE_MOUNT, landlock::READ, true);
-        }
-        // Private tmp.
-        root.mkdir_p(Path::new("/tmp"))?;
-        let inodes = (limits.tmp_size / 4096).clamp(1024, 1 << 20);
-        root.tmpfs(
-            Path::new("/tmp"),
-            &format!("size={},nr_inodes={inodes},mode=1777", limits.tmp_size),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-        )?;
-        allow(&mut ll, "/tmp", landlock::WRITE, true);
-        // procfs of the new pid namespace.
-        root.mkdir_p(Path::new("/proc"))?;
-        root.proc(Path::new("/proc"))?;
-        allow(&mut ll, "/proc", landlock::READ, true);
-        // Interpreter prefixes outside the system directories.
-        for extra in &target.extra_roots {
-            root.bind(extra, extra, ro_attrs(), true)?;
-            allow(
-                &mut ll,
-                &extra.to_string_lossy(),
-                landlock::READ | exec_right,
-                true,
-            );
-        }
-        // Executables the guest itself must be able to execve.
-        let mut exec_files = target.exec_files.clone();
-        for f in &target.exec_files {
-            let host_path = match contents {
-                Contents::Package(module) if f.starts_with(PACKAGE_MOUNT) => {
-                    module.host_path.clone()
-                }
-                _ => f.clone(),
-            };
-            if let Some(interp) = host::elf_interpreter(&host_path) {
-                exec_files.push(interp);
-            }
-        }
-        for f in &exec_files {
-            allow(
-                &mut ll,
-                &f.to_string_lossy(),
-                sys::FS_EXECUTE | sys::FS_READ_FILE,
-                false,
-            );
-        }
-        // Granted paths.
-        let mut read_paths = Vec::new();
-        let mut write_paths = Vec::new();
-        let mut grant_list: Vec<(PathBuf, bool)> = Vec::new();
-        if grants.has(effects::FILESYSTEM_READ) {
-            for p in &grants.read_paths {
-                grant_list.push((check_grant_path(p)?, false));
-            }
-        }
-        if grants.has(effects::FILESYSTEM_WRITE) {
-            for p in &grants.write_paths {
-                grant_list.push((check_grant_path(p)?, true));
-            }
-        }
-        // A child's code: read-only at its host path, mappable as code like the package.
-        let code: Vec<PathBuf> = match contents {
-            Contents::Package(_) => Vec::new(),
-            Contents::Code { roots, .. } => code_roots(roots, &target.extra_roots)?,
-        };
-        let mut mounts: Vec<(PathBuf, Option<bool>)> =
-            code.into_iter().map(|p| (p, None)).collect();
-        mounts.extend(grant_list.into_iter().map(|(p, w)| (p, Some(w))));
-        mounts.sort_by_key(|(p, _)| p.components().count());
-        for (p, grant) in mounts {
-            let is_dir = p.is_dir();
-            let Some(write) = grant else {
-                root.bind(&p, &p, ro_attrs(), is_dir)?;
-                allow(
-                    &mut ll,
-                    &p.to_string_lossy(),
-                    landlock::READ | exec_right,
-                    is_dir,
-                );
-                continue;
-            };
-            // Granted paths hold data, not code: noexec, so that neither execve nor an
-            // executable mapping (the dynamic loader, dlopen) can use a file from them.
-            let attrs = if write {
-                sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV | sys::MOUNT_ATTR_NOEXEC
-            } else {
-                ro_attrs() | sys::MOUNT_ATTR_NOEXEC
-            };
-            if write || !host::under_system_dirs(&p) {
-                root.bind(&p, &p, attrs, is_dir)?;
-            }
-            let rights = if write {
-                landlock::WRITE_GRANT
-            } else {
-                landlock::READ
-            };
-            allow(&mut ll, &p.to_string_lossy(), rights, is_dir);
-            if write {
-                write_paths.push(p.display().to_string());
-            } else {
-                read_paths.push(p.display().to_string());
-            }
-        }
-        if !grants.has(effects::FILESYSTEM_READ) && !grants.read_paths.is_empty() {
-            notes.push("read paths ignored: filesystem.read is not granted".into());
-        }
-        if !grants.has(effects::FILESYSTEM_WRITE) && !grants.write_paths.is_empty() {
-            notes.push("write paths ignored: filesystem.write is not granted".into());
-        }
-
-        // Environment.
-        let env: Vec<(String, String)> = match contents {
-            // A child's environment is its configuration, chosen by the host.
-            Contents::Code { env, .. } => env.to_vec(),
-            Contents::Package(_) if grants.has(effects::ENVIRONMENT_READ) => grants
-                .env
-                .iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-            Contents::Package(_) => Vec::new(),
-        };
-        if !grants.has(effects::ENVIRONMENT_READ) && !grants.env.is_empty() {
-            notes.push("environment ignored: environment.read is not granted".into());
-        }
-        let mut envp = Vec::with_capacity(env.len());
-        for (k, v) in &env {
-            if k.is_empty() || k.contains('=') {
-                return Err(SandboxError::Invalid {
-                    detail: format!("invalid environment variable name {k:?}"),
-                });
-            }
-            envp.push(cstring(format!("{k}={v}").into_bytes())?);
-        }
-
-        // Limits.
-        let cpu_secs = limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64;
-        let mut rlimits: Vec<(libc::c_int, u64, u64)> = vec![
-            (
-                libc::RLIMIT_DATA as libc::c_int,
-                limits.memory_bytes,
-                limits.memory_bytes,
-            ),
-            (
-                libc::RLIMIT_NOFILE as libc::c_int,
-                limits.max_open_files,
-                limits.max_open_files,
-            ),
-            (
-                libc::RLIMIT_FSIZE as libc::c_int,
-                limits.max_file_size,
-                limits.max_file_size,
-            ),
-            (libc::RLIMIT_CORE as libc::c_int, 0, 0),
-            (libc::RLIMIT_MSGQUEUE as libc::c_int, 0, 0),
-        ];
-        if !long_lived {
-            rlimits.push((libc::RLIMIT_CPU as libc::c_int, cpu_secs, cpu_secs + 1));
-        }
-        let cgroup = match self.cgroup_parent() {
-            Ok(parent) => match RunCgroup::create(&parent, limits.memory_bytes, limits.max_pids) {
-                Ok(cg) => Some(cg),
-                Err(e) => {
-                    notes.push(format!("cgroup not used: {e}"));
-                    None
-                }
-            },
-            Err(e) => {
-                notes.push(format!("cgroup not used: {e}"));
-                None
-            }
-        };
-        let cg_memory = cgroup.as_ref().map_or(CgroupMemory::None, |c| c.memory);
-        let memory_cgroup = cg_memory != CgroupMemory::None;
-        let pids_cgroup = cgroup.as_ref().is_some_and(|c| c.pids_dir.is_some());
-        let cgroup_label = match &cgroup {
-            Some(cg) if cg.version == 2 => "v2".to_string(),
-            Some(cg) => match (cg.pids_dir.is_some(), memory_cgroup) {
-                (true, true) => "v1-pids+memory".to_string(),
-                (true, false) => "v1-pids".to_string(),
-                _ => "v1-memory".to_string(),
-            },
-            None => "unavailable".to_string(),
-        };
-        // RLIMIT_NPROC counts every process of the guest's host uid, and a root host runs all
-        // its guests as nobody: with a pids cgroup (which counts exactly this sandbox) it is
-        // only a backstop, well above the limit, so that concurrent sandboxes do not share it.
-        let nproc = if pids_cgroup {
-            (limits.max_pids as u64).saturating_mul(4).max(256)
-        } else {
-            limits.max_pids as u64
-        };
-        rlimits.push((libc::RLIMIT_NPROC as libc::c_int, nproc, nproc));
-        let memory = memory_policy(cg_memory, target.kind, spawn_granted, limits);
-        if let Some(r#as) = memory.rlimit_as {
-            rlimits.push((libc::RLIMIT_AS as libc::c_int, r#as, r#as));
-        }
-        // uid 0 is exempt from RLIMIT_NPROC: without a cgroup, a watchdog counts processes.
-        let guest_uid = identity.host_uid(uid);
-        let pids_watchdog =
-            (spawn_granted && !pids_cgroup && guest_uid == 0).then_some(limits.max_pids);
-        let mut applied = if long_lived {
-            Vec::new()
-        } else {
-            vec![
-                AppliedLimit::new(
-                    "wallTimeoutMs",
-                    limits.wall_timeout.as_millis() as u64,
-                    "timer",
-                ),
-                AppliedLimit::new("cpuTimeMs", cpu_secs * 1000, "rlimit"),
-            ]
-        };
-        applied.push(memory.applied);
-        applied.push(match (&cgroup, guest_uid, spawn_granted) {
-            (Some(cg), _, _) if pids_cgroup => AppliedLimit::new(
-                "maxPids",
-                limits.max_pids as u64,
-                if cg.version == 2 { "rlimit+cgroup" } else { "rlimit+cgroup-v1" },
-            ),
-            (_, 0, true) => {
-                let mut l = AppliedLimit::new("maxPids", limits.max_pids as u64, "watchdog");
-                l.note = Some("best effort: uid 0 is exempt from RLIMIT_NPROC and no cgroup is available; processes are counted in /proc every 1 ms and the sandbox is killed past the limit, but a fast fork bomb can briefly exceed it".into());
-                l
-            }
-            (_, 0, false) => {
-                let mut l = AppliedLimit::new("maxPids", 1, "seccomp");
-                l.note = Some("process creation is refused (process.spawn not granted); threads are not counted because uid 0 is exempt from RLIMIT_NPROC".into());
-                l
-            }
-            (_, _, _) => AppliedLimit::new("maxPids", limits.max_pids as u64, "rlimit"),
+        notes.extend(plan.notes.iter().cloned());
+        let cgroup = self.run_cgroup(limits, &mut notes);
+        let facts = cgroup.as_ref().map(|cg| CgroupFacts {
+            version: cg.version,
+            pids: cg.pids_dir.is_some(),
+            memory: cg.memory,
         });
-        applied.push(AppliedLimit::new(
-            "maxOpenFiles",
-            limits.max_open_files,
-            "rlimit",
-        ));
-        applied.push(AppliedLimit::new(
-            "maxFileSize",
-            limits.max_file_size,
-            "rlimit",
-        ));
-        applied.push(AppliedLimit::new("tmpSize", limits.tmp_size, "tmpfs"));
-        if !long_lived {
-            applied.push(AppliedLimit::new(
-                "maxOutputBytes",
-                limits.max_output_bytes as u64,
-                "host",
-            ));
-            applied.push(AppliedLimit::new(
-                "maxModuleBytes",
-                limits.max_module_bytes,
-                "host",
-            ));
-        }
-        if let Some(w) = pids_watchdog {
+        let limit_plan = LimitPlan::new(
+            limits,
+            facts,
+            target.kind,
+            plan.spawn,
+            identity.host_uid(uid),
+            long_lived,
+        );
+        if let Some(w) = limit_plan.pids_watchdog {
             notes.push(format!("pid watchdog active (limit {w})"));
         }
+        notes.extend(plan.root.mask_notes.iter().cloned());
 
-        let mut namespaces = vec!["user", "mount", "pid", "ipc", "uts", "cgroup"];
-        let mut flags = sys::CLONE_NEWUSER
-            | sys::CLONE_NEWNS
-            | sys::CLONE_NEWPID
-            | sys::CLONE_NEWIPC
-            | sys::CLONE_NEWUTS
-            | sys::CLONE_NEWCGROUP;
-        if !network {
-            flags |= sys::CLONE_NEWNET;
-            namespaces.push("net");
-        }
-
-        let mut argv = Vec::with_capacity(target.argv.len());
-        for a in &target.argv {
-            argv.push(cstring(a.clone())?);
-        }
-        let maps = (identity.uid_map(uid), identity.gid_map(gid));
+        let scratch = MountDir::create(self.config.scratch_dir.as_deref())?;
+        let (namespaces, flags) = plan.namespaces();
         let seccomp_policy = seccomp::Policy {
-            spawn: spawn_granted,
-            memfd: memory_cgroup,
-            network,
+            spawn: plan.spawn,
+            memfd: limit_plan.memory_cgroup,
+            network: plan.network,
         };
-        let (mounts, mask_notes) = root.finish()?;
-        notes.extend(mask_notes);
-        let plan = ChildPlan {
-            uid_map: maps.0,
-            gid_map: maps.1,
+        let child = ChildPlan {
+            uid_map: identity.uid_map(uid),
+            gid_map: identity.gid_map(gid),
             maps_by_host: identity.maps_by_host,
             fallback_maps: identity.maps_by_host.then(|| {
                 (
@@ -793,25 +461,39 @@ impl ProcessSandbox {
             }),
             guest_ids: identity.guest_ids,
             new_root: path_cstring(&scratch.path)?,
-            mounts,
+            mounts: plan.root.mount_ops(&scratch.path)?,
             scrub: host::scrub_ranges().to_vec(),
-            pids_watchdog,
+            pids_watchdog: limit_plan.pids_watchdog,
             workdir: c"/tmp".to_owned(),
-            rlimits,
-            landlock: ll,
+            rlimits: limit_plan.rlimits,
+            landlock: landlock_abi.as_ref().ok().map(|&abi| {
+                let mut ll = LandlockPlan::new(abi, plan.network);
+                for rule in &plan.access {
+                    ll.allow(&rule.path, rule.rights, rule.is_dir);
+                }
+                ll
+            }),
             seccomp: Some(seccomp::build_filter(&seccomp_policy)),
             exec_once: seccomp_policy.exec_once(),
             exec: cstring(target.argv[0].clone())?,
-            argv,
-            envp,
+            argv: target
+                .argv
+                .iter()
+                .map(|a| cstring(a.clone()))
+                .collect::<Result<_, _>>()?,
+            envp: plan
+                .env
+                .iter()
+                .map(|(k, v)| cstring(format!("{k}={v}").into_bytes()))
+                .collect::<Result<_, _>>()?,
             cgroup_procs_fds: cgroup
                 .as_ref()
                 .map(|c| c.procs_fds.iter().map(|f| f.as_raw_fd()).collect())
                 .unwrap_or_default(),
-            sysctls: sysctls(memory_cgroup, limits)?,
+            sysctls: sysctls(limit_plan.memory_cgroup, limits)?,
         };
 
-        let report = BoundaryReport {
+        let report = SandboxReport {
             kind: "process-sandbox",
             runner: target.kind.as_str(),
             program: target.program_label.clone(),
@@ -821,29 +503,48 @@ impl ProcessSandbox {
                 Err(_) => "unavailable".into(),
             },
             seccomp: true,
-            network: if network { "host" } else { "none" },
-            process_spawn: spawn_granted,
-            read_paths,
-            write_paths,
-            environment: env.iter().map(|(k, _)| k.clone()).collect(),
+            network: if plan.network { "host" } else { "none" },
+            process_spawn: plan.spawn,
+            read_paths: plan.read_paths,
+            write_paths: plan.write_paths,
+            environment: plan.env.into_iter().map(|(k, _)| k).collect(),
             secrets: if grants.has(effects::SECRETS_READ) {
                 grants.secrets.keys().cloned().collect()
             } else {
                 Vec::new()
             },
-            cgroup: cgroup_label,
-            limits: applied,
+            cgroup: limit_plan.cgroup_label,
+            limits: limit_plan.applied,
             notes,
         };
 
         Ok(Prepared {
-            plan,
+            plan: child,
             flags,
             cgroup,
             scratch,
             report,
             uid,
         })
+    }
+
+    /// The run's own cgroup, created under the parent with the memory and pids limits, or
+    /// none (with a note saying why).
+    fn run_cgroup(
+        &self,
+        limits: &Limits<ProcessLimits>,
+        notes: &mut Vec<String>,
+    ) -> Option<RunCgroup> {
+        let created = self.cgroup_parent().and_then(|parent| {
+            RunCgroup::create(&parent, limits.memory_bytes, limits.boundary.max_pids)
+        });
+        match created {
+            Ok(cg) => Some(cg),
+            Err(e) => {
+                notes.push(format!("cgroup not used: {e}"));
+                None
+            }
+        }
     }
 
     fn execute(
@@ -853,8 +554,8 @@ impl ProcessSandbox {
         opening: Opening<'_>,
         spec: &ModuleSpec,
         grants: &Grants,
-        limits: &Limits,
-    ) -> Result<RunOutcome, SandboxError> {
+        limits: &Limits<ProcessLimits>,
+    ) -> Result<Outcome, SandboxError> {
         let Opening {
             initial,
             mut first,
@@ -960,12 +661,13 @@ impl ProcessSandbox {
             };
             let mut boundary = session_report.clone();
             boundary.program.clone_from(&program.borrow());
-            let outcome = RunOutcome {
+            let outcome = Outcome {
                 result,
                 hook_present,
                 boundary,
                 duration: op_started.get().elapsed(),
                 stderr: String::from_utf8_lossy(stderr).into_owned(),
+                fuel_consumed: None,
             };
             let next = on_reply(SessionReply {
                 outcome,
@@ -983,8 +685,8 @@ impl ProcessSandbox {
             },
             hello: if uses_shim { Some(&mut hello) } else { None },
             reply: if session { Some(&mut reply) } else { None },
-            deadline: start + limits.wall_timeout,
-            max_output: limits.max_output_bytes,
+            deadline: start + limits.timeout,
+            max_output: usize::try_from(limits.output_bytes).unwrap_or(usize::MAX),
         });
         drop(scratch);
         report.program = program.into_inner();
@@ -1017,17 +719,18 @@ impl ProcessSandbox {
             };
             if fork_refused && cgroup.as_ref().is_some_and(RunCgroup::pids_max_hit) {
                 result = Err(SandboxError::PidLimit {
-                    limit: limits.max_pids,
+                    limit: limits.boundary.max_pids,
                 });
             }
         }
         drop(cgroup);
-        Ok(RunOutcome {
+        Ok(Outcome {
             result,
             hook_present,
             boundary: report,
             duration: finished.elapsed,
             stderr,
+            fuel_consumed: None,
         })
     }
 
@@ -1090,45 +793,9 @@ pub(crate) struct Prepared {
     pub cgroup: Option<RunCgroup>,
     /// The mount point of the new root; removed when dropped, after the sandbox ended.
     pub scratch: MountDir,
-    pub report: BoundaryReport,
+    pub report: SandboxReport,
     /// The host's effective uid.
     pub uid: u32,
-}
-
-/// A child's code roots, canonical, without those the system directories or the
-/// interpreter's prefix already show, nor those inside another root.
-fn code_roots(roots: &[PathBuf], extra: &[PathBuf]) -> Result<Vec<PathBuf>, SandboxError> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    for r in roots {
-        let real = r.canonicalize().map_err(|e| SandboxError::Invalid {
-            detail: format!("code path {} cannot be opened: {e}", r.display()),
-        })?;
-        // The sandbox's own /etc, /dev, /proc and /tmp stay its own.
-        let reserved = ["/proc", "/dev", "/sys", "/etc", PACKAGE_MOUNT]
-            .into_iter()
-            .find(|r| real.starts_with(r))
-            .or((real == Path::new("/tmp")).then_some("/tmp"));
-        if let Some(reserved) = reserved {
-            return Err(SandboxError::Invalid {
-                detail: format!(
-                    "code path {} lies under the reserved {reserved}",
-                    real.display()
-                ),
-            });
-        }
-        protect::refuse_whole_home(&real, "the code path")?;
-        if !host::under_system_dirs(&real) && !extra.iter().any(|e| real.starts_with(e)) {
-            out.push(real);
-        }
-    }
-    out.sort_by_key(|p| p.components().count());
-    let mut kept: Vec<PathBuf> = Vec::new();
-    for p in out {
-        if !kept.iter().any(|k| p.starts_with(k)) {
-            kept.push(p);
-        }
-    }
-    Ok(kept)
 }
 
 /// Who the guest is on the host.
@@ -1178,86 +845,6 @@ impl GuestIdentity {
     }
 }
 
-fn ro_attrs() -> u64 {
-    sys::MOUNT_ATTR_RDONLY | sys::MOUNT_ATTR_NOSUID | sys::MOUNT_ATTR_NODEV
-}
-
-/// Address space reserved by node beyond what it uses (V8 cages and code range, malloc arenas
-/// of its threads): node does not start under an RLIMIT_AS much below ~0.8 GiB.
-const NODE_AS_HEADROOM: u64 = 1 << 30;
-
-/// How a run's memory is limited.
-struct MemoryPolicy {
-    rlimit_as: Option<u64>,
-    applied: AppliedLimit,
-}
-
-/// Memory: the run's cgroup when it has a memory controller (it counts every page of the
-/// sandbox: private, shared, SysV, memfd, tmpfs, kernel), else RLIMIT_AS, which counts every
-/// mapping of a process, shared ones included, while SysV shared memory, message queues and
-/// memfds are refused (they hold memory without a mapping). RLIMIT_DATA is set in every case
-/// so that plain allocations fail cleanly with ENOMEM before anything is killed.
-fn memory_policy(cg: CgroupMemory, kind: ModuleKind, spawn: bool, limits: &Limits) -> MemoryPolicy {
-    let m = limits.memory_bytes;
-    let (mechanism, rlimit_as, enforced, note): (&str, Option<u64>, bool, String) = match cg {
-        CgroupMemory::V2 => (
-            "cgroup-v2-memory.max+rlimit-data",
-            None,
-            true,
-            "memory.max (and memory.swap.max 0) counts every page of the sandbox: private, \
-             shared, SysV, memfd, /tmp and kernel memory"
-                .into(),
-        ),
-        CgroupMemory::V1 { memsw } => (
-            "cgroup-v1-memory+rlimit-data",
-            None,
-            true,
-            if memsw {
-                "memory.limit_in_bytes and memory.memsw.limit_in_bytes count every page of the \
-                 sandbox: private, shared, SysV, memfd, /tmp and kernel memory, swap included"
-                    .into()
-            } else {
-                "memory.limit_in_bytes counts every page of the sandbox: private, shared, SysV, \
-                 memfd, /tmp and kernel memory; swap is not accounted on this host"
-                    .into()
-            },
-        ),
-        CgroupMemory::None if kind == ModuleKind::Node => (
-            "rlimit-as+rlimit-data",
-            Some(m.saturating_add(NODE_AS_HEADROOM)),
-            false,
-            format!(
-                "no memory cgroup: node needs about 0.8 GiB of address space to start, so \
-                 RLIMIT_AS is the limit plus {} MiB; private memory is held to the limit by \
-                 RLIMIT_DATA and the V8 heap flag, but native code could map more shared memory",
-                NODE_AS_HEADROOM >> 20
-            ),
-        ),
-        CgroupMemory::None if spawn => (
-            "rlimit-as+rlimit-data",
-            Some(m),
-            false,
-            "no memory cgroup: RLIMIT_AS holds each process (shared mappings included) to the \
-             limit, but with process.spawn the sandbox as a whole can use the limit once per \
-             process"
-                .into(),
-        ),
-        CgroupMemory::None => (
-            "rlimit-as+rlimit-data",
-            Some(m),
-            true,
-            "no memory cgroup: RLIMIT_AS counts every mapping of the (only) guest process, shared \
-             ones included; memfd_create and SysV shmget/msgget/semget are refused; /tmp is \
-             limited separately by tmpSize"
-                .into(),
-        ),
-    };
-    let mut applied = AppliedLimit::new("memoryBytes", m, mechanism);
-    applied.enforced = enforced;
-    applied.note = Some(note);
-    MemoryPolicy { rlimit_as, applied }
-}
-
 /// Sysctls of the sandbox's own namespaces, all best effort (the init may write them only when
 /// it is root inside, i.e. on a root host). IPC: SysV limits (with a memory cgroup, segments
 /// capped at the limit, which the cgroup counts anyway; without one, zero, on top of the
@@ -1266,7 +853,7 @@ fn memory_policy(cg: CgroupMemory, kind: ModuleKind, spawn: bool, limits: &Limit
 /// anyway).
 fn sysctls(
     memory_cgroup: bool,
-    limits: &Limits,
+    limits: &Limits<ProcessLimits>,
 ) -> Result<Vec<(CString, Vec<u8>, bool)>, SandboxError> {
     // SAFETY: sysconf has no preconditions.
     let page = u64::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) })
@@ -1299,265 +886,36 @@ fn sysctls(
     Ok(out)
 }
 
-pub(crate) fn check_limits(limits: &Limits) -> Result<(), SandboxError> {
+pub(crate) fn check_limits(limits: &Limits<ProcessLimits>) -> Result<(), SandboxError> {
     let bad = |what: &str| {
         Err(SandboxError::Invalid {
             detail: format!("limit {what} must be positive"),
         })
     };
-    if limits.wall_timeout.is_zero() {
-        return bad("wall_timeout");
+    if limits.timeout.is_zero() {
+        return bad("timeout");
     }
-    if limits.cpu_time.is_zero() {
+    if limits.boundary.cpu_time.is_zero() {
         return bad("cpu_time");
     }
     if limits.memory_bytes == 0 {
         return bad("memory_bytes");
     }
-    if limits.max_pids == 0 {
+    if limits.boundary.max_pids == 0 {
         return bad("max_pids");
     }
-    if limits.max_open_files < 16 {
+    if limits.boundary.max_open_files < 16 {
         return Err(SandboxError::Invalid {
             detail: "limit max_open_files must be at least 16".into(),
         });
     }
-    if limits.tmp_size == 0 {
-        return bad("tmp_size");
+    if limits.tmp_bytes == 0 {
+        return bad("tmp_bytes");
     }
-    if limits.max_module_bytes == 0 {
+    if limits.boundary.max_module_bytes == 0 {
         return bad("max_module_bytes");
     }
     Ok(())
-}
-
-/// A granted path must exist, be absolute, and not collide with the sandbox's own mounts.
-fn check_grant_path(p: &Path) -> Result<PathBuf, SandboxError> {
-    if !p.is_absolute() {
-        return Err(SandboxError::Invalid {
-            detail: format!("granted path {} must be absolute", p.display()),
-        });
-    }
-    let real = p.canonicalize().map_err(|e| SandboxError::Invalid {
-        detail: format!("granted path {} cannot be opened: {e}", p.display()),
-    })?;
-    for reserved in ["/proc", "/dev", PACKAGE_MOUNT, "/sys"] {
-        if real.starts_with(reserved) {
-            return Err(SandboxError::Invalid {
-                detail: format!(
-                    "granted path {} lies under the reserved {reserved}",
-                    real.display()
-                ),
-            });
-        }
-    }
-    if real == Path::new("/tmp") {
-        return Err(SandboxError::Invalid {
-            detail: format!("refusing to grant {} as a whole", real.display()),
-        });
-    }
-    protect::refuse_whole_home(&real, "the granted path")?;
-    Ok(real)
-}
-
-fn cstring(bytes: Vec<u8>) -> Result<CString, SandboxError> {
-    CString::new(bytes).map_err(|_| SandboxError::Invalid {
-        detail: "a path or argument contains a NUL byte".into(),
-    })
-}
-
-fn path_cstring(p: &Path) -> Result<CString, SandboxError> {
-    cstring(p.as_os_str().as_bytes().to_vec())
-}
-
-/// Builds the list of mount operations for the new root.
-struct RootBuilder {
-    root: PathBuf,
-    ops: Vec<MountOp>,
-    made: BTreeSet<PathBuf>,
-    /// Host paths no mount may expose.
-    protected: Vec<Protected>,
-    /// Masks over protected paths (inside path, is_dir), mounted after every bind.
-    masks: Vec<(PathBuf, bool)>,
-    /// What was masked, for the boundary report.
-    mask_notes: Vec<String>,
-}
-
-impl RootBuilder {
-    fn new(root: PathBuf, protected: Vec<Protected>) -> Self {
-        let mut b = RootBuilder {
-            root,
-            ops: Vec::new(),
-            made: BTreeSet::new(),
-            protected,
-            masks: Vec::new(),
-            mask_notes: Vec::new(),
-        };
-        b.made.insert(PathBuf::from("/"));
-        if let Ok(target) = path_cstring(&b.root) {
-            b.ops.push(MountOp::Tmpfs {
-                target,
-                flags: libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                data: c"size=4m,nr_inodes=4096,mode=0755".to_owned(),
-            });
-        }
-        b
-    }
-
-    fn host(&self, inside: &Path) -> PathBuf {
-        self.root.join(inside.strip_prefix("/").unwrap_or(inside))
-    }
-
-    fn mkdir_p(&mut self, inside: &Path) -> Result<(), SandboxError> {
-        let mut cur = PathBuf::from("/");
-        for c in inside.components().skip(1) {
-            cur.push(c);
-            if self.made.insert(cur.clone()) {
-                let h = self.host(&cur);
-                self.ops.push(MountOp::Mkdir(path_cstring(&h)?));
-            }
-        }
-        Ok(())
-    }
-
-    fn bind(
-        &mut self,
-        source: &Path,
-        inside: &Path,
-        attrs: u64,
-        is_dir: bool,
-    ) -> Result<(), SandboxError> {
-        self.guard(source, inside, attrs & sys::MOUNT_ATTR_RDONLY == 0)?;
-        if is_dir {
-            self.mkdir_p(inside)?;
-        } else {
-            if let Some(parent) = inside.parent() {
-                self.mkdir_p(parent)?;
-            }
-            if self.made.insert(inside.to_path_buf()) {
-                let h = self.host(inside);
-                self.ops.push(MountOp::Touch(path_cstring(&h)?));
-            }
-        }
-        let target = path_cstring(&self.host(inside))?;
-        self.ops.push(MountOp::Bind {
-            source: path_cstring(source)?,
-            target,
-            attrs,
-        });
-        Ok(())
-    }
-
-    /// Checks a host tree about to be mounted at `inside` against the protected paths:
-    /// refuses it, or records the masks to lay over protected paths inside it.
-    fn guard(&mut self, source: &Path, inside: &Path, writable: bool) -> Result<(), SandboxError> {
-        let real = protect::resolve(source);
-        for (at, is_dir, host, why) in protect::masks_for(&real, inside, writable, &self.protected)?
-        {
-            if !self.masks.iter().any(|(m, _)| *m == at) {
-                self.mask_notes.push(format!(
-                    "masked {} ({why}) at {}: an empty read-only mount covers it",
-                    host.display(),
-                    at.display()
-                ));
-                self.masks.push((at, is_dir));
-            }
-        }
-        Ok(())
-    }
-
-    /// Appends the masks (after every bind, so nothing mounted later can uncover them) and
-    /// returns the operations and the notes for the report.
-    fn finish(mut self) -> Result<(Vec<MountOp>, Vec<String>), SandboxError> {
-        let masks = std::mem::take(&mut self.masks);
-        for (at, is_dir) in masks {
-            let target = path_cstring(&self.host(&at))?;
-            if is_dir {
-                self.ops.push(MountOp::Tmpfs {
-                    target,
-                    flags: libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                    data: c"size=4k,nr_inodes=16,mode=0555".to_owned(),
-                });
-            } else {
-                self.ops.push(MountOp::Bind {
-                    source: c"/dev/null".to_owned(),
-                    target,
-                    attrs: ro_attrs() | sys::MOUNT_ATTR_NOEXEC,
-                });
-            }
-        }
-        Ok((self.ops, self.mask_notes))
-    }
-
-    fn symlink(&mut self, to: &Path, inside: &Path) -> Result<(), SandboxError> {
-        if let Some(parent) = inside.parent() {
-            self.mkdir_p(parent)?;
-        }
-        if self.made.insert(inside.to_path_buf()) {
-            self.ops.push(MountOp::Symlink {
-                target: path_cstring(to)?,
-                link: path_cstring(&self.host(inside))?,
-            });
-        }
-        Ok(())
-    }
-
-    fn tmpfs(
-        &mut self,
-        inside: &Path,
-        data: &str,
-        flags: libc::c_ulong,
-    ) -> Result<(), SandboxError> {
-        self.mkdir_p(inside)?;
-        self.ops.push(MountOp::Tmpfs {
-            target: path_cstring(&self.host(inside))?,
-            flags,
-            data: cstring(data.as_bytes().to_vec())?,
-        });
-        Ok(())
-    }
-
-    /// A fresh procfs, with the kernel-internal entries of [`PROC_MASKS`] covered.
-    fn proc(&mut self, inside: &Path) -> Result<(), SandboxError> {
-        self.mkdir_p(inside)?;
-        let mut masks = Vec::new();
-        for name in PROC_MASKS {
-            let host = Path::new("/proc").join(name);
-            let Ok(meta) = std::fs::symlink_metadata(&host) else {
-                continue;
-            };
-            masks.push((path_cstring(&self.host(&inside.join(name)))?, meta.is_dir()));
-        }
-        self.ops.push(MountOp::Proc {
-            target: path_cstring(&self.host(inside))?,
-            masks,
-        });
-        Ok(())
-    }
-
-    /// `source` read-only at `inside` as an overlay (see `MountOp::Overlay`).
-    fn overlay(&mut self, source: &Path, inside: &Path, attrs: u64) -> Result<(), SandboxError> {
-        self.guard(source, inside, false)?;
-        self.mkdir_p(inside)?;
-        self.ops.push(MountOp::Overlay {
-            source: path_cstring(source)?,
-            target: path_cstring(&self.host(inside))?,
-            attrs,
-        });
-        Ok(())
-    }
-
-    fn write_file(&mut self, inside: &Path, data: Vec<u8>) -> Result<(), SandboxError> {
-        if let Some(parent) = inside.parent() {
-            self.mkdir_p(parent)?;
-        }
-        self.made.insert(inside.to_path_buf());
-        self.ops.push(MountOp::WriteFile {
-            path: path_cstring(&self.host(inside))?,
-            data,
-        });
-        Ok(())
-    }
 }
 
 /// The empty host directory the new root is mounted on (in the child's namespace only).
@@ -1599,48 +957,6 @@ impl Drop for MountDir {
     }
 }
 
-/// `/proc` entries covered in every sandbox: kernel addresses, memory layout, kernel logs,
-/// keys, timers, hardware and driver state. None of them is needed by a runner; several are
-/// readable only by root (and a root host's guest used to act as root on them).
-const PROC_MASKS: &[&str] = &[
-    "kallsyms",
-    "kcore",
-    "kmsg",
-    "slabinfo",
-    "vmallocinfo",
-    "pagetypeinfo",
-    "zoneinfo",
-    "buddyinfo",
-    "iomem",
-    "ioports",
-    "modules",
-    "timer_list",
-    "timer_stats",
-    "sched_debug",
-    "latency_stats",
-    "lock_stat",
-    "keys",
-    "key-users",
-    "kpagecount",
-    "kpageflags",
-    "kpagecgroup",
-    "sysrq-trigger",
-    "config.gz",
-    "bootconfig",
-    "mtrr",
-    "dma",
-    "acpi",
-    "asound",
-    "scsi",
-    "bus",
-    "irq",
-    "driver",
-    "dynamic_debug",
-    "fs",
-    "sysvipc",
-    "tty",
-];
-
 /// The host uid (and gid) a root host's guest runs as: `nobody`. Host permissions then apply
 /// to everything the guest touches, as they would for an unprivileged user.
 const HOST_NOBODY: u32 = 65534;
@@ -1660,7 +976,7 @@ fn looks_like_oom(stderr: &str) -> bool {
     OOM_MARKERS.iter().any(|m| lower.contains(m))
 }
 
-fn guest_failure(g: GuestError, module: &str, limits: &Limits) -> SandboxError {
+fn guest_failure(g: GuestError, module: &str, limits: &Limits<ProcessLimits>) -> SandboxError {
     match g.code.as_deref() {
         Some("ENOMEM") => SandboxError::MemoryLimit {
             limit: limits.memory_bytes,
@@ -1679,7 +995,7 @@ fn classify(
     finished: &spawn::Finished,
     hello_error: Option<SandboxError>,
     cgroup: Option<&RunCgroup>,
-    limits: &Limits,
+    limits: &Limits<ProcessLimits>,
     module: &str,
     stderr: &str,
     hook_present: &mut bool,
@@ -1690,17 +1006,17 @@ fn classify(
     let rec = match &finished.end {
         End::TimedOut => {
             return Err(SandboxError::Timeout {
-                limit: limits.wall_timeout,
+                limit: limits.timeout,
             });
         }
         End::OutputOverflow => {
             return Err(SandboxError::OutputLimit {
-                limit: limits.max_output_bytes,
+                limit: limits.output_bytes,
             });
         }
         End::PidLimit => {
             return Err(SandboxError::PidLimit {
-                limit: limits.max_pids,
+                limit: limits.boundary.max_pids,
             });
         }
         End::Aborted(e) => {
@@ -1751,7 +1067,8 @@ fn classify(
     let cpu_used = Duration::from_micros(rec.utime_us + rec.stime_us);
     if libc::WIFSIGNALED(status) {
         let sig = libc::WTERMSIG(status);
-        let cpu_limit = Duration::from_secs(limits.cpu_time.as_secs_f64().ceil().max(1.0) as u64);
+        let cpu_limit =
+            Duration::from_secs(limits.boundary.cpu_time.as_secs_f64().ceil().max(1.0) as u64);
         if sig == libc::SIGXCPU
             || (sig == libc::SIGKILL && cpu_used + Duration::from_millis(50) >= cpu_limit)
         {
@@ -1774,7 +1091,7 @@ fn classify(
         }
         if sig == libc::SIGXFSZ {
             return Err(SandboxError::FileSizeLimit {
-                limit: limits.max_file_size,
+                limit: limits.boundary.max_file_size,
             });
         }
         if looks_like_oom(stderr) {
@@ -1788,7 +1105,7 @@ fn classify(
         }
         if pids_cgroup {
             return Err(SandboxError::PidLimit {
-                limit: limits.max_pids,
+                limit: limits.boundary.max_pids,
             });
         }
         return Err(SandboxError::Killed {

@@ -4,8 +4,10 @@ use serde_json::{Map, Value, json};
 
 use std::path::Path;
 
-use crate::error::{GuestError, SandboxError};
-use crate::types::{Grants, Invocation, ModuleKind, effects};
+use capability_exec::{Grants, GuestError, Invocation, effects};
+
+use crate::error::SandboxError;
+use crate::types::ModuleKind;
 
 /// Builds the request envelope: `{"op", "input", "plan", "output"?, "receipt"?, "manifest",
 /// "effects", "secrets"?}`. Secrets are included only when `secrets.read` is granted.

@@ -16,16 +16,18 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use capability_exec::{Grants, Invocation, Limits};
+
 use crate::error::SandboxError;
 use crate::linux::spawn::Next;
 use crate::process::{ProcessSandbox, SessionReply};
-use crate::types::{Grants, Invocation, Limits, ModuleSpec, RunOutcome};
+use crate::types::{ModuleSpec, Outcome, ProcessLimits};
 
 enum Event {
     /// The answer to the pending op; the process waits for the next request.
     Reply(SessionReply),
     /// The process ended (the result of the pending op, if one was pending).
-    Ended(Result<RunOutcome, SandboxError>),
+    Ended(Result<Outcome, SandboxError>),
 }
 
 /// One sandboxed process answering several hooks of one module, with fixed grants and limits.
@@ -34,7 +36,7 @@ pub struct Session {
     events: mpsc::Receiver<Event>,
     spec: ModuleSpec,
     grants: Grants,
-    limits: Limits,
+    limits: Limits<ProcessLimits>,
     hooks: Option<Vec<String>>,
     open: bool,
     /// Whether the first request was sent.
@@ -73,8 +75,8 @@ impl Session {
         spec: &ModuleSpec,
         first: &Invocation,
         grants: &Grants,
-        limits: &Limits,
-    ) -> Result<(Session, RunOutcome), SandboxError> {
+        limits: &Limits<ProcessLimits>,
+    ) -> Result<(Session, Outcome), SandboxError> {
         let mut session = Session::prestart(sandbox, spec, grants, limits)?;
         let outcome = session.call(first)?;
         Ok((session, outcome))
@@ -89,7 +91,7 @@ impl Session {
         sandbox: &'static ProcessSandbox,
         spec: &ModuleSpec,
         grants: &Grants,
-        limits: &Limits,
+        limits: &Limits<ProcessLimits>,
     ) -> Result<Session, SandboxError> {
         let (request_tx, request_rx) = mpsc::channel::<(Vec<u8>, Instant)>();
         let (event_tx, event_rx) = mpsc::channel::<Event>();
@@ -159,7 +161,7 @@ impl Session {
         }
     }
 
-    fn wait(&mut self) -> Result<RunOutcome, SandboxError> {
+    fn wait(&mut self) -> Result<Outcome, SandboxError> {
         let event = match self.ended.take() {
             Some(event) => Ok(event),
             None => self.events.recv(),
@@ -190,7 +192,7 @@ impl Session {
 
     /// Runs one more hook in the same process (with the session's grants and limits); the
     /// first call of a pre-started session is its first request.
-    pub fn call(&mut self, invocation: &Invocation) -> Result<RunOutcome, SandboxError> {
+    pub fn call(&mut self, invocation: &Invocation) -> Result<Outcome, SandboxError> {
         if !self.called
             && let Some(event) = self.ended.take()
         {
@@ -212,7 +214,7 @@ impl Session {
             ProcessSandbox::session_request(&self.spec, invocation, &self.grants)
         };
         self.called = true;
-        let deadline = Instant::now() + self.limits.wall_timeout;
+        let deadline = Instant::now() + self.limits.timeout;
         if requests.send((bytes, deadline)).is_err() {
             if first {
                 // Refused before it started: the thread's last event says why.
@@ -256,7 +258,7 @@ impl Session {
     }
 
     /// The limits the process was started with.
-    pub fn limits(&self) -> &Limits {
+    pub fn limits(&self) -> &Limits<ProcessLimits> {
         &self.limits
     }
 

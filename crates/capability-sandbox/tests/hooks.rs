@@ -3,8 +3,8 @@
 
 mod common;
 
-use capability_sandbox::{Grants, Invocation, ModuleSpec, RunOutcome, SandboxError, run_module};
-use common::{fixtures, limits};
+use capability_sandbox::{Grants, Invocation, ModuleSpec, SandboxError, run_module};
+use common::{Outcome, fixtures, limits};
 use serde_json::{Value, json};
 
 fn spec(module: &str, manifest: Value) -> ModuleSpec {
@@ -27,7 +27,7 @@ fn py_manifest() -> Value {
            "description": "Plan, execute, verify and rollback."})
 }
 
-fn run(spec: &ModuleSpec, inv: Invocation) -> RunOutcome {
+fn run(spec: &ModuleSpec, inv: Invocation) -> Outcome {
     run_module(spec, &inv, &Grants::none(), &limits()).unwrap()
 }
 

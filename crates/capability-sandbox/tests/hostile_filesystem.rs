@@ -177,7 +177,7 @@ fn a_symlink_in_the_package_does_not_reach_the_host() {
 #[test]
 fn filling_the_tmp_stops_at_its_size() {
     let limits = Limits {
-        tmp_size: 8 << 20,
+        tmp_bytes: 8 << 20,
         ..limits()
     };
     for lang in ALL {

@@ -11,8 +11,8 @@ use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use capability_sandbox::{Grants, RunOutcome, SandboxError};
-use common::{ALL, Lang, Package, chmod, guest_error, limits, ok_output};
+use capability_sandbox::{Grants, SandboxError};
+use common::{ALL, Lang, Outcome, Package, chmod, guest_error, limits, ok_output};
 use serde_json::{Value, json};
 
 const MARK: &str = "PWNED-new-program-ran-5c2e";
@@ -49,7 +49,7 @@ fn libm() -> PathBuf {
 }
 
 /// A guest error with one of `codes`, and nothing in the result or stderr shows `MARK`.
-fn assert_refused(out: &RunOutcome, what: &str, codes: &[&str]) -> String {
+fn assert_refused(out: &Outcome, what: &str, codes: &[&str]) -> String {
     let text = format!("{:?} {}", out.result, out.stderr);
     assert!(!text.contains(MARK), "{what}: a new program ran: {text}");
     let (code, message) = guest_error(out);
@@ -60,7 +60,7 @@ fn assert_refused(out: &RunOutcome, what: &str, codes: &[&str]) -> String {
     message
 }
 
-fn run(lang: Lang, input: Value, grants: &Grants) -> RunOutcome {
+fn run(lang: Lang, input: Value, grants: &Grants) -> Outcome {
     Package::new(lang).run(input, grants, &limits())
 }
 

@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use capability_sandbox::{
-    Grants, Invocation, ModuleSpec, ProcessSandbox, RunOutcome, SandboxConfig, SandboxError,
-    protect_host_path, run_module,
+    Grants, Invocation, ModuleSpec, ProcessSandbox, SandboxConfig, SandboxError, protect_host_path,
+    run_module,
 };
-use common::{ALL, Lang, Package, chmod, guest_error, limits, ok_output};
+use common::{ALL, Lang, Outcome, Package, chmod, guest_error, limits, ok_output};
 use serde_json::json;
 
 const KEY: &str = "HOST-KEY-signing-material-3e1d7c";
@@ -82,7 +82,7 @@ fn world_readable_tempdir() -> tempfile::TempDir {
 }
 
 /// The guest tried to read `path` and was refused, without the key in any output.
-fn assert_unreadable(out: &RunOutcome, lang: Lang, path: &Path) {
+fn assert_unreadable(out: &Outcome, lang: Lang, path: &Path) {
     let (code, message) = guest_error(out);
     assert!(
         matches!(code.as_str(), "ENOENT" | "EACCES"),
@@ -96,7 +96,7 @@ fn assert_unreadable(out: &RunOutcome, lang: Lang, path: &Path) {
     assert!(!out.stderr.contains(KEY), "{lang:?} saw the key");
 }
 
-fn refused(result: Result<RunOutcome, SandboxError>, needle: &Path) -> String {
+fn refused(result: Result<Outcome, SandboxError>, needle: &Path) -> String {
     match result {
         Err(SandboxError::Invalid { detail }) => {
             assert!(

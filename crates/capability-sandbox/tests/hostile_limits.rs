@@ -37,7 +37,7 @@ fn allocating_8_gib_hits_the_memory_limit() {
 #[test]
 fn an_endless_loop_is_killed_at_the_wall_clock_limit() {
     let limits = Limits {
-        wall_timeout: Duration::from_millis(1500),
+        timeout: Duration::from_millis(1500),
         ..limits()
     };
     for lang in ALL {
@@ -62,11 +62,9 @@ fn an_endless_loop_is_killed_at_the_wall_clock_limit() {
 
 #[test]
 fn an_endless_loop_is_killed_at_the_cpu_limit() {
-    let limits = Limits {
-        cpu_time: Duration::from_secs(1),
-        wall_timeout: Duration::from_secs(30),
-        ..limits()
-    };
+    let mut limits = limits();
+    limits.boundary.cpu_time = Duration::from_secs(1);
+    limits.timeout = Duration::from_secs(30);
     for lang in ALL {
         let pkg = Package::new(lang);
         let out = pkg.run(json!({"action": "loop"}), &Grants::none(), &limits);

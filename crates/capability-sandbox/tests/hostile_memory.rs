@@ -10,9 +10,9 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use capability_sandbox::{
-    Grants, Invocation, Limits, ProcessSandbox, RunOutcome, SandboxConfig, SandboxError,
+    Grants, Invocation, Limits, ProcessLimits, ProcessSandbox, SandboxConfig, SandboxError,
 };
-use common::{Lang, Package, assert_host_alive, limits};
+use common::{Lang, Outcome, Package, assert_host_alive, limits};
 use serde_json::{Value, json};
 
 /// 64 MiB of memory (node itself needs more than that to start: 128 MiB for it).
@@ -25,18 +25,17 @@ fn limit(lang: Lang) -> u64 {
 }
 
 /// Files and /tmp large enough that only the memory limit can stop 512 MiB.
-fn memory_limits(lang: Lang) -> Limits {
-    Limits {
-        memory_bytes: limit(lang),
-        max_file_size: 2 << 30,
-        tmp_size: 1 << 30,
-        ..limits()
-    }
+fn memory_limits(lang: Lang) -> Limits<ProcessLimits> {
+    let mut limits = limits();
+    limits.memory_bytes = limit(lang);
+    limits.boundary.max_file_size = 2 << 30;
+    limits.tmp_bytes = 1 << 30;
+    limits
 }
 
 /// The attempt to touch 512 MiB was stopped by the memory limit (the guest was killed or its
 /// allocation refused with ENOMEM), or refused outright with one of `refusals`.
-fn assert_stopped(out: &RunOutcome, lang: Lang, probe: &Value, refusals: &[&str]) {
+fn assert_stopped(out: &Outcome, lang: Lang, probe: &Value, refusals: &[&str]) {
     match &out.result {
         Err(SandboxError::MemoryLimit { limit: l, .. }) => assert_eq!(*l, limit(lang)),
         Err(SandboxError::Guest(g)) if refusals.contains(&g.code.as_deref().unwrap_or("")) => {}
@@ -99,7 +98,7 @@ fn host_has_memory_cgroup() -> bool {
 }
 
 /// With a memory cgroup, the report names it and claims enforcement.
-fn assert_cgroup_mechanism(out: &RunOutcome) -> bool {
+fn assert_cgroup_mechanism(out: &Outcome) -> bool {
     let applied = out.boundary.limit("memoryBytes").unwrap();
     if !host_has_memory_cgroup() {
         return false;
@@ -113,7 +112,7 @@ fn assert_cgroup_mechanism(out: &RunOutcome) -> bool {
     true
 }
 
-fn run(lang: Lang, probe: Value, grants: &Grants) -> RunOutcome {
+fn run(lang: Lang, probe: Value, grants: &Grants) -> Outcome {
     let pkg = Package::new(lang);
     pkg.run(probe, grants, &memory_limits(lang))
 }

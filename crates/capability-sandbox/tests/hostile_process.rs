@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use capability_sandbox::{Grants, Limits, SandboxError};
+use capability_sandbox::{Grants, SandboxError};
 use common::{
     ALL, Lang, Package, assert_host_alive, assert_no_stray_processes, guest_error, limits,
     ok_output,
@@ -54,11 +54,9 @@ fn a_fork_bomb_without_the_grant_is_refused_at_the_first_fork() {
 fn a_granted_fork_bomb_hits_the_pid_limit_and_the_tree_dies() {
     let stem = format!("granted-bomb-{}", std::process::id());
     let pkg = Package::named(Lang::Native, &stem);
-    let limits = Limits {
-        max_pids: 32,
-        wall_timeout: Duration::from_secs(20),
-        ..limits()
-    };
+    let mut limits = limits();
+    limits.boundary.max_pids = 32;
+    limits.timeout = Duration::from_secs(20);
     let started = Instant::now();
     let out = pkg.run(
         json!({"action": "forkbomb"}),
@@ -90,10 +88,8 @@ fn a_granted_fork_bomb_hits_the_pid_limit_and_the_tree_dies() {
 fn a_granted_python_fork_bomb_is_stopped_too() {
     let stem = format!("py-bomb-{}", std::process::id());
     let pkg = Package::named(Lang::Py, &stem);
-    let limits = Limits {
-        max_pids: 32,
-        ..limits()
-    };
+    let mut limits = limits();
+    limits.boundary.max_pids = 32;
     let out = pkg.run(
         json!({"action": "forkbomb"}),
         &Grants::none().effect("process.spawn"),

@@ -9,8 +9,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use capability_sandbox::{
-    Grants, Limits, OciEngine, OciExecutor, OciImages, SandboxError, check_pinned_image,
-    docker_args, probe_engine,
+    Grants, Limits, OciEngine, OciExecutor, OciImages, ProcessLimits, SandboxError,
+    check_pinned_image, docker_args, probe_engine,
 };
 use common::{Lang, Package};
 
@@ -26,9 +26,12 @@ fn pos(args: &[String], needle: &str) -> usize {
 fn arguments_carry_the_reference_hardening() {
     let pkg = Package::new(Lang::Js);
     let limits = Limits {
-        max_pids: 64,
         memory_bytes: 256 << 20,
-        tmp_size: 64 << 20,
+        tmp_bytes: 64 << 20,
+        boundary: ProcessLimits {
+            max_pids: 64,
+            ..ProcessLimits::default()
+        },
         ..Limits::default()
     };
     let run = docker_args(
@@ -291,7 +294,9 @@ use capability_core::authorization::EffectPolicy;
 use capability_core::receipt::ReceiptStatus;
 use capability_runtime::capability::{Capability, ModuleSource};
 use capability_runtime::{CapabilityRuntime, ExecuteOptions};
-use capability_sandbox::{Choice, ENGINE_PROBE_TIMEOUT, Invocation, ModuleExecutor, probe_cli};
+use capability_sandbox::{
+    ENGINE_PROBE_TIMEOUT, ExecutorChoice, Invocation, ModuleExecutor, probe_cli,
+};
 use serde_json::{Value, json};
 
 /// Set (by `.ci/run`) where podman must work: a missing or broken engine then fails the tests
@@ -397,14 +402,17 @@ fn guest_package(f: &Fixture, id: &str, effects: &[&str]) -> (tempfile::TempDir,
     (dir, manifest)
 }
 
-fn oci_limits() -> Limits {
+fn oci_limits() -> Limits<ProcessLimits> {
     Limits {
-        wall_timeout: Duration::from_secs(60),
-        max_pids: 32,
+        timeout: Duration::from_secs(60),
         memory_bytes: 128 << 20,
-        max_open_files: 128,
-        max_file_size: 1 << 20,
-        tmp_size: 4 << 20,
+        tmp_bytes: 4 << 20,
+        boundary: ProcessLimits {
+            max_pids: 32,
+            max_open_files: 128,
+            max_file_size: 1 << 20,
+            ..ProcessLimits::default()
+        },
         ..Limits::default()
     }
 }
@@ -436,7 +444,7 @@ fn oci_runtime(
         }
         Ok(_) => {}
     }
-    let executor = ModuleExecutor::new(Choice::Oci)
+    let executor = ModuleExecutor::new(ExecutorChoice::Oci)
         .with_limits(oci_limits())
         .with_oci(images);
     let rt = CapabilityRuntime::builder()

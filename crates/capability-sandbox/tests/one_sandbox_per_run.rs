@@ -10,7 +10,7 @@ use std::time::Duration;
 use capability_core::authorization::EffectPolicy;
 use capability_runtime::capability::{Capability, ModuleSource};
 use capability_runtime::{CapabilityRuntime, ExecuteOptions};
-use capability_sandbox::{Choice, Limits, ModuleExecutor, ProcessSandbox, SandboxConfig};
+use capability_sandbox::{ExecutorChoice, Limits, ModuleExecutor, ProcessSandbox, SandboxConfig};
 use serde_json::{Value, json};
 
 /// A node module whose process has a random token; every hook reports whether it saw the
@@ -80,10 +80,10 @@ fn build(
     // A sandbox instance of its own, so that its start counter sees only this package's runs.
     let sandbox: &'static ProcessSandbox =
         Box::leak(Box::new(ProcessSandbox::new(SandboxConfig::default())));
-    let mut executor = ModuleExecutor::new(Choice::Process)
+    let mut executor = ModuleExecutor::new(ExecutorChoice::Process)
         .with_process_sandbox(sandbox)
         .with_limits(Limits {
-            wall_timeout: wall,
+            timeout: wall,
             ..Limits::default()
         });
     if let Some(capacity) = pool {

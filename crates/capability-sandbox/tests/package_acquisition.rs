@@ -466,10 +466,8 @@ fn a_sparse_2_gib_module_is_refused_without_being_read() {
 
     // The limit is the host's: a small one refuses an ordinary module.
     let pkg = Package::new(Lang::Js);
-    let tight = capability_sandbox::Limits {
-        max_module_bytes: 16,
-        ..limits()
-    };
+    let mut tight = limits();
+    tight.boundary.max_module_bytes = 16;
     let e = capability_sandbox::run_module(
         &pkg.spec,
         &Invocation::execute(json!({"action": "ok"})),

@@ -15,7 +15,7 @@ use capability_core::authorization::EffectPolicy;
 use capability_core::receipt::ReceiptStatus;
 use capability_runtime::capability::{Capability, ModuleSource};
 use capability_runtime::{CapabilityRuntime, ExecuteOptions};
-use capability_sandbox::{Choice, HostGrants, Limits, ModuleExecutor};
+use capability_sandbox::{ExecutorChoice, HostGrants, Limits, ModuleExecutor, ProcessLimits};
 use serde_json::{Value, json};
 
 /// The hostile JS module, re-declared with the given id and effects (the module's own
@@ -42,9 +42,9 @@ fn runtime(
     dir: &tempfile::TempDir,
     manifest: &Value,
     host: HostGrants,
-    limits: Limits,
+    limits: Limits<ProcessLimits>,
 ) -> CapabilityRuntime {
-    let executor = ModuleExecutor::new(Choice::Process)
+    let executor = ModuleExecutor::new(ExecutorChoice::Process)
         .with_host_grants(host)
         .with_limits(limits);
     let rt = CapabilityRuntime::builder()
@@ -61,9 +61,9 @@ fn runtime(
     rt
 }
 
-fn limits() -> Limits {
+fn limits() -> Limits<ProcessLimits> {
     Limits {
-        wall_timeout: Duration::from_secs(20),
+        timeout: Duration::from_secs(20),
         ..Limits::default()
     }
 }
@@ -167,9 +167,9 @@ fn network_and_files_are_closed_without_grants_and_the_receipt_says_why() {
 fn limits_stop_runaway_code_with_a_receipt_naming_the_limit() {
     let (dir, manifest) = package("hostile/limits", &[]);
     let tight = Limits {
-        wall_timeout: Duration::from_millis(1500),
+        timeout: Duration::from_millis(1500),
         memory_bytes: 256 << 20,
-        tmp_size: 4 << 20,
+        tmp_bytes: 4 << 20,
         ..Limits::default()
     };
     let rt = runtime(&dir, &manifest, HostGrants::default(), tight);
@@ -266,7 +266,7 @@ fn granted_effects_open_exactly_what_the_host_chose() {
 #[test]
 fn a_tampered_module_is_refused_before_it_runs() {
     let (dir, manifest) = package("hostile/tampered", &[]);
-    let executor = ModuleExecutor::new(Choice::Process);
+    let executor = ModuleExecutor::new(ExecutorChoice::Process);
     let rt = CapabilityRuntime::builder()
         .executor(Arc::new(executor))
         .build();
@@ -289,10 +289,35 @@ fn a_tampered_module_is_refused_before_it_runs() {
 }
 
 #[test]
+fn the_in_process_choice_runs_no_package_module() {
+    let (dir, manifest) = package("hostile/in-process", &[]);
+    let executor = ModuleExecutor::new(ExecutorChoice::InProcess);
+    let rt = CapabilityRuntime::builder()
+        .executor(Arc::new(executor))
+        .build();
+    let source = ModuleSource {
+        package_root: dir.path().to_path_buf(),
+        module: "./hostile.mjs".into(),
+        integrity: None,
+    };
+    rt.register(Capability::module(&manifest, source).unwrap())
+        .unwrap();
+    let err = rt
+        .invoke(
+            "hostile/in-process",
+            json!({"action": "ok"}),
+            &ExecuteOptions::default(),
+        )
+        .unwrap_err();
+    assert_eq!(err.code, ErrorCode::ExecutionFailed, "{err:?}");
+    assert!(err.message.contains("never in process"), "{}", err.message);
+}
+
+#[test]
 fn a_guest_error_code_is_the_guests_never_the_runs() {
     for lang in common::ALL {
         let pkg = common::Package::new(lang);
-        let executor = ModuleExecutor::new(Choice::Process).with_limits(limits());
+        let executor = ModuleExecutor::new(ExecutorChoice::Process).with_limits(limits());
         let rt = CapabilityRuntime::builder()
             .policy(EffectPolicy::permissive())
             .executor(Arc::new(executor))

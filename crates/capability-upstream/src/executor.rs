@@ -28,8 +28,8 @@ use capability_core::plan::PlanDetails;
 use capability_core::receipt::{Receipt, Verification};
 use capability_core::{CapabilityError, ErrorCode};
 use capability_exec::{
-    CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor, HookError, HookResult,
-    IsolationTier,
+    BoundaryReport, CapabilityView, Executed, ExecutionFailure, ExecutionRequest, Executor,
+    HookError, HookResult, IsolationTier, McpUpstreamReport,
 };
 use serde_json::{Map, Value, json};
 
@@ -64,15 +64,19 @@ impl ToolExecutor {
         }
     }
 
-    fn boundary(&self, tool: &UpstreamTool) -> Value {
+    fn boundary(&self, tool: &UpstreamTool) -> BoundaryReport {
         let server = self.upstreams.config().server(&tool.server);
-        json!({
-            "boundary": "mcp-upstream",
-            "server": tool.server,
-            "tool": tool.tool,
-            "transport": if server.is_some_and(|s| s.url.is_some()) { "http" } else { "stdio" },
-            "sandboxed": server.is_some_and(|s| s.sandbox),
-        })
+        McpUpstreamReport {
+            server: tool.server.clone(),
+            tool: tool.tool.clone(),
+            transport: if server.is_some_and(|s| s.url.is_some()) {
+                "http"
+            } else {
+                "stdio"
+            },
+            sandboxed: server.is_some_and(|s| s.sandbox),
+        }
+        .into()
     }
 }
 

@@ -17,7 +17,7 @@ fn add(c: &mut Criterion) {
     let engine = WasmEngine::new(EngineConfig::default()).unwrap();
     let spec = WasmModuleSpec::from_path(&fixture);
     let module = engine.load(&spec).unwrap();
-    let call = Invocation::execute(json!({"a": 2, "b": 3}), None);
+    let call = Invocation::execute(json!({"a": 2, "b": 3}));
     let grants = Grants::none();
     let with_tmp = Limits::default();
     let without_tmp = Limits {

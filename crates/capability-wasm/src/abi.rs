@@ -1,85 +1,29 @@
 //! The capability ABI: one JSON envelope in on stdin, one JSON reply out on stdout.
 
-use serde::{Deserialize, Serialize};
+use capability_exec::{GuestError, Invocation};
 use serde_json::{Map, Value};
 
-use crate::error::{GuestError, WasmError, WasmErrorKind};
+use crate::error::{WasmError, WasmErrorKind};
 
-/// The version tag of the ABI, reported in every [`crate::BoundaryReport`].
+/// The version tag of the ABI, reported in every [`crate::WasmReport`].
 pub const ABI: &str = "capability-wasi-p1/1";
 
-/// Which hook of the capability to run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Op {
-    Plan,
-    Execute,
-    Verify,
-    Rollback,
-}
-
-impl Op {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Op::Plan => "plan",
-            Op::Execute => "execute",
-            Op::Verify => "verify",
-            Op::Rollback => "rollback",
+/// The envelope bytes written to the guest's stdin (`JSON.stringify` form):
+/// `{"op", "input", "plan"?, "output"?, "receipt"?}`.
+pub(crate) fn envelope(invocation: &Invocation) -> Vec<u8> {
+    let mut map = Map::new();
+    map.insert("op".into(), Value::String(invocation.op.as_str().into()));
+    map.insert("input".into(), invocation.input.clone());
+    for (key, value) in [
+        ("plan", &invocation.plan),
+        ("output", &invocation.output),
+        ("receipt", &invocation.receipt),
+    ] {
+        if let Some(v) = value {
+            map.insert(key.into(), v.clone());
         }
     }
-}
-
-/// One call into a capability: the envelope's content.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Invocation {
-    pub op: Op,
-    pub input: Value,
-    /// The authorized plan (for execute, verify, rollback).
-    pub plan: Option<Value>,
-    /// The output being verified or rolled back.
-    pub output: Option<Value>,
-    /// The receipt of the execution being rolled back.
-    pub receipt: Option<Value>,
-}
-
-impl Invocation {
-    pub fn new(op: Op, input: Value) -> Self {
-        Invocation {
-            op,
-            input,
-            plan: None,
-            output: None,
-            receipt: None,
-        }
-    }
-
-    pub fn plan(input: Value) -> Self {
-        Invocation::new(Op::Plan, input)
-    }
-
-    pub fn execute(input: Value, plan: Option<Value>) -> Self {
-        Invocation {
-            plan,
-            ..Invocation::new(Op::Execute, input)
-        }
-    }
-
-    /// The envelope bytes written to the guest's stdin (`JSON.stringify` form).
-    pub fn envelope(&self) -> Vec<u8> {
-        let mut map = Map::new();
-        map.insert("op".into(), Value::String(self.op.as_str().into()));
-        map.insert("input".into(), self.input.clone());
-        for (key, value) in [
-            ("plan", &self.plan),
-            ("output", &self.output),
-            ("receipt", &self.receipt),
-        ] {
-            if let Some(v) = value {
-                map.insert(key.into(), v.clone());
-            }
-        }
-        capability_core::json::to_js_string(&Value::Object(map)).into_bytes()
-    }
+    capability_core::json::to_js_string(&Value::Object(map)).into_bytes()
 }
 
 /// Reads the guest's stdout: exactly one object, `{"output": V}` or

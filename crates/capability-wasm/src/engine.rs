@@ -17,15 +17,17 @@ use wasmtime::{
 use wasmtime_wasi::p2::pipe::{MemoryInputPipe, MemoryOutputPipe};
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
-use crate::abi::{self, Invocation};
+use capability_exec::{Grants, Invocation, Limits, PreopenReport, RunOutcome, WasmReport, effects};
+
+use crate::abi;
 use crate::binary::{self, BinaryKind, MANIFEST_SECTION};
-use crate::config::{
-    ENVIRONMENT_READ, EngineConfig, Grants, Limits, NETWORK_CONNECT, PROCESS_SPAWN, TMP_GUEST_PATH,
-};
+use crate::config::{EngineConfig, TMP_GUEST_PATH, WasmLimits, check_grants};
 use crate::error::{WasmError, WasmErrorKind};
 use crate::host::{self, RunState, Scratch, Stop};
 use crate::integrity;
-use crate::report::{BoundaryReport, ENGINE, PreopenReport, RunOutcome};
+
+/// The engine named in every report.
+pub const ENGINE: &str = "wasmtime 48";
 
 /// Where a module's bytes come from.
 #[derive(Clone, Debug)]
@@ -523,8 +525,8 @@ impl WasmEngine {
         spec: &WasmModuleSpec,
         invocation: &Invocation,
         grants: &Grants,
-        limits: &Limits,
-    ) -> Result<RunOutcome, WasmError> {
+        limits: &Limits<WasmLimits>,
+    ) -> Result<RunOutcome<WasmError, WasmReport>, WasmError> {
         let (module, limits) = self.load_for_run(spec, limits)?;
         self.run(&module, invocation, grants, &limits)
     }
@@ -535,8 +537,8 @@ impl WasmEngine {
     pub fn load_for_run(
         &self,
         spec: &WasmModuleSpec,
-        limits: &Limits,
-    ) -> Result<(WasmModule, Limits), WasmError> {
+        limits: &Limits<WasmLimits>,
+    ) -> Result<(WasmModule, Limits<WasmLimits>), WasmError> {
         let started = Instant::now();
         let module = self.load_within(spec, Some(started + limits.timeout))?;
         let mut left = limits.clone();
@@ -557,8 +559,8 @@ impl WasmEngine {
         module: &WasmModule,
         invocation: &Invocation,
         grants: &Grants,
-        limits: &Limits,
-    ) -> Result<RunOutcome, WasmError> {
+        limits: &Limits<WasmLimits>,
+    ) -> Result<RunOutcome<WasmError, WasmReport>, WasmError> {
         let started = Instant::now();
         let config = &self.inner.config;
         if !Engine::same(module.inner.pre.module().engine(), &self.inner.engine) {
@@ -568,15 +570,15 @@ impl WasmEngine {
             ));
         }
         check_limits(limits, config)?;
-        grants.check(limits.tmp_bytes > 0)?;
-        let envelope = invocation.envelope();
-        if envelope.len() as u64 > limits.stdin_bytes {
+        check_grants(grants, limits.tmp_bytes > 0)?;
+        let envelope = abi::envelope(invocation);
+        if envelope.len() as u64 > limits.boundary.stdin_bytes {
             return Err(WasmError::new(
                 WasmErrorKind::InvalidInvocation,
                 format!(
                     "envelope is {} bytes, above the {} byte stdin limit",
                     envelope.len(),
-                    limits.stdin_bytes
+                    limits.boundary.stdin_bytes
                 ),
             ));
         }
@@ -587,15 +589,15 @@ impl WasmEngine {
             None
         };
 
-        let stdout = MemoryOutputPipe::new(cap(limits.stdout_bytes).saturating_add(1));
-        let stderr = MemoryOutputPipe::new(cap(limits.stderr_bytes));
+        let stdout = MemoryOutputPipe::new(cap(limits.output_bytes).saturating_add(1));
+        let stderr = MemoryOutputPipe::new(cap(limits.boundary.stderr_bytes));
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdin(MemoryInputPipe::new(envelope))
             .stdout(stdout.clone())
             .stderr(stderr.clone())
             .arg("capability")
             .allow_blocking_current_thread(true);
-        if grants.has(ENVIRONMENT_READ) {
+        if grants.has(effects::ENVIRONMENT_READ) {
             for (k, v) in &grants.env {
                 wasi.env(k, v);
             }
@@ -621,50 +623,51 @@ impl WasmEngine {
                 quota_bytes: Some(limits.tmp_bytes),
             });
         }
+        // Granted directories show at their host path.
         for (dirs, perms, access) in [
-            (&grants.read_dirs, FsPerms::ReadOnly, "read"),
-            (&grants.write_dirs, FsPerms::ReadWrite, "write"),
+            (&grants.read_paths, FsPerms::ReadOnly, "read"),
+            (&grants.write_paths, FsPerms::ReadWrite, "write"),
         ] {
             for p in dirs {
-                wasi.preopened_dir(&p.host, &p.guest, perms)
-                    .map_err(|e| preopen_error(&p.host, e))?;
+                let at = p.display().to_string();
+                wasi.preopened_dir(p, &at, perms)
+                    .map_err(|e| preopen_error(p, e))?;
                 preopens.push(PreopenReport {
-                    guest: p.guest.clone(),
-                    host: p.host.display().to_string(),
+                    guest: at.clone(),
+                    host: at,
                     access: access.into(),
                     quota_bytes: None,
                 });
             }
         }
 
-        let boundary = BoundaryReport {
-            kind: "wasm".into(),
+        let boundary = WasmReport {
             engine: ENGINE.into(),
             abi: abi::ABI.into(),
             wasi: "preview1".into(),
             module_sha256: module.inner.sha256_hex.clone(),
             instance_allocator: "pooling".into(),
-            fuel: limits.fuel,
+            fuel: limits.boundary.fuel,
             memory_limit: limits.memory_bytes,
             timeout_ms: millis(limits.timeout),
             epoch_tick_ms: millis(config.epoch_tick),
             max_wasm_stack: config.max_wasm_stack as u64,
-            stdin_limit: limits.stdin_bytes,
-            stdout_limit: limits.stdout_bytes,
+            stdin_limit: limits.boundary.stdin_bytes,
+            stdout_limit: limits.output_bytes,
             tmp_quota: limits.tmp_bytes,
             preopens,
-            env: if grants.has(ENVIRONMENT_READ) {
+            env: if grants.has(effects::ENVIRONMENT_READ) {
                 grants.env.keys().cloned().collect()
             } else {
                 Vec::new()
             },
-            network: if grants.has(NETWORK_CONNECT) {
+            network: if grants.network() {
                 "none: network.connect is granted but WASI preview 1 has no socket creation"
             } else {
                 "none: WASI preview 1 has no socket creation and no sockets are preopened"
             }
             .into(),
-            process_spawn: if grants.has(PROCESS_SPAWN) {
+            process_spawn: if grants.spawn() {
                 "none: process.spawn is granted but WASI preview 1 has no process API"
             } else {
                 "none: WASI preview 1 has no process API"
@@ -683,7 +686,7 @@ impl WasmEngine {
             RunState {
                 wasi: wasi.build_p1(),
                 memory_limit: cap(limits.memory_bytes),
-                table_limit: cap(limits.table_elements),
+                table_limit: cap(limits.boundary.table_elements),
                 memory_hit: false,
                 scratch: scratch_dir
                     .as_ref()
@@ -693,7 +696,7 @@ impl WasmEngine {
         );
         store.limiter(|s| s as &mut dyn wasmtime::ResourceLimiter);
         store
-            .set_fuel(limits.fuel)
+            .set_fuel(limits.boundary.fuel)
             .map_err(|e| WasmError::new(WasmErrorKind::Internal, root_message(&e)))?;
         store.set_epoch_deadline(u64::try_from(ticks).unwrap_or(u64::MAX));
         store.epoch_deadline_trap();
@@ -715,7 +718,10 @@ impl WasmEngine {
             },
         };
 
-        let fuel_consumed = limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0));
+        let fuel_consumed = limits
+            .boundary
+            .fuel
+            .saturating_sub(store.get_fuel().unwrap_or(0));
         let state = store.data();
         let flags = Flags {
             memory: state.memory_hit,
@@ -746,10 +752,12 @@ impl WasmEngine {
         let result = conclude(ended, &out, &stderr_text, limits, flags);
         Ok(RunOutcome {
             result,
+            // The ABI has no way to say a hook is missing: the guest answers for it.
+            hook_present: true,
             boundary,
             duration: started.elapsed(),
-            fuel_consumed,
             stderr: stderr_text,
+            fuel_consumed: Some(fuel_consumed),
         })
     }
 }
@@ -770,7 +778,7 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn check_limits(limits: &Limits, config: &EngineConfig) -> Result<(), WasmError> {
+fn check_limits(limits: &Limits<WasmLimits>, config: &EngineConfig) -> Result<(), WasmError> {
     let bad = |m: String| Err(WasmError::new(WasmErrorKind::InvalidLimits, m));
     if limits.memory_bytes > config.max_memory_bytes {
         return bad(format!(
@@ -778,7 +786,7 @@ fn check_limits(limits: &Limits, config: &EngineConfig) -> Result<(), WasmError>
             limits.memory_bytes, config.max_memory_bytes
         ));
     }
-    if limits.timeout.is_zero() || limits.fuel == 0 || limits.stdout_bytes == 0 {
+    if limits.timeout.is_zero() || limits.boundary.fuel == 0 || limits.output_bytes == 0 {
         return bad("timeout, fuel and stdout limit must be positive".into());
     }
     Ok(())
@@ -805,11 +813,11 @@ fn conclude(
     ended: wasmtime::Result<()>,
     stdout: &[u8],
     stderr: &str,
-    limits: &Limits,
+    limits: &Limits<WasmLimits>,
     flags: Flags,
 ) -> Result<Value, WasmError> {
     let err = WasmError::new;
-    let stdout_over = stdout.len() as u64 > limits.stdout_bytes;
+    let stdout_over = stdout.len() as u64 > limits.output_bytes;
     let exit = match ended {
         Ok(()) => Ok(0),
         Err(e) => match e.downcast_ref::<I32Exit>() {
@@ -825,7 +833,10 @@ fn conclude(
                 match trap {
                     Trap::OutOfFuel => err(
                         WasmErrorKind::OutOfFuel,
-                        format!("guest used its whole fuel budget of {}", limits.fuel),
+                        format!(
+                            "guest used its whole fuel budget of {}",
+                            limits.boundary.fuel
+                        ),
                     ),
                     Trap::Interrupt => err(
                         WasmErrorKind::Timeout,
@@ -851,7 +862,7 @@ fn conclude(
                             WasmErrorKind::StdoutLimit,
                             format!(
                                 "guest wrote more than {} bytes to stdout",
-                                limits.stdout_bytes
+                                limits.output_bytes
                             ),
                         )
                     } else {
@@ -859,7 +870,7 @@ fn conclude(
                             WasmErrorKind::StdoutLimit,
                             format!(
                                 "guest wrote more than {} bytes to stderr",
-                                limits.stderr_bytes
+                                limits.boundary.stderr_bytes
                             ),
                         )
                     }
@@ -875,7 +886,7 @@ fn conclude(
             WasmErrorKind::StdoutLimit,
             format!(
                 "guest wrote more than {} bytes to stdout",
-                limits.stdout_bytes
+                limits.output_bytes
             ),
         ),
         Ok(0) => match abi::parse_reply(stdout) {

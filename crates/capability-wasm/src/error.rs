@@ -2,6 +2,7 @@
 //! message that quotes what went wrong, ready for a failed receipt.
 
 use capability_core::ErrorCode;
+use capability_exec::GuestError;
 use serde::{Deserialize, Serialize};
 
 /// Why a run could not start or was stopped. Serializes as camelCase (`"outOfFuel"`).
@@ -99,14 +100,6 @@ impl std::fmt::Display for WasmErrorKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
-}
-
-/// The error a guest reported with `{"error": {"message": ..., "code"?: ...}}`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GuestError {
-    pub message: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub code: Option<String>,
 }
 
 /// An error of the WASM executor: a kind, a message, and for guest errors the guest's code.

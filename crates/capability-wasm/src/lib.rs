@@ -3,12 +3,28 @@
 //! The WASM executor of the Capability 1.x runtime: it runs portable, untrusted capability
 //! code compiled to WebAssembly (`wasm32-wasip1`) on wasmtime 48 behind an explicit boundary,
 //! and reports that boundary with every run. It has no `unsafe` and does not depend on the
-//! runtime crate; the runtime's `Executor` adapts it.
+//! runtime crate: [`WasmExecutor`] implements `capability-exec`'s `Executor` for `.wasm`
+//! package modules (the runtime, and the sandbox crate's `ModuleExecutor` for `auto`, use it).
+//!
+//! ## The executor
+//!
+//! [`WasmExecutor`] runs every hook of a `.wasm` package module on one engine (the
+//! process-wide one from [`WasmExecutor::new`], or [`WasmExecutor::with_engine`]). Before
+//! anything compiles, the module path is kept inside the package root, the file is read under
+//! the engine's size limit and its bytes are checked against the declared integrity
+//! (`capability-exec`'s checks, shared with every executor). Grants are the authorized
+//! effects and the host's resources they open ([`WasmExecutor::with_host_grants`]; plan hooks
+//! get none); the limits ([`WasmExecutor::with_limits`]) are tightened by each request's
+//! timeout and governance requirement. Failures map to what the capability "threw": a
+//! guest's error keeps its code in the details, an integrity failure is
+//! `INVALID_PACKAGE_DECLARATION`, a limit is a named error (`WasmOutOfFuel`, ...).
 //!
 //! ## API
 //!
 //! ```no_run
-//! use capability_wasm::{Grants, Invocation, Limits, WasmEngine, WasmModuleSpec, EngineConfig};
+//! use capability_wasm::{
+//!     EngineConfig, Grants, Invocation, Limits, WasmEngine, WasmLimits, WasmModuleSpec,
+//! };
 //! use serde_json::json;
 //!
 //! # fn main() -> Result<(), capability_wasm::WasmError> {
@@ -20,9 +36,9 @@
 //! )?; // verified, compiled once, cached by SHA-256
 //! let outcome = engine.run(
 //!     &module,
-//!     &Invocation::execute(json!({"a": 2, "b": 3}), None),
+//!     &Invocation::execute(json!({"a": 2, "b": 3})),
 //!     &Grants::none(),
-//!     &Limits::default(),
+//!     &Limits::<WasmLimits>::default(),
 //! )?; // Err: the run could not start
 //! match outcome.result {
 //!     Ok(output) => println!("{output}"), // {"result": 5}
@@ -47,8 +63,10 @@
 //!   here with [`WasmErrorKind::Link`]. Components are refused (build for `wasm32-wasip1`).
 //! * [`WasmEngine::run`]`(&module, &`[`Invocation`]`, &`[`Grants`]`, &`[`Limits`]`)` instantiates a
 //!   fresh instance from the pool, runs `_start` and returns a [`RunOutcome`]:
-//!   `result: Result<Value, WasmError>`, [`BoundaryReport`], duration, fuel consumed and the
-//!   start of stderr. `run` itself fails only when the run cannot start (inconsistent grants
+//!   `result: Result<Value, WasmError>`, [`WasmReport`], duration, fuel consumed and the
+//!   start of stderr (the run vocabulary — [`Grants`], [`Limits`], [`Invocation`], [`Op`],
+//!   [`RunOutcome`], [`GuestError`] — is `capability-exec`'s, shared with every boundary;
+//!   [`WasmLimits`] is what only this boundary limits). `run` itself fails only when the run cannot start (inconsistent grants
 //!   or limits, all pool slots busy: [`WasmErrorKind::Capacity`], scratch directory I/O).
 //!   [`WasmEngine::run_spec`] is `load` + `run`.
 //! * Every failure is a [`WasmError`]: a [`WasmErrorKind`] (serializable, e.g. `outOfFuel`,
@@ -67,9 +85,9 @@
 //!    "output"?: <output>, "receipt"?: <receipt>}` — the same envelope as the project's
 //!    native process protocol. `plan` is the authorized plan (execute, verify, rollback);
 //!    `output` is the output being verified or rolled back; `receipt` is the receipt of the
-//!    execution being rolled back. At most `Limits::stdin_bytes` bytes.
+//!    execution being rolled back. At most `WasmLimits::stdin_bytes` bytes.
 //! 2. **Output.** The guest writes exactly one JSON object to stdout (whitespace around it is
-//!    allowed), at most `Limits::stdout_bytes` bytes:
+//!    allowed), at most `Limits::output_bytes` bytes:
 //!    * `{"output": <any>}` on success. Per op: `plan` → the plan hook's result
 //!      `{"summary"?, "effects"?, "data"?}` (`{}` when the capability has none); `execute` →
 //!      the capability output; `verify` → the verification result (`null` when the
@@ -81,7 +99,7 @@
 //! 3. **Exit.** Returning from `_start` or `proc_exit(0)` means "read my reply". A non-zero
 //!    exit status is a [`WasmErrorKind::Exit`] error unless stdout holds an `{"error": ...}`
 //!    reply, which is then reported. Stderr is free-form diagnostics, kept (capped at
-//!    `Limits::stderr_bytes`) in [`RunOutcome::stderr`]; its last line is quoted in trap and
+//!    `WasmLimits::stderr_bytes`) in [`RunOutcome::stderr`]; its last line is quoted in trap and
 //!    exit messages.
 //! 4. **Manifest (optional).** A module may embed its manifest as UTF-8 JSON in a custom
 //!    section named [`MANIFEST_SECTION`] (`capability-manifest`). When both it and the
@@ -102,7 +120,7 @@
 //!
 //! ## The boundary
 //!
-//! * **CPU**: a fuel budget (`Limits::fuel`, about one unit per instruction) and a wall-clock
+//! * **CPU**: a fuel budget (`WasmLimits::fuel`, about one unit per instruction) and a wall-clock
 //!   timeout enforced by epoch interruption (`EngineConfig::epoch_tick`, 5 ms: the timeout
 //!   holds to within one tick). Host calls are not interrupted by epochs, so `poll_oneoff`
 //!   (sleep) past the deadline is refused at once as a timeout.
@@ -113,9 +131,10 @@
 //!   ([`WasmErrorKind::StackOverflow`]). This is the WASM analogue of a fork bomb: there are
 //!   no threads or processes to multiply.
 //! * **Files**: nothing but what is granted. `filesystem.read` grants mount
-//!   `Grants::read_dirs` read-only; `filesystem.write` grants mount `Grants::write_dirs`
-//!   read-write; guest paths and host paths are both chosen by the host. WASI resolves paths
-//!   inside a preopen only (no `..` or symlink escapes).
+//!   `Grants::read_paths` read-only; `filesystem.write` grants mount `Grants::write_paths`
+//!   read-write, each at its host path (as in every boundary), which must be absolute,
+//!   normalized and not `/tmp` itself. WASI resolves paths inside a preopen only (no `..` or
+//!   symlink escapes). Secrets have no channel into a guest: `Grants::secrets` opens nothing.
 //! * **`/tmp`**: when `Limits::tmp_bytes > 0`, a private per-run scratch directory (created
 //!   `0700` under `EngineConfig::scratch_root`, removed after the run; one in which the guest
 //!   created nothing is still empty and is pooled for the next run) is mounted at `/tmp`.
@@ -136,7 +155,7 @@
 //! * **Processes**: none. WASI preview 1 has no process API at all.
 //! * **Clocks and randomness** are the host's (not a grant).
 //!
-//! The [`BoundaryReport`] of each run records all of the above: `kind: "wasm"`,
+//! The [`WasmReport`] of each run records all of the above: `kind: "wasm"`,
 //! `engine: "wasmtime 48"`, the module digest, fuel, memory limit, timeout, tick, stack,
 //! stdin/stdout caps, `/tmp` quota, every preopen with its access, env names, and network and
 //! process status.
@@ -146,18 +165,19 @@ mod binary;
 mod config;
 mod engine;
 mod error;
+mod executor;
 mod host;
 mod integrity;
-mod report;
 
-pub use abi::{ABI, Invocation, Op};
+pub use abi::ABI;
 pub use binary::MANIFEST_SECTION;
-pub use config::{
-    ENVIRONMENT_READ, EngineConfig, FILESYSTEM_READ, FILESYSTEM_WRITE, Grants, Limits,
-    NETWORK_CONNECT, PROCESS_SPAWN, Preopen, TMP_GUEST_PATH,
+/// The run vocabulary every executor shares, from `capability-exec`.
+pub use capability_exec::{
+    Grants, GuestError, Invocation, Limits, Op, PreopenReport, RunOutcome, WasmReport, effects,
 };
-pub use engine::{ModuleSource, WasmEngine, WasmModule, WasmModuleSpec};
-pub use error::{GuestError, WasmError, WasmErrorKind};
+pub use config::{EngineConfig, TMP_GUEST_PATH, WasmLimits};
+pub use engine::{ENGINE, ModuleSource, WasmEngine, WasmModule, WasmModuleSpec};
+pub use error::{WasmError, WasmErrorKind};
+pub use executor::WasmExecutor;
 pub use host::ENTRY_COST;
 pub use integrity::{sha256, verify_integrity};
-pub use report::{BoundaryReport, ENGINE, PreopenReport, RunOutcome};

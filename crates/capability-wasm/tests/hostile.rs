@@ -10,48 +10,49 @@ use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use capability_wasm::{
-    Grants, Limits, NETWORK_CONNECT, PROCESS_SPAWN, WasmErrorKind, WasmModuleSpec,
-};
+use capability_wasm::effects::{NETWORK_CONNECT, PROCESS_SPAWN};
+use capability_wasm::{Grants, Limits, WasmErrorKind, WasmModuleSpec};
 use common::*;
 use serde_json::{Value, json};
 
-fn err_of(out: &capability_wasm::RunOutcome) -> &capability_wasm::WasmError {
+fn err_of(out: &Outcome) -> &capability_wasm::WasmError {
     out.result.as_ref().expect_err("the attack must fail")
 }
 
 #[test]
 fn read_outside_grant_fails_and_a_read_grant_allows_it() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = grant_dir();
+    let data = dir.path().display().to_string();
     std::fs::write(dir.path().join("secret.txt"), "top-secret-contents").unwrap();
 
     for path in [
-        "/data/secret.txt",
-        "/etc/passwd",
-        "/proc/self/environ",
-        "../secret.txt",
+        format!("{data}/secret.txt"),
+        "/etc/passwd".into(),
+        "/proc/self/environ".into(),
+        "../secret.txt".into(),
     ] {
-        let out = attack("read", path, &Grants::none(), &tight());
+        let out = attack("read", &path, &Grants::none(), &tight());
         let e = err_of(&out);
         assert_eq!(e.kind(), WasmErrorKind::Guest, "{path}: {e}");
         assert!(e.message().starts_with("read failed:"), "{}", e.message());
         assert!(!e.message().contains("top-secret"));
     }
 
-    // Granted: readable at the host-chosen guest path, and nothing above it.
-    let grants = Grants::none().read_dir(dir.path(), "/data");
-    let out = attack("read", "/data/secret.txt", &grants, &tight());
+    // Granted: readable at its host path, and nothing above it.
+    let grants = Grants::none().read(dir.path());
+    let out = attack("read", &format!("{data}/secret.txt"), &grants, &tight());
     assert_eq!(
         out.result.unwrap(),
         json!({"content": "top-secret-contents"})
     );
     assert_eq!(out.boundary.preopens[1].access, "read");
+    assert_eq!(out.boundary.preopens[1].guest, data);
     for escape in [
-        "/data/../etc/passwd",
-        "/data/../../etc/hostname",
-        "/etc/hostname",
+        format!("{data}/../secret.txt"),
+        format!("{data}/../../../../../../etc/hostname"),
+        "/etc/hostname".into(),
     ] {
-        let out = attack("read", escape, &grants, &tight());
+        let out = attack("read", &escape, &grants, &tight());
         assert_eq!(err_of(&out).kind(), WasmErrorKind::Guest, "{escape}");
     }
     assert_follow_up_ok();
@@ -59,19 +60,20 @@ fn read_outside_grant_fails_and_a_read_grant_allows_it() {
 
 #[test]
 fn write_outside_tmp_fails_and_a_write_grant_allows_it() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = grant_dir();
+    let data = dir.path().display().to_string();
     let target = dir.path().join("target.txt");
     std::fs::write(&target, "original").unwrap();
 
-    let read_only = Grants::none().read_dir(dir.path(), "/data");
+    let read_only = Grants::none().read(dir.path());
     for (path, grants) in [
-        ("/data/target.txt", &Grants::none()),
-        ("/data/target.txt", &read_only),
-        ("/data/new.txt", &read_only),
-        ("/tmp/../data/target.txt", &read_only),
-        ("/etc/capability-wasm-pwned", &Grants::none()),
+        (format!("{data}/target.txt"), &Grants::none()),
+        (format!("{data}/target.txt"), &read_only),
+        (format!("{data}/new.txt"), &read_only),
+        (format!("/tmp/..{data}/target.txt"), &read_only),
+        ("/etc/capability-wasm-pwned".into(), &Grants::none()),
     ] {
-        let out = attack("write", path, grants, &tight());
+        let out = attack("write", &path, grants, &tight());
         let e = err_of(&out);
         assert_eq!(e.kind(), WasmErrorKind::Guest, "{path}: {e}");
         assert!(e.message().starts_with("write failed:"), "{}", e.message());
@@ -80,9 +82,12 @@ fn write_outside_tmp_fails_and_a_write_grant_allows_it() {
     assert!(!dir.path().join("new.txt").exists());
     assert!(!std::path::Path::new("/etc/capability-wasm-pwned").exists());
 
-    let writable = Grants::none().write_dir(dir.path(), "/out");
-    let out = attack("write", "/out/target.txt", &writable, &tight());
-    assert_eq!(out.result.unwrap(), json!({"written": "/out/target.txt"}));
+    let writable = Grants::none().write(dir.path());
+    let out = attack("write", &format!("{data}/target.txt"), &writable, &tight());
+    assert_eq!(
+        out.result.unwrap(),
+        json!({"written": format!("{data}/target.txt")})
+    );
     assert_eq!(
         std::fs::read_to_string(&target).unwrap(),
         "pwned by guest-hostile"
@@ -96,7 +101,7 @@ fn connect_to_a_loopback_listener_fails_and_the_listener_sees_nothing() {
     listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap().to_string();
 
-    for grants in [Grants::none(), Grants::none().with_effect(NETWORK_CONNECT)] {
+    for grants in [Grants::none(), Grants::none().effect(NETWORK_CONNECT)] {
         let out = attack("connect", &addr, &grants, &tight());
         let e = err_of(&out);
         assert_eq!(e.kind(), WasmErrorKind::Guest);
@@ -127,8 +132,8 @@ fn connect_to_a_loopback_listener_fails_and_the_listener_sees_nothing() {
     let out = engine()
         .run(
             &module,
-            &capability_wasm::Invocation::execute(Value::Null, None),
-            &Grants::none().with_effect(NETWORK_CONNECT),
+            &capability_wasm::Invocation::execute(Value::Null),
+            &Grants::none().effect(NETWORK_CONNECT),
             &tight(),
         )
         .unwrap();
@@ -146,7 +151,7 @@ fn name_resolution_fails() {
         let out = attack(
             "resolve",
             name,
-            &Grants::none().with_effect(NETWORK_CONNECT),
+            &Grants::none().effect(NETWORK_CONNECT),
             &tight(),
         );
         let e = err_of(&out);
@@ -163,7 +168,7 @@ fn name_resolution_fails() {
 #[test]
 fn process_spawn_fails() {
     let marker = tempfile::tempdir().unwrap();
-    let grants = Grants::none().with_effect(PROCESS_SPAWN);
+    let grants = Grants::none().effect(PROCESS_SPAWN);
     for cmd in ["/bin/sh", "touch"] {
         let out = attack("spawn", cmd, &grants, &tight());
         let e = err_of(&out);
@@ -248,7 +253,7 @@ fn allocating_8_gib_is_stopped_by_the_memory_limit() {
     let out = engine()
         .run(
             &module,
-            &capability_wasm::Invocation::execute(Value::Null, None),
+            &capability_wasm::Invocation::execute(Value::Null),
             &Grants::none(),
             &tight(),
         )
@@ -259,23 +264,21 @@ fn allocating_8_gib_is_stopped_by_the_memory_limit() {
 
 #[test]
 fn an_infinite_loop_is_stopped_by_fuel() {
-    let limits = Limits {
-        fuel: 50_000_000,
-        timeout: Duration::from_secs(60),
-        ..tight()
-    };
+    let mut limits = tight();
+    limits.boundary.fuel = 50_000_000;
+    limits.timeout = Duration::from_secs(60);
     let out = attack("spin", "", &Grants::none(), &limits);
     let e = err_of(&out);
     assert_eq!(e.kind(), WasmErrorKind::OutOfFuel, "{e}");
     assert_eq!(e.to_value()["kind"], "outOfFuel");
     assert_eq!(e.to_value()["code"], "EXECUTION_FAILED");
-    assert!(out.fuel_consumed >= 50_000_000 - 1000);
+    assert!(out.fuel_consumed.unwrap() >= 50_000_000 - 1000);
 
     let module = wat_module(engine(), "spin.wat");
     let out = engine()
         .run(
             &module,
-            &capability_wasm::Invocation::execute(Value::Null, None),
+            &capability_wasm::Invocation::execute(Value::Null),
             &Grants::none(),
             &limits,
         )
@@ -286,11 +289,9 @@ fn an_infinite_loop_is_stopped_by_fuel() {
 
 #[test]
 fn an_infinite_loop_is_stopped_by_the_timeout() {
-    let limits = Limits {
-        fuel: u64::MAX / 2,
-        timeout: Duration::from_millis(300),
-        ..tight()
-    };
+    let mut limits = tight();
+    limits.boundary.fuel = u64::MAX / 2;
+    limits.timeout = Duration::from_millis(300);
     let started = Instant::now();
     let out = attack("spin", "", &Grants::none(), &limits);
     let e = err_of(&out);
@@ -305,7 +306,7 @@ fn an_infinite_loop_is_stopped_by_the_timeout() {
     let out = engine()
         .run(
             &module,
-            &capability_wasm::Invocation::execute(Value::Null, None),
+            &capability_wasm::Invocation::execute(Value::Null),
             &Grants::none(),
             &limits,
         )
@@ -375,7 +376,7 @@ fn unbounded_recursion_is_trapped() {
     let out = engine()
         .run(
             &module,
-            &capability_wasm::Invocation::execute(Value::Null, None),
+            &capability_wasm::Invocation::execute(Value::Null),
             &Grants::none(),
             &tight(),
         )
@@ -396,7 +397,7 @@ fn unbounded_recursion_is_trapped() {
 #[test]
 fn flooding_stdout_is_stopped_by_the_cap() {
     let limits = Limits {
-        stdout_bytes: 1 << 20,
+        output_bytes: 1 << 20,
         ..tight()
     };
     let out = attack("flood", "", &Grants::none(), &limits);

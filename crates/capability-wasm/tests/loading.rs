@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use capability_wasm::{
-    EngineConfig, Grants, Invocation, Limits, Op, WasmEngine, WasmErrorKind, WasmModuleSpec,
-    verify_integrity,
+    EngineConfig, Grants, Invocation, Limits, Op, WasmEngine, WasmErrorKind, WasmLimits,
+    WasmModuleSpec, verify_integrity,
 };
 use common::*;
 use serde_json::{Value, json};
@@ -79,7 +79,7 @@ fn modules_are_compiled_once_and_cached_by_digest() {
     let e = engine
         .run(
             &add_module(),
-            &Invocation::execute(json!({"a": 1, "b": 1}), None),
+            &Invocation::execute(json!({"a": 1, "b": 1})),
             &Grants::none(),
             &Limits::default(),
         )
@@ -145,12 +145,12 @@ fn non_modules_are_refused() {
 fn inconsistent_grants_and_limits_are_refused_before_running() {
     let dir = tempfile::tempdir().unwrap();
     let module = add_module();
-    let call = Invocation::execute(json!({"a": 1, "b": 1}), None);
-    let run = |grants: &Grants, limits: &Limits| {
+    let call = Invocation::execute(json!({"a": 1, "b": 1}));
+    let run = |grants: &Grants, limits: &Limits<WasmLimits>| {
         engine().run(&module, &call, grants, limits).unwrap_err()
     };
 
-    let mut g = Grants::none().read_dir(dir.path(), "/data");
+    let mut g = Grants::none().read(dir.path());
     g.effects.clear();
     assert_eq!(
         run(&g, &Limits::default()).kind(),
@@ -162,15 +162,21 @@ fn inconsistent_grants_and_limits_are_refused_before_running() {
         run(&g, &Limits::default()).kind(),
         WasmErrorKind::InvalidGrants
     );
-    for guest in ["/tmp", "data", "/a/../b", "/x/"] {
-        let g = Grants::none().read_dir(dir.path(), guest);
+    // Granted paths show at their host path: it must be usable as a guest path.
+    for path in ["/tmp", "data", "/a/../b", "/x/"] {
+        let g = Grants::none().read(path);
         assert_eq!(
             run(&g, &Limits::default()).kind(),
             WasmErrorKind::InvalidGrants,
-            "{guest}"
+            "{path}"
         );
     }
-    let g = Grants::none().read_dir(dir.path().join("missing"), "/data");
+    let twice = Grants::none().read(dir.path()).write(dir.path());
+    assert_eq!(
+        run(&twice, &Limits::default()).kind(),
+        WasmErrorKind::InvalidGrants
+    );
+    let g = Grants::none().read(dir.path().join("missing"));
     assert_eq!(
         run(&g, &Limits::default()).kind(),
         WasmErrorKind::InvalidGrants
@@ -184,10 +190,8 @@ fn inconsistent_grants_and_limits_are_refused_before_running() {
         run(&Grants::none(), &big).kind(),
         WasmErrorKind::InvalidLimits
     );
-    let small_stdin = Limits {
-        stdin_bytes: 10,
-        ..Limits::default()
-    };
+    let mut small_stdin = Limits::<WasmLimits>::default();
+    small_stdin.boundary.stdin_bytes = 10;
     assert_eq!(
         run(&Grants::none(), &small_stdin).kind(),
         WasmErrorKind::InvalidInvocation
@@ -209,18 +213,16 @@ fn a_full_pool_refuses_new_runs_until_a_slot_frees() {
     let add = engine
         .load(&WasmModuleSpec::from_bytes(add_bytes()))
         .unwrap();
-    let call = Invocation::execute(json!({"a": 1, "b": 1}), None);
+    let call = Invocation::execute(json!({"a": 1, "b": 1}));
     std::thread::scope(|s| {
         let spinner = s.spawn(|| {
-            let limits = Limits {
-                fuel: u64::MAX / 2,
-                timeout: Duration::from_secs(2),
-                ..Limits::default()
-            };
+            let mut limits = Limits::<WasmLimits>::default();
+            limits.boundary.fuel = u64::MAX / 2;
+            limits.timeout = Duration::from_secs(2);
             engine
                 .run(
                     &spin,
-                    &Invocation::execute(Value::Null, None),
+                    &Invocation::execute(Value::Null),
                     &Grants::none(),
                     &limits,
                 )

@@ -8,8 +8,12 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use capability_sandbox::{
-    Grants, Invocation, Limits, ModuleSpec, RunOutcome, SandboxError, run_module,
+    Grants, Invocation, Limits, ModuleSpec, ProcessLimits, RunOutcome, SandboxError, SandboxReport,
+    run_module,
 };
+
+/// What a run in the process sandbox returns.
+pub type Outcome = RunOutcome<SandboxError, SandboxReport>;
 use serde_json::{Value, json};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,24 +113,27 @@ impl Package {
         Package { dir, spec }
     }
 
-    pub fn run(&self, input: Value, grants: &Grants, limits: &Limits) -> RunOutcome {
+    pub fn run(&self, input: Value, grants: &Grants, limits: &Limits<ProcessLimits>) -> Outcome {
         run_module(&self.spec, &Invocation::execute(input), grants, limits)
             .unwrap_or_else(|e| panic!("run refused before entering the boundary: {e}"))
     }
 }
 
 /// Limits for tests: generous wall time for a loaded 2-core machine.
-pub fn limits() -> Limits {
+pub fn limits() -> Limits<ProcessLimits> {
     Limits {
-        wall_timeout: Duration::from_secs(30),
-        cpu_time: Duration::from_secs(20),
+        timeout: Duration::from_secs(30),
         memory_bytes: 1 << 30,
+        boundary: ProcessLimits {
+            cpu_time: Duration::from_secs(20),
+            ..ProcessLimits::default()
+        },
         ..Limits::default()
     }
 }
 
 /// The guest error of a failed run, or a panic describing what happened instead.
-pub fn guest_error(out: &RunOutcome) -> (String, String) {
+pub fn guest_error(out: &Outcome) -> (String, String) {
     match &out.result {
         Err(SandboxError::Guest(g)) => (g.code.clone().unwrap_or_default(), g.message.clone()),
         other => panic!(
@@ -136,7 +143,7 @@ pub fn guest_error(out: &RunOutcome) -> (String, String) {
     }
 }
 
-pub fn ok_output(out: &RunOutcome) -> &Value {
+pub fn ok_output(out: &Outcome) -> &Value {
     match &out.result {
         Ok(v) => v,
         Err(e) => panic!("expected success, got {e} ({e:?})\nstderr: {}", out.stderr),

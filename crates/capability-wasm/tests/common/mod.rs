@@ -6,9 +6,18 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use capability_wasm::{
-    EngineConfig, Grants, Invocation, Limits, Op, RunOutcome, WasmEngine, WasmModule,
-    WasmModuleSpec,
+    EngineConfig, Grants, Invocation, Limits, Op, RunOutcome, WasmEngine, WasmError, WasmLimits,
+    WasmModule, WasmModuleSpec, WasmReport,
 };
+
+/// What a run of the engine returns.
+pub type Outcome = RunOutcome<WasmError, WasmReport>;
+
+/// A directory to grant, outside the guest's private `/tmp` (granted paths show at their host
+/// path).
+pub fn grant_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
+}
 use serde_json::{Value, json};
 
 pub fn fixture(name: &str) -> PathBuf {
@@ -48,17 +57,20 @@ pub fn hostile_module() -> WasmModule {
 }
 
 /// Limits small enough that hostile runs end quickly.
-pub fn tight() -> Limits {
+pub fn tight() -> Limits<WasmLimits> {
     Limits {
         timeout: Duration::from_secs(5),
-        fuel: 2_000_000_000,
         memory_bytes: 64 << 20,
         tmp_bytes: 4 << 20,
+        boundary: WasmLimits {
+            fuel: 2_000_000_000,
+            ..WasmLimits::default()
+        },
         ..Limits::default()
     }
 }
 
-pub fn attack(attack: &str, arg: &str, grants: &Grants, limits: &Limits) -> RunOutcome {
+pub fn attack(attack: &str, arg: &str, grants: &Grants, limits: &Limits<WasmLimits>) -> Outcome {
     engine()
         .run(
             &hostile_module(),
@@ -74,7 +86,7 @@ pub fn assert_follow_up_ok() {
     let out = engine()
         .run(
             &add_module(),
-            &Invocation::execute(json!({"a": 20, "b": 22}), None),
+            &Invocation::execute(json!({"a": 20, "b": 22})),
             &Grants::none(),
             &Limits::default(),
         )
