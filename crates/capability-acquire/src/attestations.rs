@@ -76,6 +76,7 @@ use serde_json::{Value, json};
 use sha2::Digest as _;
 
 use crate::AcquireError;
+use crate::error::{FetchError, FetchFault, IoError, SignatureFault};
 use crate::fetch::Fetcher;
 use crate::signatures::KeySet;
 
@@ -105,8 +106,184 @@ const P256: &str = "PKIX_ECDSA_P256_SHA_256";
 /// Fulcio's certificate extensions.
 const FULCIO_OID: &str = "1.3.6.1.4.1.57264.1.";
 
-fn refused(m: String) -> AcquireError {
-    AcquireError::Signature(m)
+/// What is wrong with a Sigstore trusted root.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum RootProblem {
+    #[error("media type {media:?} is not a trusted root")]
+    MediaType { media: String },
+    #[error("{what}: {field} is not base64")]
+    NotBase64 { what: String, field: &'static str },
+    #[error("{what}: not a P-256 public key: {reason}")]
+    NotP256 { what: String, reason: String },
+    #[error(transparent)]
+    Validity(#[from] ValidityProblem),
+    #[error("{what}: no certChain.certificates")]
+    NoChain { what: String },
+    #[error("{what}: a certificate is not DER X.509")]
+    NotX509 { what: String },
+    #[error("it has no ECDSA P-256 transparency log or no certificate authority")]
+    Incomplete,
+    #[error(transparent)]
+    NotJson(#[from] capability_core::json::JsonError),
+}
+
+/// A `validFor` of a trusted root that does not read.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ValidityProblem {
+    #[error("{what}: validFor.{key} {value:?} is not a date")]
+    NotDate {
+        what: String,
+        key: &'static str,
+        value: String,
+    },
+    #[error("{what}: validFor.{key} is not a date")]
+    NotString { what: String, key: &'static str },
+    #[error("{what}: validFor.start is missing")]
+    NoStart { what: String },
+}
+
+/// What is wrong with an attestations document as a whole.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum DocumentProblem {
+    #[error("{url} has no `attestations` array")]
+    NoArray { url: String },
+    #[error("attestation {index} has no bundle")]
+    NoBundle { index: usize },
+    #[error("the publish attestation cannot be verified: the registry publishes no signing keys")]
+    NoKeysForPublish,
+    #[error("more than one attestation of type {predicate}")]
+    Duplicate { predicate: String },
+    #[error("attestation {index} has the unknown type {predicate:?}")]
+    UnknownType { index: usize, predicate: String },
+    #[error("{url} holds no SLSA provenance attestation")]
+    NoProvenance { url: String },
+}
+
+/// Why one bundle does not verify.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BundleProblem {
+    #[error("the bundle media type {media:?} is not a Sigstore bundle v0.1, v0.2 or v0.3")]
+    MediaType { media: String },
+    #[error("the bundle holds no DSSE envelope")]
+    NoEnvelope,
+    #[error("the payload type {payload_type:?} is not {IN_TOTO}")]
+    PayloadType { payload_type: String },
+    #[error("the envelope's payload is not base64")]
+    PayloadNotBase64,
+    #[error("the envelope must hold exactly one signature")]
+    SignatureCount,
+    #[error("the envelope's signature is not base64")]
+    SignatureNotBase64,
+    #[error("the signature is not a DER ECDSA signature")]
+    SignatureNotDer,
+    #[error("the bundle has no verificationMaterial")]
+    NoMaterial,
+    #[error("the bundle has no transparency-log entry")]
+    NoEntry,
+    #[error(transparent)]
+    Entry(#[from] EntryProblem),
+    #[error(transparent)]
+    Certificate(#[from] CertificateProblem),
+    #[error("the DSSE signature does not verify with the certificate's key")]
+    CertificateSignature,
+    #[error("the bundle names no registry key (publicKey.hint)")]
+    NoHint,
+    #[error("the signature's keyid {keyid:?} is not the bundle's key {hint:?}")]
+    KeyIdMismatch { keyid: String, hint: String },
+    #[error("signed by the unknown key {hint:?}: the registry publishes no such key")]
+    UnknownKey { hint: String },
+    #[error("signed by the key {hint}, which had expired when the entry was logged")]
+    ExpiredKey { hint: String },
+    #[error("the DSSE signature does not verify with the registry key {hint}")]
+    RegistrySignature { hint: String },
+    #[error("the statement is not JSON: {reason}")]
+    StatementNotJson { reason: String },
+    #[error("the statement type {kind:?} is not in-toto")]
+    StatementType { kind: String },
+    #[error("the statement's predicate type {declared:?} is not {expected:?}")]
+    Predicate { declared: String, expected: String },
+    #[error("the statement must name exactly one subject")]
+    SubjectCount,
+    #[error("the statement is about {named:?}, not {purl:?}")]
+    Subject { named: String, purl: String },
+    #[error("the statement's sha512 {digest:?} is not the downloaded tarball's ({expected})")]
+    Digest { digest: String, expected: String },
+}
+
+/// Why a transparency-log entry of a bundle does not verify.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum EntryProblem {
+    #[error("a log entry has no logId")]
+    NoLogId,
+    #[error("a log entry has no logIndex")]
+    NoLogIndex,
+    #[error("a log entry has no integratedTime")]
+    NoTime,
+    #[error(
+        "log entry {index} is in the transparency log {log_id}, which is not in the trusted root ({origin}) or has no ECDSA P-256 key"
+    )]
+    UnknownLog {
+        index: u64,
+        log_id: String,
+        origin: String,
+    },
+    #[error("log entry {index} was integrated at {time}, when the key of {log} was not valid")]
+    KeyNotValid { index: u64, time: i64, log: String },
+    #[error("a log entry has no canonicalizedBody")]
+    NoBody,
+    #[error("log entry {index} has no signed entry timestamp")]
+    NoTimestamp { index: u64 },
+    #[error("log entry {index}: the signed entry timestamp is malformed")]
+    TimestampMalformed { index: u64 },
+    #[error("log entry {index}: the signed entry timestamp does not verify with the key of {log}")]
+    TimestampSignature { index: u64, log: String },
+    #[error("log entry {index}: the body is not base64 JSON")]
+    BodyNotJson { index: u64 },
+    #[error("log entry {index}: the body is a {kind} {version}, not what kindVersion says")]
+    KindMismatch {
+        index: u64,
+        kind: String,
+        version: String,
+    },
+    #[error(
+        "log entry {index} is a {kind} {version} entry: only intoto 0.0.2 and dsse 0.0.1 are accepted"
+    )]
+    UnsupportedKind {
+        index: u64,
+        kind: String,
+        version: String,
+    },
+    #[error("log entry {index} logs another payload than the envelope's")]
+    OtherPayload { index: u64 },
+    #[error("log entry {index} logs another signature than the envelope's")]
+    OtherSignature { index: u64 },
+}
+
+/// Why the signing certificate of a bundle is refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum CertificateProblem {
+    #[error("the bundle holds no signing certificate")]
+    Missing,
+    #[error("the signing certificate is not DER X.509: {reason}")]
+    NotX509 { reason: String },
+    #[error(
+        "the signing certificate was not valid at the entry's integrated time {time} (valid from {from} to {until})"
+    )]
+    NotValidAt { time: i64, from: i64, until: i64 },
+    #[error(
+        "the signing certificate's authority {uri} was not valid at the entry's integrated time"
+    )]
+    AuthorityNotValid { uri: String },
+    #[error(
+        "the signing certificate is not issued by a certificate authority of the trusted root ({origin})"
+    )]
+    NotIssued { origin: String },
+    #[error("the signing certificate is a CA certificate")]
+    IsCa,
+    #[error("the signing certificate is not for code signing")]
+    NotCodeSigning,
+    #[error("the signing certificate's key is not ECDSA P-256")]
+    NotP256,
 }
 
 fn b64(s: &str) -> Option<Vec<u8>> {
@@ -121,18 +298,27 @@ struct Validity {
 }
 
 impl Validity {
-    fn parse(v: Option<&Value>, what: &str) -> Result<Validity, String> {
-        let date = |k: &str| -> Result<Option<i64>, String> {
-            match v.and_then(|v| v.get(k)) {
+    fn parse(v: Option<&Value>, what: &str) -> Result<Validity, ValidityProblem> {
+        let date = |key: &'static str| -> Result<Option<i64>, ValidityProblem> {
+            match v.and_then(|v| v.get(key)) {
                 None | Some(Value::Null) => Ok(None),
                 Some(Value::String(s)) => capability_core::dates::date_parse(s)
                     .map(|ms| Some((ms / 1000.0).floor() as i64))
-                    .ok_or_else(|| format!("{what}: validFor.{k} {s:?} is not a date")),
-                Some(_) => Err(format!("{what}: validFor.{k} is not a date")),
+                    .ok_or_else(|| ValidityProblem::NotDate {
+                        what: what.to_string(),
+                        key,
+                        value: s.clone(),
+                    }),
+                Some(_) => Err(ValidityProblem::NotString {
+                    what: what.to_string(),
+                    key,
+                }),
             }
         };
         Ok(Validity {
-            start: date("start")?.ok_or_else(|| format!("{what}: validFor.start is missing"))?,
+            start: date("start")?.ok_or_else(|| ValidityProblem::NoStart {
+                what: what.to_string(),
+            })?,
             end: date("end")?,
         })
     }
@@ -173,10 +359,17 @@ impl TrustedRoot {
     /// are left out (an entry in one of them is then refused); anything malformed is an
     /// error.
     pub fn parse(doc: &Value, origin: &str) -> Result<TrustedRoot, AcquireError> {
-        let bad = |m: String| refused(format!("the Sigstore trusted root ({origin}): {m}"));
+        let bad = |problem: RootProblem| {
+            AcquireError::from(SignatureFault::TrustedRoot {
+                origin: origin.to_string(),
+                problem,
+            })
+        };
         let media = doc.get("mediaType").and_then(Value::as_str).unwrap_or("");
         if !media.starts_with("application/vnd.dev.sigstore.trustedroot") {
-            return Err(bad(format!("media type {media:?} is not a trusted root")));
+            return Err(bad(RootProblem::MediaType {
+                media: media.to_string(),
+            }));
         }
         let list = |k: &str| doc.get(k).and_then(Value::as_array).cloned();
         let mut tlogs = Vec::new();
@@ -190,14 +383,28 @@ impl TrustedRoot {
                 .get("rawBytes")
                 .and_then(Value::as_str)
                 .and_then(b64)
-                .ok_or_else(|| bad(format!("{what}: publicKey.rawBytes is not base64")))?;
-            let key_parsed = VerifyingKey::from_public_key_der(&der)
-                .map_err(|e| bad(format!("{what}: not a P-256 public key: {e}")))?;
+                .ok_or_else(|| {
+                    bad(RootProblem::NotBase64 {
+                        what: what.clone(),
+                        field: "publicKey.rawBytes",
+                    })
+                })?;
+            let key_parsed = VerifyingKey::from_public_key_der(&der).map_err(|e| {
+                bad(RootProblem::NotP256 {
+                    what: what.clone(),
+                    reason: e.to_string(),
+                })
+            })?;
             let log_id = t
                 .pointer("/logId/keyId")
                 .and_then(Value::as_str)
                 .and_then(b64)
-                .ok_or_else(|| bad(format!("{what}: logId.keyId is not base64")))?;
+                .ok_or_else(|| {
+                    bad(RootProblem::NotBase64 {
+                        what: what.clone(),
+                        field: "logId.keyId",
+                    })
+                })?;
             tlogs.push(Tlog {
                 log_id,
                 base_url: t
@@ -206,7 +413,7 @@ impl TrustedRoot {
                     .unwrap_or_default()
                     .to_string(),
                 key: key_parsed,
-                valid: Validity::parse(key.get("validFor"), &what).map_err(bad)?,
+                valid: Validity::parse(key.get("validFor"), &what).map_err(|p| bad(p.into()))?,
             });
         }
         let mut authorities = Vec::new();
@@ -220,13 +427,13 @@ impl TrustedRoot {
                 .pointer("/certChain/certificates")
                 .and_then(Value::as_array)
                 .filter(|c| !c.is_empty())
-                .ok_or_else(|| bad(format!("{what}: no certChain.certificates")))?
+                .ok_or_else(|| bad(RootProblem::NoChain { what: what.clone() }))?
                 .iter()
                 .map(|c| {
                     let der = c.get("rawBytes").and_then(Value::as_str).and_then(b64);
                     match der {
                         Some(d) if x509_parser::parse_x509_certificate(&d).is_ok() => Ok(d),
-                        _ => Err(bad(format!("{what}: a certificate is not DER X.509"))),
+                        _ => Err(bad(RootProblem::NotX509 { what: what.clone() })),
                     }
                 })
                 .collect::<Result<Vec<_>, _>>()?;
@@ -237,13 +444,11 @@ impl TrustedRoot {
                     .unwrap_or_default()
                     .to_string(),
                 chain,
-                valid: Validity::parse(ca.get("validFor"), &what).map_err(bad)?,
+                valid: Validity::parse(ca.get("validFor"), &what).map_err(|p| bad(p.into()))?,
             });
         }
         if tlogs.is_empty() || authorities.is_empty() {
-            return Err(bad(
-                "it has no ECDSA P-256 transparency log or no certificate authority".into(),
-            ));
+            return Err(bad(RootProblem::Incomplete));
         }
         Ok(TrustedRoot {
             tlogs,
@@ -255,7 +460,7 @@ impl TrustedRoot {
     /// The embedded public-good root.
     pub fn embedded() -> Result<TrustedRoot, AcquireError> {
         let doc = capability_core::json::parse(EMBEDDED_TRUSTED_ROOT.as_bytes())
-            .map_err(|e| refused(format!("the embedded Sigstore trusted root: {e}")))?;
+            .map_err(|error| SignatureFault::EmbeddedRoot { error })?;
         TrustedRoot::parse(&doc, "embedded")
     }
 
@@ -275,11 +480,14 @@ impl TrustedRoot {
             {
                 return TrustedRoot::embedded();
             }
-            Err(e) => return Err(AcquireError::Io(format!("{}: {e}", path.display()))),
+            Err(e) => return Err(IoError::file(&path, &e)),
         };
         let origin = path.display().to_string();
-        let doc = capability_core::json::parse(&bytes)
-            .map_err(|e| refused(format!("the Sigstore trusted root ({origin}): {e}")))?;
+        let doc =
+            capability_core::json::parse(&bytes).map_err(|e| SignatureFault::TrustedRoot {
+                origin: origin.clone(),
+                problem: e.into(),
+            })?;
         TrustedRoot::parse(&doc, &origin)
     }
 }
@@ -401,7 +609,7 @@ pub fn attestations_url(dist: &Value) -> Result<Option<String>, AcquireError> {
             .get("url")
             .and_then(Value::as_str)
             .map(|s| Some(s.to_string()))
-            .ok_or_else(|| refused("dist.attestations names no url".into())),
+            .ok_or_else(|| SignatureFault::NoAttestationsUrl { spec: None }.into()),
     }
 }
 
@@ -412,19 +620,29 @@ pub fn fetch(fetcher: &Fetcher, registry: &str, url: &str) -> Result<Value, Acqu
         _ => false,
     };
     if !same_origin {
-        return Err(refused(format!(
-            "the attestations are at {url}, outside the registry {registry}"
-        )));
+        return Err(SignatureFault::AttestationsElsewhere {
+            url: url.to_string(),
+            registry: registry.to_string(),
+        }
+        .into());
     }
     let fetched = fetcher.document(url)?;
     if !(200..300).contains(&fetched.status) {
-        return Err(AcquireError::Fetch(format!(
-            "Failed to fetch the provenance attestations: HTTP {} ({url})",
-            fetched.status
-        )));
+        let fault = FetchFault::Status {
+            url: url.to_string(),
+            status: fetched.status,
+        };
+        return Err(FetchError::from(fault)
+            .of("the provenance attestations")
+            .into());
     }
-    capability_core::json::parse(&fetched.body)
-        .map_err(|e| refused(format!("{url}: the attestations are not JSON: {e}")))
+    capability_core::json::parse(&fetched.body).map_err(|error| {
+        SignatureFault::AttestationsNotJson {
+            url: url.to_string(),
+            error,
+        }
+        .into()
+    })
 }
 
 /// Verifies the attestations document `doc` (fetched from `url`) for `subject`: exactly one
@@ -439,36 +657,44 @@ pub fn verify_document(
     subject: Subject<'_>,
 ) -> Result<Verified, AcquireError> {
     let spec = format!("{}@{}", subject.name, subject.version);
-    let bad = |m: String| refused(format!("the provenance attestations of {spec}: {m}"));
+    let bad = |problem: DocumentProblem| {
+        AcquireError::from(SignatureFault::Attestations {
+            spec: spec.clone(),
+            problem,
+        })
+    };
     let list = doc
         .get("attestations")
         .and_then(Value::as_array)
-        .ok_or_else(|| bad(format!("{url} has no `attestations` array")))?;
+        .ok_or_else(|| {
+            bad(DocumentProblem::NoArray {
+                url: url.to_string(),
+            })
+        })?;
     let (mut provenance, mut publish) = (None, None);
     for (i, a) in list.iter().enumerate() {
         let predicate = a.get("predicateType").and_then(Value::as_str).unwrap_or("");
         let bundle = a
             .get("bundle")
-            .ok_or_else(|| bad(format!("attestation {i} has no bundle")))?;
+            .ok_or_else(|| bad(DocumentProblem::NoBundle { index: i }))?;
         let verified = match predicate {
             SLSA_V1 | SLSA_V02 if provenance.is_none() => {
                 verify_bundle(bundle, predicate, Signer::Fulcio(root), subject)?
             }
             PUBLISH if publish.is_none() => {
-                let keys = keys.ok_or_else(|| {
-                    bad("the publish attestation cannot be verified: the registry publishes no signing keys".into())
-                })?;
+                let keys = keys.ok_or_else(|| bad(DocumentProblem::NoKeysForPublish))?;
                 verify_bundle(bundle, predicate, Signer::Registry(root, keys), subject)?
             }
             SLSA_V1 | SLSA_V02 | PUBLISH => {
-                return Err(bad(format!(
-                    "more than one attestation of type {predicate}"
-                )));
+                return Err(bad(DocumentProblem::Duplicate {
+                    predicate: predicate.to_string(),
+                }));
             }
             other => {
-                return Err(bad(format!(
-                    "attestation {i} has the unknown type {other:?}"
-                )));
+                return Err(bad(DocumentProblem::UnknownType {
+                    index: i,
+                    predicate: other.to_string(),
+                }));
             }
         };
         if predicate == PUBLISH {
@@ -477,8 +703,11 @@ pub fn verify_document(
             provenance = Some(verified);
         }
     }
-    let provenance =
-        provenance.ok_or_else(|| bad(format!("{url} holds no SLSA provenance attestation")))?;
+    let provenance = provenance.ok_or_else(|| {
+        bad(DocumentProblem::NoProvenance {
+            url: url.to_string(),
+        })
+    })?;
     Ok(Verified {
         url: url.to_string(),
         provenance,
@@ -538,42 +767,48 @@ pub fn verify_bundle(
         "provenance attestation"
     };
     let spec = format!("{}@{}", subject.name, subject.version);
-    let bad = |m: &str| refused(format!("the {what} of {spec}: {m}"));
+    let bad = |problem: BundleProblem| {
+        AcquireError::from(SignatureFault::Bundle {
+            what,
+            spec: spec.clone(),
+            problem,
+        })
+    };
     let media = bundle
         .get("mediaType")
         .and_then(Value::as_str)
         .unwrap_or("");
     if ![BUNDLE_V01, BUNDLE_V02, BUNDLE_V03].contains(&media) {
-        return Err(bad(&format!(
-            "the bundle media type {media:?} is not a Sigstore bundle v0.1, v0.2 or v0.3"
-        )));
+        return Err(bad(BundleProblem::MediaType {
+            media: media.to_string(),
+        }));
     }
     // The envelope and its one signature.
     let envelope = bundle
         .get("dsseEnvelope")
         .filter(|e| e.is_object())
-        .ok_or_else(|| bad("the bundle holds no DSSE envelope"))?;
+        .ok_or_else(|| bad(BundleProblem::NoEnvelope))?;
     let payload_type = text(envelope, "/payloadType").unwrap_or("");
     if payload_type != IN_TOTO {
-        return Err(bad(&format!(
-            "the payload type {payload_type:?} is not {IN_TOTO}"
-        )));
+        return Err(bad(BundleProblem::PayloadType {
+            payload_type: payload_type.to_string(),
+        }));
     }
     let payload = text(envelope, "/payload")
         .and_then(b64)
-        .ok_or_else(|| bad("the envelope's payload is not base64"))?;
+        .ok_or_else(|| bad(BundleProblem::PayloadNotBase64))?;
     let signature = match envelope.get("signatures").and_then(Value::as_array) {
         Some(s) if s.len() == 1 => &s[0],
-        _ => return Err(bad("the envelope must hold exactly one signature")),
+        _ => return Err(bad(BundleProblem::SignatureCount)),
     };
     let sig_bytes = text(signature, "/sig")
         .and_then(b64)
-        .ok_or_else(|| bad("the envelope's signature is not base64"))?;
+        .ok_or_else(|| bad(BundleProblem::SignatureNotBase64))?;
     let sig = DerSignature::try_from(sig_bytes.as_slice())
-        .map_err(|_| bad("the signature is not a DER ECDSA signature"))?;
+        .map_err(|_| bad(BundleProblem::SignatureNotDer))?;
     let material = bundle
         .get("verificationMaterial")
-        .ok_or_else(|| bad("the bundle has no verificationMaterial"))?;
+        .ok_or_else(|| bad(BundleProblem::NoMaterial))?;
     let root = match signer {
         Signer::Fulcio(root) | Signer::Registry(root, _) => root,
     };
@@ -583,11 +818,12 @@ pub fn verify_bundle(
         .get("tlogEntries")
         .and_then(Value::as_array)
         .filter(|e| !e.is_empty())
-        .ok_or_else(|| bad("the bundle has no transparency-log entry"))?;
+        .ok_or_else(|| bad(BundleProblem::NoEntry))?;
     let mut times = Vec::new();
     let mut first_index = None;
     for e in entries {
-        let (time, index) = verify_entry(e, root, &payload, &sig_bytes).map_err(|m| bad(&m))?;
+        let (time, index) =
+            verify_entry(e, root, &payload, &sig_bytes).map_err(|p| bad(p.into()))?;
         times.push(time);
         first_index.get_or_insert(index);
     }
@@ -596,75 +832,83 @@ pub fn verify_bundle(
     let message = pae(payload_type, &payload);
     let (identity, key_id) = match signer {
         Signer::Fulcio(root) => {
-            let leaf = leaf_certificate(material, media).map_err(|m| bad(&m))?;
-            let (key, identity) = check_certificate(&leaf, root, &times).map_err(|m| bad(&m))?;
-            key.verify(&message, &sig).map_err(|_| {
-                bad("the DSSE signature does not verify with the certificate's key")
-            })?;
+            let leaf = leaf_certificate(material, media).map_err(|p| bad(p.into()))?;
+            let (key, identity) =
+                check_certificate(&leaf, root, &times).map_err(|p| bad(p.into()))?;
+            key.verify(&message, &sig)
+                .map_err(|_| bad(BundleProblem::CertificateSignature))?;
             (Some(identity), None)
         }
         Signer::Registry(_, keys) => {
             let hint = text(material, "/publicKey/hint").unwrap_or("");
             if hint.is_empty() {
-                return Err(bad("the bundle names no registry key (publicKey.hint)"));
+                return Err(bad(BundleProblem::NoHint));
             }
             let keyid = text(signature, "/keyid").unwrap_or("");
             if !keyid.is_empty() && keyid != hint {
-                return Err(bad(&format!(
-                    "the signature's keyid {keyid:?} is not the bundle's key {hint:?}"
-                )));
+                return Err(bad(BundleProblem::KeyIdMismatch {
+                    keyid: keyid.to_string(),
+                    hint: hint.to_string(),
+                }));
             }
             let key = keys.keys.iter().find(|k| k.keyid == hint).ok_or_else(|| {
-                bad(&format!(
-                    "signed by the unknown key {hint:?}: the registry publishes no such key"
-                ))
+                bad(BundleProblem::UnknownKey {
+                    hint: hint.to_string(),
+                })
             })?;
             if let Some(expires) = key.expires
                 && times.iter().any(|t| (*t as f64) * 1000.0 >= expires)
             {
-                return Err(bad(&format!(
-                    "signed by the key {hint}, which had expired when the entry was logged"
-                )));
+                return Err(bad(BundleProblem::ExpiredKey {
+                    hint: hint.to_string(),
+                }));
             }
             key.key.verify(&message, &sig).map_err(|_| {
-                bad(&format!(
-                    "the DSSE signature does not verify with the registry key {hint}"
-                ))
+                bad(BundleProblem::RegistrySignature {
+                    hint: hint.to_string(),
+                })
             })?;
             (None, Some(hint.to_string()))
         }
     };
 
     // The statement.
-    let statement: Value = serde_json::from_slice(&payload)
-        .map_err(|e| bad(&format!("the statement is not JSON: {e}")))?;
+    let statement: Value = serde_json::from_slice(&payload).map_err(|e| {
+        bad(BundleProblem::StatementNotJson {
+            reason: e.to_string(),
+        })
+    })?;
     let kind = text(&statement, "/_type").unwrap_or("");
     if !STATEMENTS.contains(&kind) {
-        return Err(bad(&format!("the statement type {kind:?} is not in-toto")));
+        return Err(bad(BundleProblem::StatementType {
+            kind: kind.to_string(),
+        }));
     }
     let declared = text(&statement, "/predicateType").unwrap_or("");
     if declared != predicate_type {
-        return Err(bad(&format!(
-            "the statement's predicate type {declared:?} is not {predicate_type:?}"
-        )));
+        return Err(bad(BundleProblem::Predicate {
+            declared: declared.to_string(),
+            expected: predicate_type.to_string(),
+        }));
     }
     let subjects = match statement.get("subject").and_then(Value::as_array) {
         Some(s) if s.len() == 1 => &s[0],
-        _ => return Err(bad("the statement must name exactly one subject")),
+        _ => return Err(bad(BundleProblem::SubjectCount)),
     };
     let purl = subject.purl();
     let named = text(subjects, "/name").unwrap_or("");
     if named != purl {
-        return Err(bad(&format!(
-            "the statement is about {named:?}, not {purl:?}"
-        )));
+        return Err(bad(BundleProblem::Subject {
+            named: named.to_string(),
+            purl,
+        }));
     }
     let digest = text(subjects, "/digest/sha512").unwrap_or("");
     if !digest.eq_ignore_ascii_case(subject.sha512_hex) || digest.is_empty() {
-        return Err(bad(&format!(
-            "the statement's sha512 {digest:?} is not the downloaded tarball's ({})",
-            subject.sha512_hex
-        )));
+        return Err(bad(BundleProblem::Digest {
+            digest: digest.to_string(),
+            expected: subject.sha512_hex.to_string(),
+        }));
     }
     Ok(VerifiedBundle {
         predicate_type: predicate_type.to_string(),
@@ -683,49 +927,48 @@ fn verify_entry(
     root: &TrustedRoot,
     payload: &[u8],
     sig: &[u8],
-) -> Result<(i64, u64), String> {
+) -> Result<(i64, u64), EntryProblem> {
     let log_id = text(e, "/logId/keyId")
         .and_then(b64)
-        .ok_or("a log entry has no logId")?;
+        .ok_or(EntryProblem::NoLogId)?;
     let index = int(e, "/logIndex")
         .and_then(|i| u64::try_from(i).ok())
-        .ok_or("a log entry has no logIndex")?;
-    let time = int(e, "/integratedTime").ok_or("a log entry has no integratedTime")?;
+        .ok_or(EntryProblem::NoLogIndex)?;
+    let time = int(e, "/integratedTime").ok_or(EntryProblem::NoTime)?;
     let log = root
         .tlogs
         .iter()
         .find(|t| t.log_id == log_id)
-        .ok_or_else(|| {
-            format!(
-                "log entry {index} is in the transparency log {}, which is not in the trusted root ({}) or has no ECDSA P-256 key",
-                hex::encode(&log_id),
-                root.origin
-            )
+        .ok_or_else(|| EntryProblem::UnknownLog {
+            index,
+            log_id: hex::encode(&log_id),
+            origin: root.origin.clone(),
         })?;
     if !log.valid.contains(time) {
-        return Err(format!(
-            "log entry {index} was integrated at {time}, when the key of {} was not valid",
-            log.base_url
-        ));
+        return Err(EntryProblem::KeyNotValid {
+            index,
+            time,
+            log: log.base_url.clone(),
+        });
     }
-    let body_b64 = text(e, "/canonicalizedBody").ok_or("a log entry has no canonicalizedBody")?;
+    let body_b64 = text(e, "/canonicalizedBody").ok_or(EntryProblem::NoBody)?;
     let set = text(e, "/inclusionPromise/signedEntryTimestamp")
         .filter(|s| !s.is_empty())
-        .ok_or_else(|| format!("log entry {index} has no signed entry timestamp"))?;
+        .ok_or(EntryProblem::NoTimestamp { index })?;
     let set = b64(set)
         .and_then(|d| DerSignature::try_from(d.as_slice()).ok())
-        .ok_or_else(|| format!("log entry {index}: the signed entry timestamp is malformed"))?;
+        .ok_or(EntryProblem::TimestampMalformed { index })?;
     let message = set_message(body_b64, time, &log_id, index);
-    log.key.verify(message.as_bytes(), &set).map_err(|_| {
-        format!(
-            "log entry {index}: the signed entry timestamp does not verify with the key of {}",
-            log.base_url
-        )
-    })?;
+    log.key
+        .verify(message.as_bytes(), &set)
+        .map_err(|_| EntryProblem::TimestampSignature {
+            index,
+            log: log.base_url.clone(),
+        })?;
     // The logged body is about this envelope.
     let body: Value = b64(body_b64)
         .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(|| format!("log entry {index}: the body is not base64 JSON"))?;
+        .ok_or(EntryProblem::BodyNotJson { index })?;
     let (kind, version) = (
         text(&body, "/kind").unwrap_or(""),
         text(&body, "/apiVersion").unwrap_or(""),
@@ -733,9 +976,11 @@ fn verify_entry(
     if text(e, "/kindVersion/kind") != Some(kind)
         || text(e, "/kindVersion/version") != Some(version)
     {
-        return Err(format!(
-            "log entry {index}: the body is a {kind} {version}, not what kindVersion says"
-        ));
+        return Err(EntryProblem::KindMismatch {
+            index,
+            kind: kind.to_string(),
+            version: version.to_string(),
+        });
     }
     let (hash, logged_sig) = match (kind, version) {
         ("intoto", "0.0.2") => (
@@ -751,34 +996,31 @@ fn verify_entry(
             text(&body, "/spec/signatures/0/signature").and_then(b64),
         ),
         _ => {
-            return Err(format!(
-                "log entry {index} is a {kind} {version} entry: only intoto 0.0.2 and dsse 0.0.1 are accepted"
-            ));
+            return Err(EntryProblem::UnsupportedKind {
+                index,
+                kind: kind.to_string(),
+                version: version.to_string(),
+            });
         }
     };
     if hash != Some(hex::encode(sha2::Sha256::digest(payload)).as_str()) {
-        return Err(format!(
-            "log entry {index} logs another payload than the envelope's"
-        ));
+        return Err(EntryProblem::OtherPayload { index });
     }
     if logged_sig.as_deref() != Some(sig) {
-        return Err(format!(
-            "log entry {index} logs another signature than the envelope's"
-        ));
+        return Err(EntryProblem::OtherSignature { index });
     }
     Ok((time, index))
 }
 
 /// The leaf certificate's DER: `certificate` (v0.3) or the first of `x509CertificateChain`
 /// (v0.1, v0.2).
-fn leaf_certificate(material: &Value, media: &str) -> Result<Vec<u8>, String> {
+fn leaf_certificate(material: &Value, media: &str) -> Result<Vec<u8>, CertificateProblem> {
     let raw = if media == BUNDLE_V03 {
         text(material, "/certificate/rawBytes")
     } else {
         text(material, "/x509CertificateChain/certificates/0/rawBytes")
     };
-    raw.and_then(b64)
-        .ok_or_else(|| "the bundle holds no signing certificate".to_string())
+    raw.and_then(b64).ok_or(CertificateProblem::Missing)
 }
 
 /// Checks the leaf against the trusted root at every time of `times`, returns its key and
@@ -787,15 +1029,19 @@ fn check_certificate(
     der: &[u8],
     root: &TrustedRoot,
     times: &[i64],
-) -> Result<(VerifyingKey, Identity), String> {
-    let (_, leaf) = x509_parser::parse_x509_certificate(der)
-        .map_err(|e| format!("the signing certificate is not DER X.509: {e}"))?;
+) -> Result<(VerifyingKey, Identity), CertificateProblem> {
+    let (_, leaf) =
+        x509_parser::parse_x509_certificate(der).map_err(|e| CertificateProblem::NotX509 {
+            reason: e.to_string(),
+        })?;
     let valid = leaf.validity();
     let (from, until) = (valid.not_before.timestamp(), valid.not_after.timestamp());
     if let Some(t) = times.iter().find(|t| **t < from || **t > until) {
-        return Err(format!(
-            "the signing certificate was not valid at the entry's integrated time {t} (valid from {from} to {until})"
-        ));
+        return Err(CertificateProblem::NotValidAt {
+            time: *t,
+            from,
+            until,
+        });
     }
     let mut last = None;
     let issued = root.authorities.iter().find(|ca| {
@@ -828,17 +1074,14 @@ fn check_certificate(
     });
     if issued.is_none() {
         return Err(match last {
-            Some(uri) => format!(
-                "the signing certificate's authority {uri} was not valid at the entry's integrated time"
-            ),
-            None => format!(
-                "the signing certificate is not issued by a certificate authority of the trusted root ({})",
-                root.origin
-            ),
+            Some(uri) => CertificateProblem::AuthorityNotValid { uri },
+            None => CertificateProblem::NotIssued {
+                origin: root.origin.clone(),
+            },
         });
     }
     if leaf.is_ca() {
-        return Err("the signing certificate is a CA certificate".into());
+        return Err(CertificateProblem::IsCa);
     }
     let code_signing = leaf
         .extended_key_usage()
@@ -846,10 +1089,10 @@ fn check_certificate(
         .flatten()
         .is_some_and(|e| e.value.code_signing);
     if !code_signing {
-        return Err("the signing certificate is not for code signing".into());
+        return Err(CertificateProblem::NotCodeSigning);
     }
     let key = VerifyingKey::from_public_key_der(leaf.public_key().raw)
-        .map_err(|_| "the signing certificate's key is not ECDSA P-256".to_string())?;
+        .map_err(|_| CertificateProblem::NotP256)?;
     Ok((key, identity(&leaf)))
 }
 

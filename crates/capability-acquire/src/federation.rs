@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use sha2::Digest as _;
 
 use crate::AcquireError;
+use crate::error::{FetchFault, IndexFault, IoError};
 use crate::fetch::{Fetched, Fetcher};
 use crate::progress::Event;
 
@@ -113,7 +114,7 @@ impl IndexCache {
         etag: Option<&str>,
     ) -> Result<(), AcquireError> {
         let path = self.path(url);
-        let failed = |e: std::io::Error| AcquireError::Io(format!("{}: {e}", path.display()));
+        let failed = |e: std::io::Error| IoError::file(&path, &e);
         std::fs::create_dir_all(&self.dir).map_err(failed)?;
         let entry = json!({
             "url": url,
@@ -127,6 +128,9 @@ impl IndexCache {
     }
 }
 
+/// What a failed index fetch says it was fetching (`Failed to fetch capability index: ...`).
+const INDEX: &str = "capability index";
+
 /// Fetches (or, offline, reads from the cache) and validates one index document.
 pub fn load_index(
     fetcher: &Fetcher,
@@ -138,11 +142,9 @@ pub fn load_index(
     };
     let cached = cache.read(url);
     if cache.offline {
-        let (doc, _) = cached.ok_or_else(|| {
-            AcquireError::Index(format!(
-                "offline: the capability index {url} is not in the index cache ({}); fetch it once without --offline",
-                cache.dir.display()
-            ))
+        let (doc, _) = cached.ok_or_else(|| IndexFault::NotCached {
+            url: url.to_string(),
+            cache: cache.dir.clone(),
         })?;
         return valid_cached(doc, url);
     }
@@ -155,7 +157,7 @@ pub fn load_index(
         Some(etag) => fetcher.document_if_none_match(url, etag),
         None => fetcher.document(url),
     }
-    .map_err(|e| AcquireError::Fetch(format!("Failed to fetch capability index: {e}")))?;
+    .map_err(|e| e.of(INDEX))?;
     if let (304, Some(doc)) = (fetched.status, cached_doc) {
         return valid_cached(doc, url);
     }
@@ -168,32 +170,38 @@ pub fn load_index(
 
 /// A cached index document, checked again before it is used.
 fn valid_cached(doc: Value, url: &str) -> Result<Value, AcquireError> {
-    capability_core::index::assert_valid_index(&doc)
-        .map_err(|e| AcquireError::Index(format!("{e} ({url}, cached)")))?;
+    capability_core::index::assert_valid_index(&doc).map_err(|error| IndexFault::Invalid {
+        url: url.to_string(),
+        error,
+        cached: true,
+    })?;
     Ok(doc)
 }
 
 /// Fetches and validates one index document.
 pub fn fetch_index(fetcher: &Fetcher, url: &str) -> Result<Value, AcquireError> {
-    let fetched = fetcher
-        .document(url)
-        .map_err(|e| AcquireError::Fetch(format!("Failed to fetch capability index: {e}")))?;
+    let fetched = fetcher.document(url).map_err(|e| e.of(INDEX))?;
     Ok(index_from(fetched, url)?.0)
 }
 
 /// The validated index document of a response, with its entity tag.
 fn index_from(fetched: Fetched, url: &str) -> Result<(Value, Option<String>), AcquireError> {
     if !(200..300).contains(&fetched.status) {
-        return Err(AcquireError::Fetch(format!(
-            "Failed to fetch capability index: HTTP {} ({url})",
-            fetched.status
-        )));
+        let fault = FetchFault::Status {
+            url: url.to_string(),
+            status: fetched.status,
+        };
+        return Err(crate::FetchError::from(fault).of(INDEX).into());
     }
-    let doc = capability_core::json::parse(&fetched.body).map_err(|e| {
-        AcquireError::Index(format!("Invalid capability index: {url}: not JSON: {e}"))
+    let doc = capability_core::json::parse(&fetched.body).map_err(|error| IndexFault::NotJson {
+        url: url.to_string(),
+        error,
     })?;
-    capability_core::index::assert_valid_index(&doc)
-        .map_err(|e| AcquireError::Index(format!("{e} ({url})")))?;
+    capability_core::index::assert_valid_index(&doc).map_err(|error| IndexFault::Invalid {
+        url: url.to_string(),
+        error,
+        cached: false,
+    })?;
     Ok((doc, fetched.etag))
 }
 
@@ -240,10 +248,10 @@ pub fn federate(
                 continue;
             }
             if seen.len() >= bounds.max_indexes {
-                return Err(AcquireError::Index(format!(
-                    "Capability federation exceeded {} indexes",
-                    bounds.max_indexes
-                )));
+                return Err(IndexFault::TooMany {
+                    max: bounds.max_indexes,
+                }
+                .into());
             }
             seen.push(url.clone());
             batch.push(url);
@@ -270,9 +278,12 @@ pub fn federate(
                         })
                     })
                     .collect();
-                results.extend(handles.into_iter().map(|h| {
+                results.extend(handles.into_iter().zip(chunk).map(|(h, url)| {
                     h.join().unwrap_or_else(|_| {
-                        Err(AcquireError::Fetch("an index fetch stopped".into()))
+                        Err(FetchFault::Stopped {
+                            url: url.to_string(),
+                        }
+                        .into())
                     })
                 }));
             });
@@ -303,9 +314,7 @@ pub fn federate(
         depth += 1;
     }
     if documents.is_empty() && embedded.is_empty() {
-        return Err(AcquireError::Index(
-            "No capability indexes were loaded".into(),
-        ));
+        return Err(IndexFault::NoneLoaded.into());
     }
     let all: Vec<Value> = embedded
         .iter()
@@ -313,7 +322,7 @@ pub fn federate(
         .chain(documents.iter().map(|(_, d)| d.clone()))
         .collect();
     let index = capability_core::index::merge_indexes(&all, &capability_core::js::now_iso())
-        .map_err(|e| AcquireError::Index(e.to_string()))?;
+        .map_err(IndexFault::Merge)?;
     Ok(Network { documents, index })
 }
 
@@ -342,14 +351,9 @@ pub fn configured_indexes(
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(AcquireError::Io(format!("{}: {e}", path.display()))),
+        Err(e) => return Err(IoError::file(&path, &e)),
     };
-    let bad = || {
-        AcquireError::Index(format!(
-            "{}: expected {{\"indexes\": [\"<url>\", ...]}}",
-            path.display()
-        ))
-    };
+    let bad = || AcquireError::from(IndexFault::List { path: path.clone() });
     let doc = capability_core::json::parse(&bytes).map_err(|_| bad())?;
     doc.get("indexes")
         .and_then(Value::as_array)

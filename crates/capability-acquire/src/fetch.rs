@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use capability_openapi::http::{HttpClient, HttpConfig, Outgoing, Resolver, origin_of};
 
-use crate::AcquireError;
+use crate::error::{FetchError, FetchFault};
 use crate::progress::{Download, Reporter};
 
 /// Limits of the fetcher.
@@ -55,7 +55,7 @@ pub struct Fetcher {
 }
 
 impl Fetcher {
-    pub fn new(config: FetchConfig) -> Result<Fetcher, AcquireError> {
+    pub fn new(config: FetchConfig) -> Result<Fetcher, FetchError> {
         let client = |limit: usize| {
             HttpClient::new(
                 HttpConfig {
@@ -70,7 +70,7 @@ impl Fetcher {
                 },
                 Resolver::System,
             )
-            .map_err(|e| AcquireError::Fetch(e.to_string()))
+            .map_err(|e| FetchError::from(FetchFault::Client(e)))
         };
         Ok(Fetcher {
             documents: client(config.max_document_bytes)?,
@@ -101,16 +101,20 @@ impl Fetcher {
         url: &str,
         headers: Vec<(String, String)>,
         what: Download,
-    ) -> Result<Fetched, AcquireError> {
-        let parsed =
-            url::Url::parse(url).map_err(|e| AcquireError::Fetch(format!("{url}: {e}")))?;
+    ) -> Result<Fetched, FetchError> {
+        let parsed = url::Url::parse(url).map_err(|error| FetchFault::Url {
+            url: url.to_string(),
+            error,
+        })?;
         if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(AcquireError::Fetch(format!(
-                "{url}: only http and https URLs are fetched"
-            )));
+            return Err(FetchFault::Scheme {
+                url: url.to_string(),
+            }
+            .into());
         }
-        let origin = origin_of(&parsed)
-            .ok_or_else(|| AcquireError::Fetch(format!("{url}: the URL has no host")))?;
+        let origin = origin_of(&parsed).ok_or_else(|| FetchFault::NoHost {
+            url: url.to_string(),
+        })?;
         let request = Outgoing {
             method: "GET".into(),
             url: parsed.clone(),
@@ -125,7 +129,10 @@ impl Fetcher {
                 &|| false,
                 self.progress.body(url, what),
             )
-            .map_err(|e| AcquireError::Fetch(format!("{url}: {e}")))?;
+            .map_err(|error| FetchFault::Http {
+                url: url.to_string(),
+                error,
+            })?;
         Ok(Fetched {
             status: response.status,
             body: response.body,
@@ -135,7 +142,7 @@ impl Fetcher {
     }
 
     /// A JSON document (index, discovery document, packument, key set).
-    pub fn document(&self, url: &str) -> Result<Fetched, AcquireError> {
+    pub fn document(&self, url: &str) -> Result<Fetched, FetchError> {
         self.get(&self.documents, url, Vec::new(), Download::Document)
     }
 
@@ -144,19 +151,19 @@ impl Fetcher {
         &self,
         url: &str,
         headers: Vec<(String, String)>,
-    ) -> Result<Fetched, AcquireError> {
+    ) -> Result<Fetched, FetchError> {
         self.get(&self.documents, url, headers, Download::Document)
     }
 
     /// A JSON document unless it still has the entity tag `etag` (then status 304 and no
     /// body): a conditional GET with `If-None-Match`.
-    pub fn document_if_none_match(&self, url: &str, etag: &str) -> Result<Fetched, AcquireError> {
+    pub fn document_if_none_match(&self, url: &str, etag: &str) -> Result<Fetched, FetchError> {
         let headers = vec![("If-None-Match".to_string(), etag.to_string())];
         self.get(&self.documents, url, headers, Download::Document)
     }
 
     /// A tarball.
-    pub fn tarball(&self, url: &str) -> Result<Fetched, AcquireError> {
+    pub fn tarball(&self, url: &str) -> Result<Fetched, FetchError> {
         self.get(&self.tarballs, url, Vec::new(), Download::Tarball)
     }
 }

@@ -18,6 +18,9 @@ use serde_json::Value;
 
 use crate::AcquireError;
 use crate::attestations::{self, Subject, TrustedRoot};
+use crate::error::{
+    IndexFault, IoError, LockFault, PackageError, PackageFault, RegistryFault, SignatureFault,
+};
 use crate::federation::{Bounds, IndexCache, configured_indexes, federate};
 use crate::fetch::{FetchConfig, Fetcher};
 use crate::integrity::{check_declared, observe};
@@ -88,8 +91,7 @@ pub fn install(
     let locked = match &options.locked {
         Some(lock) => {
             let lock = lock.to_value();
-            capability_core::index::assert_valid_lock(&lock)
-                .map_err(|e| AcquireError::Lock(e.to_string()))?;
+            capability_core::index::assert_valid_lock(&lock).map_err(LockFault::Invalid)?;
             Some(lock)
         }
         None => None,
@@ -128,45 +130,55 @@ pub fn install(
                 .and_then(Value::as_str)
                 .unwrap_or("");
             if locked_url != index_url {
-                return Err(AcquireError::Lock(format!(
-                    "the lock names the index {locked_url}, not {index_url}"
-                )));
+                return Err(LockFault::OtherIndex {
+                    locked: locked_url.to_string(),
+                    index: index_url,
+                }
+                .into());
             }
             if locked_digest != digest {
-                return Err(AcquireError::Lock(format!(
-                    "the index at {index_url} changed since the lock was written (digest {digest}, locked {locked_digest})"
-                )));
+                return Err(LockFault::IndexChanged {
+                    index: index_url,
+                    digest,
+                    locked: locked_digest.to_string(),
+                }
+                .into());
             }
             resolve_lock(&entries, lock)
-                .map_err(|e| AcquireError::Lock(e.to_string()))?
+                .map_err(LockFault::Resolve)?
                 .entry
                 .clone()
         }
         None => {
-            let r = resolve(&entries, query).map_err(|e| AcquireError::Index(e.to_string()))?;
+            let r = resolve(&entries, query).map_err(IndexFault::Resolve)?;
             if capability_core::validate::is_capability_id(query) && r.entry.manifest.id != query {
-                return Err(AcquireError::Index(format!(
-                    "No capability matched: {query}"
-                )));
+                return Err(IndexFault::NoMatch {
+                    query: query.to_string(),
+                }
+                .into());
             }
             r.entry.clone()
         }
     };
     if entry.source != "npm" {
-        return Err(AcquireError::Package(format!(
-            "{} comes from {:?}: only npm packages are installed",
-            entry.package_ref(),
-            entry.source
-        )));
+        let fault = PackageFault::NotNpm {
+            origin: entry.source.clone(),
+        };
+        return Err(PackageError::new(entry.package_ref(), fault).into());
     }
     let (name, version) = (entry.package_name.as_str(), entry.package_version.as_str());
     let registry = registry_url(options.registry.as_deref());
+    let no_dist = |field: &'static str| RegistryFault::NoDist {
+        name: name.to_string(),
+        version: version.to_string(),
+        field,
+    };
     let packument = packument(&fetcher, &registry, name)?;
     let doc = version_document(&packument, name, Some(version))?;
     let declared = doc
         .pointer("/dist/integrity")
         .and_then(Value::as_str)
-        .ok_or_else(|| AcquireError::Registry(format!("{name}@{version} has no dist.integrity")))?;
+        .ok_or_else(|| no_dist("integrity"))?;
     let (signature_key, keys) = check_signatures(
         home,
         &fetcher,
@@ -179,22 +191,29 @@ pub fn install(
     let tarball = doc
         .pointer("/dist/tarball")
         .and_then(Value::as_str)
-        .ok_or_else(|| AcquireError::Registry(format!("{name}@{version} has no dist.tarball")))?;
+        .ok_or_else(|| no_dist("tarball"))?;
     let same_origin = |a: &str, b: &str| match (url::Url::parse(a), url::Url::parse(b)) {
         (Ok(a), Ok(b)) => a.origin() == b.origin(),
         _ => false,
     };
     if !same_origin(tarball, &registry) {
-        return Err(AcquireError::Registry(format!(
-            "the tarball of {name}@{version} is at {tarball}, outside the registry {registry}"
-        )));
+        return Err(RegistryFault::TarballElsewhere {
+            name: name.to_string(),
+            version: version.to_string(),
+            tarball: tarball.to_string(),
+            registry,
+        }
+        .into());
     }
     let fetched = fetcher.tarball(tarball)?;
     if !(200..300).contains(&fetched.status) {
-        return Err(AcquireError::Registry(format!(
-            "Failed to download {tarball}: HTTP {}",
-            fetched.status
-        )));
+        return Err(RegistryFault::Download {
+            name: name.to_string(),
+            version: version.to_string(),
+            tarball: tarball.to_string(),
+            status: fetched.status,
+        }
+        .into());
     }
     let bytes = fetched.body;
     let observed = observe(&bytes);
@@ -206,9 +225,7 @@ pub fn install(
         match lock.pointer("/package/integrity").and_then(Value::as_str) {
             Some(i) => check_declared(&bytes, i, "the lock")?,
             None => {
-                return Err(AcquireError::Lock(
-                    "the lock names no package integrity: it cannot be reproduced exactly".into(),
-                ));
+                return Err(LockFault::NoIntegrity.into());
             }
         }
     }
@@ -224,12 +241,10 @@ pub fn install(
 
     let store = home.package(&observed.hex);
     let packages = store.parent().map(Path::to_path_buf).unwrap_or_default();
-    std::fs::create_dir_all(&packages)
-        .map_err(|e| AcquireError::Io(format!("{}: {e}", packages.display())))?;
+    std::fs::create_dir_all(&packages).map_err(|e| IoError::file(&packages, &e))?;
     if !store.is_dir() {
         let staging = packages.join(format!(".staging-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir(&staging)
-            .map_err(|e| AcquireError::Io(format!("{}: {e}", staging.display())))?;
+        std::fs::create_dir(&staging).map_err(|e| IoError::file(&staging, &e))?;
         let checked =
             unpack(&bytes, &staging, options.limits).and_then(|_| check_package(&staging, &entry));
         if let Err(e) = checked {
@@ -239,7 +254,7 @@ pub fn install(
         if let Err(e) = std::fs::rename(&staging, &store) {
             remove_tree(&staging);
             if !store.is_dir() {
-                return Err(AcquireError::Io(format!("{}: {e}", store.display())));
+                return Err(IoError::file(&store, &e));
             }
         }
     } else {
@@ -284,8 +299,9 @@ pub fn install(
         Some(&observed.sri),
         &capability_core::js::now_iso(),
     );
-    let lock: CapabilityLock = serde_json::from_value(lock)
-        .map_err(|e| AcquireError::Lock(format!("the lock just written does not read: {e}")))?;
+    let lock: CapabilityLock = serde_json::from_value(lock).map_err(|e| LockFault::Unreadable {
+        reason: e.to_string(),
+    })?;
     Ok(Installation {
         record,
         lock,
@@ -311,10 +327,12 @@ fn check_signatures(
     let signed = doc.pointer("/dist/signatures");
     let Some(keys) = keys else {
         if required {
-            return Err(AcquireError::Signature(format!(
-                "npm registry signature missing for {spec}: {registry} publishes no signing keys ({}), and signatures are required",
-                signatures::keys_url(registry)
-            )));
+            return Err(SignatureFault::NoKeys {
+                spec,
+                registry: registry.to_string(),
+                keys_url: signatures::keys_url(registry),
+            }
+            .into());
         }
         return Ok((None, None));
     };
@@ -326,9 +344,7 @@ fn check_signatures(
         .and_then(Value::as_str);
     let key = signatures::verify(&keys, name, version, declared, signed, published)?;
     if key.is_none() && required {
-        return Err(AcquireError::Signature(format!(
-            "npm registry signature missing for {spec}, and signatures are required"
-        )));
+        return Err(SignatureFault::Unsigned { spec }.into());
     }
     Ok((key, Some(keys)))
 }
@@ -346,15 +362,19 @@ fn check_provenance(
     required: bool,
 ) -> Result<Option<attestations::Verified>, AcquireError> {
     let url = match doc.get("dist") {
-        Some(dist) => attestations::attestations_url(dist)
-            .map_err(|e| AcquireError::Signature(format!("{name}@{version}: {e}")))?,
+        Some(dist) => {
+            attestations::attestations_url(dist).map_err(|_| SignatureFault::NoAttestationsUrl {
+                spec: Some(format!("{name}@{version}")),
+            })?
+        }
         None => None,
     };
     let Some(url) = url else {
         if required {
-            return Err(AcquireError::Signature(format!(
-                "{name}@{version}: verified provenance attestation required, but the version has no dist.attestations"
-            )));
+            return Err(SignatureFault::ProvenanceRequired {
+                spec: format!("{name}@{version}"),
+            }
+            .into());
         }
         return Ok(None);
     };
@@ -370,38 +390,39 @@ fn check_provenance(
 
 /// The unpacked package must declare exactly what the index says (read inertly).
 fn check_package(root: &Path, entry: &IndexEntry) -> Result<(), AcquireError> {
-    let failed = |m: String| AcquireError::Package(format!("{}: {m}", entry.package_ref()));
-    let pkg = PackageFile::read(&root.join("package.json")).map_err(|e| failed(e.message))?;
+    let failed =
+        |fault: PackageFault| AcquireError::from(PackageError::new(entry.package_ref(), fault));
+    let pkg = PackageFile::read(&root.join("package.json"))
+        .map_err(|e| failed(PackageFault::Declaration { reason: e.message }))?;
     if pkg.name != entry.package_name || pkg.version != entry.package_version {
-        return Err(failed(format!(
-            "the tarball holds {}@{}",
-            pkg.name, pkg.version
-        )));
+        return Err(failed(PackageFault::OtherPackage {
+            name: pkg.name,
+            version: pkg.version,
+        }));
     }
     let id = &entry.manifest.id;
     let descriptor = pkg
         .exports
         .get(id)
         .and_then(Value::as_object)
-        .ok_or_else(|| failed(format!("the package does not export {id} with a manifest")))?;
+        .ok_or_else(|| failed(PackageFault::NotExported { id: id.clone() }))?;
     let manifest: Option<capability_core::manifest::Manifest> = descriptor
         .get("manifest")
         .cloned()
         .and_then(|m| serde_json::from_value(m).ok());
     if manifest.as_ref() != Some(&entry.manifest) {
-        return Err(failed(format!(
-            "the package's manifest of {id} differs from the index's"
-        )));
+        return Err(failed(PackageFault::ManifestDiffers { id: id.clone() }));
     }
     let module = descriptor
         .get("module")
         .and_then(Value::as_str)
         .unwrap_or_default();
     if module != entry.module {
-        return Err(failed(format!(
-            "the package's module of {id} is {module:?}, the index says {:?}",
-            entry.module
-        )));
+        return Err(failed(PackageFault::ModuleDiffers {
+            id: id.clone(),
+            module: module.to_string(),
+            indexed: entry.module.clone(),
+        }));
     }
     let declared = [
         entry.integrity.as_deref(),
@@ -409,19 +430,28 @@ fn check_package(root: &Path, entry: &IndexEntry) -> Result<(), AcquireError> {
     ];
     if declared.iter().any(Option::is_some) {
         let path = root.join(module.trim_start_matches("./"));
-        let bytes = std::fs::read(&path).map_err(|e| failed(format!("{module}: {e}")))?;
+        let bytes = std::fs::read(&path).map_err(|e| {
+            failed(PackageFault::ModuleUnreadable {
+                module: module.to_string(),
+                reason: e.to_string(),
+            })
+        })?;
         for integrity in declared.into_iter().flatten() {
-            capability_exec::integrity::verify_integrity(&bytes, integrity)
-                .map_err(|e| failed(format!("module {module}: {e}")))?;
+            capability_exec::integrity::verify_integrity(&bytes, integrity).map_err(|e| {
+                failed(PackageFault::ModuleIntegrity {
+                    module: module.to_string(),
+                    reason: e.to_string(),
+                })
+            })?;
         }
     }
     Ok(())
 }
 
 fn write_record(path: &Path, record: &InstallRecord) -> Result<(), AcquireError> {
-    let failed = |e: std::io::Error| AcquireError::Io(format!("{}: {e}", path.display()));
+    let failed = |e: std::io::Error| IoError::file(path, &e);
     let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
-    let text = serde_json::to_string_pretty(record).map_err(|e| AcquireError::Io(e.to_string()))?;
+    let text = serde_json::to_string_pretty(record).map_err(|e| IoError::encode(&e))?;
     std::fs::write(&tmp, text + "\n").map_err(failed)?;
     std::fs::rename(&tmp, path).map_err(failed)
 }

@@ -5,6 +5,7 @@ use base64::Engine as _;
 use sha2::{Digest as _, Sha512};
 
 use crate::AcquireError;
+use crate::error::IntegrityFault;
 
 /// The observed integrity of some bytes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -31,18 +32,27 @@ pub fn observe(bytes: &[u8]) -> Observed {
 /// integrity weaker than sha512 is refused: the observation is sha512 and nothing weaker
 /// may vouch for it.
 pub fn check_declared(bytes: &[u8], declared: &str, what: &str) -> Result<(), AcquireError> {
-    let parsed = capability_exec::integrity::Integrity::parse(declared)
-        .map_err(|e| AcquireError::Integrity(format!("{what} integrity {declared:?}: {e}")))?;
+    let parsed = capability_exec::integrity::Integrity::parse(declared).map_err(|e| {
+        IntegrityFault::Unreadable {
+            by: what.to_string(),
+            declared: declared.to_string(),
+            reason: e.to_string(),
+        }
+    })?;
     if parsed.algorithm() != capability_exec::integrity::DigestAlgorithm::Sha512 {
-        return Err(AcquireError::Integrity(format!(
-            "{what} integrity {declared:?} is not sha512"
-        )));
+        return Err(IntegrityFault::NotSha512 {
+            by: what.to_string(),
+            declared: declared.to_string(),
+        }
+        .into());
     }
     parsed.verify(bytes).map_err(|_| {
-        AcquireError::Integrity(format!(
-            "integrity mismatch: the downloaded bytes are {} but {what} declares {declared}",
-            observe(bytes).sri
-        ))
+        IntegrityFault::Mismatch {
+            by: what.to_string(),
+            declared: declared.to_string(),
+            observed: observe(bytes).sri,
+        }
+        .into()
     })
 }
 

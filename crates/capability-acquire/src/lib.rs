@@ -32,6 +32,7 @@
 //! `http://` and `https://` are spoken through the client of `capability-openapi` (rustls, certificates always verified).
 
 pub mod attestations;
+pub mod error;
 pub mod federation;
 pub mod fetch;
 pub mod install;
@@ -44,40 +45,12 @@ pub mod store;
 pub mod unpack;
 pub mod world;
 
+pub use error::{
+    AcquireError, FetchError, IndexError, IntegrityError, IoError, LockError, PackageError,
+    RegistryError, SignatureError, UnpackError,
+};
 pub use federation::{Bounds, Network, federate};
 pub use fetch::{FetchConfig, Fetcher};
 pub use install::{InstallOptions, Installation, install};
 pub use progress::{Progress, Reporter};
 pub use store::{InstallRecord, Installed};
-
-/// Why discovery or acquisition failed: one line, naming what was wrong.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum AcquireError {
-    /// A network fetch failed (the URL and the reason).
-    #[error("{0}")]
-    Fetch(String),
-    /// An index or discovery document was refused.
-    #[error("{0}")]
-    Index(String),
-    /// The registry's answer was unusable.
-    #[error("{0}")]
-    Registry(String),
-    /// A registry signature or the registry's key set was refused.
-    #[error("{0}")]
-    Signature(String),
-    /// Bytes did not match a declared integrity.
-    #[error("{0}")]
-    Integrity(String),
-    /// The archive was refused.
-    #[error("refused archive: {0}")]
-    Unpack(String),
-    /// The lockfile was refused or does not match.
-    #[error("{0}")]
-    Lock(String),
-    /// The package does not declare what the index says.
-    #[error("{0}")]
-    Package(String),
-    /// The store could not be written.
-    #[error("{0}")]
-    Io(String),
-}

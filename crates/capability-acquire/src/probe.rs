@@ -10,16 +10,20 @@
 use serde_json::{Value, json};
 
 use crate::AcquireError;
+use crate::error::{FetchFault, IndexFault};
 use crate::fetch::Fetcher;
 
 /// The two discovery URLs of a site, and its origin.
 pub fn discovery_urls(site: &str) -> Result<(String, [String; 2]), AcquireError> {
-    let url = url::Url::parse(site)
-        .map_err(|e| AcquireError::Index(format!("Invalid site URL {site:?}: {e}")))?;
+    let url = url::Url::parse(site).map_err(|error| IndexFault::SiteUrl {
+        site: site.to_string(),
+        error,
+    })?;
     if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-        return Err(AcquireError::Index(format!(
-            "Invalid site URL {site:?}: an absolute http(s) URL is required"
-        )));
+        return Err(IndexFault::SiteNotHttp {
+            site: site.to_string(),
+        }
+        .into());
     }
     let origin = url.origin().ascii_serialization();
     Ok((
@@ -47,19 +51,20 @@ pub fn probe(fetcher: &Fetcher, site: &str, fetch_indexes: bool) -> Result<Value
         };
         let issues = capability_core::validate::validate_site(&doc);
         if !issues.is_empty() {
-            return Err(AcquireError::Index(format!(
-                "Invalid capability discovery document at {url}: {}",
-                issues.join("; ")
-            )));
+            return Err(IndexFault::Discovery {
+                url: url.clone(),
+                issues,
+            }
+            .into());
         }
         found = Some((url.clone(), doc));
         break;
     }
     let Some((discovery_url, document)) = found else {
-        return Err(AcquireError::Index(format!(
-            "No Capability discovery document found. Tried: {}",
-            urls.join(", ")
-        )));
+        return Err(IndexFault::NoDiscovery {
+            tried: urls.to_vec(),
+        }
+        .into());
     };
     let mut indexes = Vec::new();
     if fetch_indexes {
@@ -77,9 +82,13 @@ pub fn probe(fetcher: &Fetcher, site: &str, fetch_indexes: bool) -> Result<Value
                 .collect();
             handles
                 .into_iter()
-                .map(|h| {
+                .zip(&advertised)
+                .map(|(h, url)| {
                     h.join().unwrap_or_else(|_| {
-                        Err(AcquireError::Fetch("an index fetch stopped".into()))
+                        Err(FetchFault::Stopped {
+                            url: url.to_string(),
+                        }
+                        .into())
                     })
                 })
                 .collect()

@@ -4,6 +4,7 @@
 use serde_json::{Value, json};
 
 use crate::AcquireError;
+use crate::error::RegistryFault;
 use crate::fetch::Fetcher;
 
 /// npm's public registry.
@@ -54,22 +55,30 @@ pub fn packument(fetcher: &Fetcher, registry: &str, name: &str) -> Result<Value,
     let url = packument_url(registry, name);
     let fetched = fetcher.document(&url)?;
     if fetched.status == 404 {
-        return Err(AcquireError::Registry(format!(
-            "npm package {name} was not found at {registry}"
-        )));
+        return Err(RegistryFault::NotFound {
+            name: name.to_string(),
+            registry: registry.to_string(),
+        }
+        .into());
     }
     if !(200..300).contains(&fetched.status) {
-        return Err(AcquireError::Registry(format!(
-            "Failed to fetch npm package {name}: HTTP {} ({url})",
-            fetched.status
-        )));
+        return Err(RegistryFault::Status {
+            name: name.to_string(),
+            url,
+            status: fetched.status,
+        }
+        .into());
     }
-    let doc = capability_core::json::parse(&fetched.body)
-        .map_err(|e| AcquireError::Registry(format!("{url}: not JSON: {e}")))?;
+    let doc = match capability_core::json::parse(&fetched.body) {
+        Ok(doc) => doc,
+        Err(error) => {
+            let name = name.to_string();
+            return Err(RegistryFault::NotJson { name, url, error }.into());
+        }
+    };
     if doc.get("name").and_then(Value::as_str) != Some(name) {
-        return Err(AcquireError::Registry(format!(
-            "{url} does not describe {name}"
-        )));
+        let name = name.to_string();
+        return Err(RegistryFault::OtherPackage { name, url }.into());
     }
     Ok(doc)
 }
@@ -86,24 +95,25 @@ pub fn version_document<'a>(
             .pointer("/dist-tags/latest")
             .and_then(Value::as_str)
             .map(String::from)
-            .ok_or_else(|| {
-                AcquireError::Registry(format!(
-                    "No version was supplied and {name} has no latest dist-tag"
-                ))
+            .ok_or_else(|| RegistryFault::NoLatest {
+                name: name.to_string(),
             })?,
     };
     let doc = packument
         .get("versions")
         .and_then(|v| v.get(&version))
-        .ok_or_else(|| {
-            AcquireError::Registry(format!("npm package {name}@{version} was not found"))
+        .ok_or_else(|| RegistryFault::NoVersion {
+            name: name.to_string(),
+            version: version.clone(),
         })?;
     if doc.get("name").and_then(Value::as_str) != Some(name)
         || doc.get("version").and_then(Value::as_str) != Some(version.as_str())
     {
-        return Err(AcquireError::Registry(format!(
-            "the registry's version document does not describe {name}@{version}"
-        )));
+        return Err(RegistryFault::OtherVersion {
+            name: name.to_string(),
+            version,
+        }
+        .into());
     }
     Ok(doc)
 }

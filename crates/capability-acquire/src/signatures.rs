@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 use sha2::Digest as _;
 
 use crate::AcquireError;
+use crate::error::{FetchError, FetchFault, IoError, SignatureFault};
 use crate::fetch::Fetcher;
 
 /// The only key type and scheme npm uses.
@@ -48,18 +49,36 @@ pub fn keys_url(registry: &str) -> String {
     format!("{registry}-/npm/v1/keys")
 }
 
-fn refused(m: String) -> AcquireError {
-    AcquireError::Signature(m)
+/// What is wrong with a registry's key document.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum KeysProblem {
+    #[error("no `keys` array")]
+    NoKeys,
+    #[error("a key has no keyid")]
+    NoKeyId,
+    #[error("key {keyid} is not base64")]
+    NotBase64 { keyid: String },
+    #[error("key {keyid} is not a P-256 public key: {reason}")]
+    NotP256 { keyid: String, reason: String },
+    #[error("key {keyid} expires at {expires:?}, not a date")]
+    ExpiresNotDate { keyid: String, expires: String },
+    #[error("key {keyid}: expires is not a date")]
+    ExpiresNotString { keyid: String },
 }
 
 /// Reads a key document. Keys of another type or scheme are left out (a signature by one of
 /// them is then a signature by an unknown key); a malformed key of npm's type is an error.
 pub fn parse_keys(doc: &Value, registry: &str) -> Result<KeySet, AcquireError> {
-    let bad = |m: &str| refused(format!("the signing keys of {registry}: {m}"));
+    let bad = |problem: KeysProblem| {
+        AcquireError::from(SignatureFault::Keys {
+            registry: registry.to_string(),
+            problem,
+        })
+    };
     let mut listed: Vec<Value> = doc
         .get("keys")
         .and_then(Value::as_array)
-        .ok_or_else(|| bad("no `keys` array"))?
+        .ok_or_else(|| bad(KeysProblem::NoKeys))?
         .clone();
     listed.sort_by(|a, b| {
         let id = |v: &Value| v["keyid"].as_str().unwrap_or_default().to_string();
@@ -71,7 +90,7 @@ pub fn parse_keys(doc: &Value, registry: &str) -> Result<KeySet, AcquireError> {
             .get("keyid")
             .and_then(Value::as_str)
             .filter(|s| !s.is_empty())
-            .ok_or_else(|| bad("a key has no keyid"))?;
+            .ok_or_else(|| bad(KeysProblem::NoKeyId))?;
         if k.get("keytype").and_then(Value::as_str) != Some(KEY_TYPE)
             || k.get("scheme").and_then(Value::as_str) != Some(KEY_TYPE)
         {
@@ -81,16 +100,32 @@ pub fn parse_keys(doc: &Value, registry: &str) -> Result<KeySet, AcquireError> {
             .get("key")
             .and_then(Value::as_str)
             .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
-            .ok_or_else(|| bad(&format!("key {keyid} is not base64")))?;
-        let key = VerifyingKey::from_public_key_der(&der)
-            .map_err(|e| bad(&format!("key {keyid} is not a P-256 public key: {e}")))?;
+            .ok_or_else(|| {
+                bad(KeysProblem::NotBase64 {
+                    keyid: keyid.to_string(),
+                })
+            })?;
+        let key = VerifyingKey::from_public_key_der(&der).map_err(|e| {
+            bad(KeysProblem::NotP256 {
+                keyid: keyid.to_string(),
+                reason: e.to_string(),
+            })
+        })?;
         let expires = match k.get("expires") {
             None | Some(Value::Null) => None,
-            Some(Value::String(s)) => Some(
-                capability_core::dates::date_parse(s)
-                    .ok_or_else(|| bad(&format!("key {keyid} expires at {s:?}, not a date")))?,
-            ),
-            Some(_) => return Err(bad(&format!("key {keyid}: expires is not a date"))),
+            Some(Value::String(s)) => {
+                Some(capability_core::dates::date_parse(s).ok_or_else(|| {
+                    bad(KeysProblem::ExpiresNotDate {
+                        keyid: keyid.to_string(),
+                        expires: s.clone(),
+                    })
+                })?)
+            }
+            Some(_) => {
+                return Err(bad(KeysProblem::ExpiresNotString {
+                    keyid: keyid.to_string(),
+                }));
+            }
         };
         keys.push(RegistryKey {
             keyid: keyid.to_string(),
@@ -112,13 +147,21 @@ pub fn fetch_keys(fetcher: &Fetcher, registry: &str) -> Result<Option<KeySet>, A
         return Ok(None);
     }
     if !(200..300).contains(&fetched.status) {
-        return Err(AcquireError::Fetch(format!(
-            "Failed to fetch the registry's signing keys: HTTP {} ({url})",
-            fetched.status
-        )));
+        let fault = FetchFault::Status {
+            url,
+            status: fetched.status,
+        };
+        return Err(FetchError::from(fault)
+            .of("the registry's signing keys")
+            .into());
     }
-    let doc = capability_core::json::parse(&fetched.body)
-        .map_err(|e| refused(format!("{url}: not JSON: {e}")))?;
+    let doc = capability_core::json::parse(&fetched.body).map_err(|error| {
+        SignatureFault::KeysNotJson {
+            registry: registry.to_string(),
+            location: url,
+            error,
+        }
+    })?;
     parse_keys(&doc, registry).map(Some)
 }
 
@@ -136,10 +179,14 @@ pub fn pinned(home: &Home, registry: &str) -> Result<Option<KeySet>, AcquireErro
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(AcquireError::Io(format!("{}: {e}", path.display()))),
+        Err(e) => return Err(IoError::file(&path, &e)),
     };
-    let doc = capability_core::json::parse(&bytes)
-        .map_err(|e| refused(format!("{}: not JSON: {e}", path.display())))?;
+    let doc =
+        capability_core::json::parse(&bytes).map_err(|error| SignatureFault::KeysNotJson {
+            registry: registry.to_string(),
+            location: path.display().to_string(),
+            error,
+        })?;
     parse_keys(&doc, registry).map(Some)
 }
 
@@ -155,14 +202,18 @@ pub fn effective_keys(
     match (fetched, pin) {
         (Err(e), None) => Err(e),
         (Err(_), Some(pin)) => Ok(Some(pin)),
-        (Ok(None), Some(_)) => Err(refused(format!(
-            "{registry} no longer publishes signing keys, but its keys were pinned ({}); remove the pin only after checking why",
-            path.display()
-        ))),
-        (Ok(Some(now)), Some(pin)) if now.document != pin.document => Err(refused(format!(
-            "the signing keys of {registry} changed since they were pinned ({}): refusing them; remove the pin only after checking the new keys",
-            path.display()
-        ))),
+        (Ok(None), Some(_)) => Err(SignatureFault::Unpublished {
+            registry: registry.to_string(),
+            pin: path,
+        }
+        .into()),
+        (Ok(Some(now)), Some(pin)) if now.document != pin.document => {
+            Err(SignatureFault::KeysChanged {
+                registry: registry.to_string(),
+                pin: path,
+            }
+            .into())
+        }
         (Ok(fetched), _) => Ok(fetched),
     }
 }
@@ -173,14 +224,14 @@ pub fn pin(home: &Home, registry: &str, keys: &KeySet) -> Result<(), AcquireErro
     if path.exists() {
         return Ok(());
     }
-    let failed = |e: std::io::Error| AcquireError::Io(format!("{}: {e}", path.display()));
+    let failed = |e: std::io::Error| IoError::file(&path, &e);
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(failed)?;
     }
     let mut doc = keys.document.clone();
     doc["registry"] = json!(registry);
     doc["pinnedAt"] = json!(capability_core::js::now_iso());
-    let text = serde_json::to_string_pretty(&doc).map_err(|e| AcquireError::Io(e.to_string()))?;
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| IoError::encode(&e))?;
     let tmp = path.with_extension(format!("tmp-{}", uuid::Uuid::new_v4()));
     std::fs::write(&tmp, text + "\n").map_err(failed)?;
     std::fs::rename(&tmp, &path).map_err(failed)
@@ -203,9 +254,7 @@ pub fn verify(
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Array(a)) if a.is_empty() => return Ok(None),
         Some(Value::Array(a)) => a,
-        Some(_) => {
-            return Err(refused(format!("{spec}: dist.signatures is not an array")));
-        }
+        Some(_) => return Err(SignatureFault::NotArray { spec }.into()),
     };
     let message = format!("{spec}:{integrity}");
     let published = published.and_then(capability_core::dates::date_parse);
@@ -213,16 +262,19 @@ pub fn verify(
     for s in signatures {
         let keyid = s.get("keyid").and_then(Value::as_str).unwrap_or_default();
         let key = keys.keys.iter().find(|k| k.keyid == keyid).ok_or_else(|| {
-            refused(format!(
-                "{spec} is signed by the unknown key {keyid:?}: the registry publishes no such key"
-            ))
+            SignatureFault::UnknownKey {
+                spec: spec.clone(),
+                keyid: keyid.to_string(),
+            }
         })?;
         if let Some(expires) = key.expires {
             let at = published.unwrap_or_else(|| capability_core::js::now_millis() as f64);
             if at >= expires {
-                return Err(refused(format!(
-                    "{spec} is signed by the key {keyid}, which had expired when the version was published"
-                )));
+                return Err(SignatureFault::ExpiredKey {
+                    spec,
+                    keyid: keyid.to_string(),
+                }
+                .into());
             }
         }
         let sig = s
@@ -230,12 +282,17 @@ pub fn verify(
             .and_then(Value::as_str)
             .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
             .and_then(|der| DerSignature::try_from(der.as_slice()).ok())
-            .ok_or_else(|| refused(format!("{spec}: the signature by {keyid} is malformed")))?;
-        key.key.verify(message.as_bytes(), &sig).map_err(|_| {
-            refused(format!(
-                "{spec}: the registry signature by {keyid} does not verify over {message:?}"
-            ))
-        })?;
+            .ok_or_else(|| SignatureFault::Malformed {
+                spec: spec.clone(),
+                keyid: keyid.to_string(),
+            })?;
+        key.key
+            .verify(message.as_bytes(), &sig)
+            .map_err(|_| SignatureFault::DoesNotVerify {
+                spec: spec.clone(),
+                keyid: keyid.to_string(),
+                message: message.clone(),
+            })?;
         first.get_or_insert_with(|| keyid.to_string());
     }
     Ok(first)

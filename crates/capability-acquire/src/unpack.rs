@@ -12,6 +12,7 @@ use std::io::{self, Read};
 use std::path::{Component, Path, PathBuf};
 
 use crate::AcquireError;
+use crate::error::{IoFault, UnpackFault};
 
 /// Bounds on what an archive may expand to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,10 +56,6 @@ impl<R: Read> Read for Limited<R> {
     }
 }
 
-fn refuse(m: String) -> AcquireError {
-    AcquireError::Unpack(m)
-}
-
 /// The package-relative path of an archive path: its first component (`package/`) dropped;
 /// `None` for the top directory itself.
 fn relative(raw: &Path) -> Result<Option<PathBuf>, AcquireError> {
@@ -69,10 +66,10 @@ fn relative(raw: &Path) -> Result<Option<PathBuf>, AcquireError> {
             Component::Normal(n) => parts.push(n.to_os_string()),
             Component::CurDir => {}
             Component::ParentDir => {
-                return Err(refuse(format!("the entry {shown:?} contains `..`")));
+                return Err(UnpackFault::ParentDir { entry: shown }.into());
             }
             Component::RootDir | Component::Prefix(_) => {
-                return Err(refuse(format!("the entry {shown:?} is an absolute path")));
+                return Err(UnpackFault::Absolute { entry: shown }.into());
             }
         }
     }
@@ -117,10 +114,10 @@ fn no_link_ancestors(dest: &Path, rel: &Path) -> Result<(), AcquireError> {
             if let Ok(meta) = std::fs::symlink_metadata(&at)
                 && !meta.is_dir()
             {
-                return Err(refuse(format!(
-                    "the entry {:?} goes through a link or a file",
-                    rel.display().to_string()
-                )));
+                return Err(UnpackFault::ThroughLink {
+                    entry: rel.display().to_string(),
+                }
+                .into());
             }
         }
     }
@@ -128,7 +125,10 @@ fn no_link_ancestors(dest: &Path, rel: &Path) -> Result<(), AcquireError> {
 }
 
 fn io_error(e: io::Error) -> AcquireError {
-    AcquireError::Io(format!("unpacking: {e}"))
+    IoFault::Unpacking {
+        reason: e.to_string(),
+    }
+    .into()
 }
 
 /// Unpacks gzip-compressed tar `bytes` into `dest` (an empty directory).
@@ -141,17 +141,21 @@ pub fn unpack(bytes: &[u8], dest: &Path, limits: Limits) -> Result<Unpacked, Acq
     };
     let result = unpack_stream(&mut limited, dest, limits);
     if limited.exceeded {
-        return Err(refuse(format!(
-            "it expands past the limit of {} bytes",
-            limits.max_unpacked_bytes
-        )));
+        return Err(UnpackFault::TooLarge {
+            limit: limits.max_unpacked_bytes,
+        }
+        .into());
     }
     result
 }
 
 fn unpack_stream(reader: impl Read, dest: &Path, limits: Limits) -> Result<Unpacked, AcquireError> {
     use tar::EntryType as T;
-    let bad = |e: io::Error| refuse(format!("not a readable gzip tar archive: {e}"));
+    let bad = |e: io::Error| {
+        AcquireError::from(UnpackFault::Unreadable {
+            reason: e.to_string(),
+        })
+    };
     let mut archive = tar::Archive::new(reader);
     let mut seen: HashSet<PathBuf> = HashSet::new();
     let mut files: HashSet<PathBuf> = HashSet::new();
@@ -161,10 +165,10 @@ fn unpack_stream(reader: impl Read, dest: &Path, limits: Limits) -> Result<Unpac
         let mut entry = entry.map_err(bad)?;
         count += 1;
         if count > limits.max_entries {
-            return Err(refuse(format!(
-                "it has more than {} entries",
-                limits.max_entries
-            )));
+            return Err(UnpackFault::TooManyEntries {
+                limit: limits.max_entries,
+            }
+            .into());
         }
         let kind = entry.header().entry_type();
         if matches!(kind, T::XGlobalHeader) {
@@ -176,7 +180,7 @@ fn unpack_stream(reader: impl Read, dest: &Path, limits: Limits) -> Result<Unpac
         };
         let shown = rel.display().to_string();
         if !seen.insert(rel.clone()) {
-            return Err(refuse(format!("the entry {shown:?} appears twice")));
+            return Err(UnpackFault::Duplicate { entry: shown }.into());
         }
         no_link_ancestors(dest, &rel)?;
         let target = dest.join(&rel);
@@ -197,10 +201,11 @@ fn unpack_stream(reader: impl Read, dest: &Path, limits: Limits) -> Result<Unpac
             T::Symlink => {
                 let link = entry.link_name().map_err(bad)?.unwrap_or_default();
                 if !link_inside(&rel, &link) {
-                    return Err(refuse(format!(
-                        "the link {shown:?} points to {:?}, outside the package",
-                        link.display().to_string()
-                    )));
+                    return Err(UnpackFault::LinkOutside {
+                        entry: shown,
+                        target: link.display().to_string(),
+                    }
+                    .into());
                 }
                 make_parent(&target)?;
                 symlink(&link, &target)?;
@@ -209,10 +214,11 @@ fn unpack_stream(reader: impl Read, dest: &Path, limits: Limits) -> Result<Unpac
                 let link = entry.link_name().map_err(bad)?.unwrap_or_default();
                 let source = relative(&link)?;
                 let Some(source) = source.filter(|s| files.contains(s)) else {
-                    return Err(refuse(format!(
-                        "the hard link {shown:?} points to {:?}, which is not a file of the package",
-                        link.display().to_string()
-                    )));
+                    return Err(UnpackFault::HardLinkOutside {
+                        entry: shown,
+                        target: link.display().to_string(),
+                    }
+                    .into());
                 };
                 make_parent(&target)?;
                 std::fs::copy(dest.join(&source), &target).map_err(io_error)?;
@@ -220,13 +226,15 @@ fn unpack_stream(reader: impl Read, dest: &Path, limits: Limits) -> Result<Unpac
                 files.insert(rel);
             }
             T::Char | T::Block => {
-                return Err(refuse(format!("the entry {shown:?} is a device file")));
+                return Err(UnpackFault::Device { entry: shown }.into());
             }
-            T::Fifo => return Err(refuse(format!("the entry {shown:?} is a FIFO"))),
+            T::Fifo => return Err(UnpackFault::Fifo { entry: shown }.into()),
             other => {
-                return Err(refuse(format!(
-                    "the entry {shown:?} has an unsupported type ({other:?})"
-                )));
+                return Err(UnpackFault::Unsupported {
+                    entry: shown,
+                    kind: format!("{other:?}"),
+                }
+                .into());
             }
         }
     }
@@ -260,10 +268,10 @@ fn symlink(link: &Path, at: &Path) -> Result<(), AcquireError> {
 
 #[cfg(not(unix))]
 fn symlink(_link: &Path, at: &Path) -> Result<(), AcquireError> {
-    Err(refuse(format!(
-        "links are not supported here ({})",
-        at.display()
-    )))
+    Err(UnpackFault::NoLinks {
+        entry: at.display().to_string(),
+    }
+    .into())
 }
 
 #[cfg(test)]

@@ -21,6 +21,7 @@ use serde_json::{Map, Value, json};
 
 use capability_core::js::locale_compare;
 
+use crate::error::{FetchError, FetchFault};
 use crate::fetch::Fetcher;
 
 /// Words dropped from an intent before searching.
@@ -388,14 +389,26 @@ fn text(value: Option<&Value>) -> Option<String> {
     value.and_then(Value::as_str).map(String::from)
 }
 
-fn get_json(fetcher: &Fetcher, url: &str, headers: Vec<(String, String)>) -> Result<Value, String> {
-    let fetched = fetcher
-        .document_with_headers(url, headers)
-        .map_err(|e| e.to_string())?;
+fn get_json(
+    fetcher: &Fetcher,
+    url: &str,
+    headers: Vec<(String, String)>,
+) -> Result<Value, FetchError> {
+    let fetched = fetcher.document_with_headers(url, headers)?;
     if !(200..300).contains(&fetched.status) {
-        return Err(format!("HTTP {} for {url}", fetched.status));
+        return Err(FetchFault::SearchStatus {
+            url: url.to_string(),
+            status: fetched.status,
+        }
+        .into());
     }
-    capability_core::json::parse(&fetched.body).map_err(|e| format!("{url}: not JSON: {e}"))
+    capability_core::json::parse(&fetched.body).map_err(|error| {
+        FetchFault::NotJson {
+            url: url.to_string(),
+            error,
+        }
+        .into()
+    })
 }
 
 const MANUAL_ADAPTER_NPM: &str = "Any stable executable surface can be described by a Capability sidecar without rewriting the upstream project.";
@@ -406,7 +419,7 @@ pub fn search_npm(
     registry: &str,
     query: &str,
     limit: usize,
-) -> Result<Vec<Candidate>, String> {
+) -> Result<Vec<Candidate>, FetchError> {
     let url = format!(
         "{registry}-/v1/search?text={}&size={}",
         encode_uri_component(query),
@@ -490,7 +503,7 @@ pub fn search_github(
     api: &GithubApi,
     query: &str,
     limit: usize,
-) -> Result<Vec<Candidate>, String> {
+) -> Result<Vec<Candidate>, FetchError> {
     let url = format!(
         "{}/search/repositories?q={}&per_page={}",
         api.base.trim_end_matches('/'),
@@ -644,7 +657,8 @@ pub fn discover_external(
         }));
     }
     let limit = options.limit_per_source;
-    let outcomes: Vec<Result<Vec<Candidate>, String>> = std::thread::scope(|scope| {
+    // `None`: the search's thread stopped.
+    let outcomes: Vec<Option<Result<Vec<Candidate>, FetchError>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = tasks
             .iter()
             .map(|task| {
@@ -661,17 +675,18 @@ pub fn discover_external(
                 )
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("the search failed".into())))
-            .collect()
+        handles.into_iter().map(|h| h.join().ok()).collect()
     });
     let mut merged: Vec<(Candidate, usize)> = Vec::new();
     let mut errors = Vec::new();
     for (task, outcome) in tasks.iter().zip(outcomes) {
         let found = match outcome {
-            Ok(found) => found,
-            Err(message) => {
+            Some(Ok(found)) => found,
+            failed => {
+                let message = match failed {
+                    Some(Err(e)) => e.to_string(),
+                    _ => "the search failed".to_string(),
+                };
                 errors.push(SourceError {
                     source: task.source.as_str(),
                     message: format!("[{}] {message}", task.query),

@@ -15,6 +15,7 @@ use crate::protocol::{
     CAPABILITY_PROTOCOL_GUARANTEES, CAPABILITY_PROTOCOL_VERSION, CAPABILITY_STABILITY_LINE,
     is_protocol_compatible, protocol_info,
 };
+use crate::urls::InvalidSiteUrl;
 
 /// One check of a conformance report.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -47,23 +48,46 @@ impl ConformanceReport {
     }
 }
 
-fn check(id: &str, outcome: Result<(), String>) -> ConformanceCheck {
+/// Why a conformance check failed; its message is the check's `message` in the report.
+#[derive(Debug, thiserror::Error)]
+enum CheckFailure {
+    /// An expectation of the check did not hold (the text says which).
+    #[error("{0}")]
+    Expected(String),
+    /// The registry refused what the check needed.
+    #[error(transparent)]
+    Binder(#[from] BinderError),
+    /// The registry refused, but not for the reason the check expects.
+    #[error("unexpected refusal: {0}")]
+    Unexpected(BinderError),
+    /// The well-known probe URLs could not be derived.
+    #[error(transparent)]
+    SiteUrl(#[from] InvalidSiteUrl),
+}
+
+type Checked<T = ()> = Result<T, CheckFailure>;
+
+fn check(id: &str, outcome: Checked) -> ConformanceCheck {
     match outcome {
         Ok(()) => ConformanceCheck {
             id: id.into(),
             ok: true,
             message: "pass".into(),
         },
-        Err(message) => ConformanceCheck {
+        Err(failure) => ConformanceCheck {
             id: id.into(),
             ok: false,
-            message,
+            message: failure.to_string(),
         },
     }
 }
 
-fn expect(cond: bool, what: &str) -> Result<(), String> {
-    if cond { Ok(()) } else { Err(what.to_string()) }
+fn expect(cond: bool, what: &str) -> Checked {
+    if cond {
+        Ok(())
+    } else {
+        Err(CheckFailure::Expected(what.to_string()))
+    }
 }
 
 /// The artifact digest the reference conformance binding uses.
@@ -131,7 +155,7 @@ fn reference_manifest() -> Value {
     crate::json::parse_str(REFERENCE_MANIFEST).unwrap_or(Value::Null)
 }
 
-fn protocol_info_check() -> Result<(), String> {
+fn protocol_info_check() -> Checked {
     let info = protocol_info();
     expect(
         info["protocolVersion"] == CAPABILITY_PROTOCOL_VERSION,
@@ -158,7 +182,7 @@ fn protocol_info_check() -> Result<(), String> {
     )
 }
 
-fn manifest_check() -> Result<(), String> {
+fn manifest_check() -> Checked {
     let good = reference_manifest();
     let issues = crate::validate::validate_manifest(&good);
     expect(
@@ -179,7 +203,7 @@ fn manifest_check() -> Result<(), String> {
     )
 }
 
-fn index_check() -> Result<(), String> {
+fn index_check() -> Checked {
     let index = json!({
         "indexVersion": "0.1",
         "generatedAt": "2026-01-01T00:00:00.000Z",
@@ -207,7 +231,7 @@ fn index_check() -> Result<(), String> {
     )
 }
 
-fn site_check() -> Result<(), String> {
+fn site_check() -> Checked {
     let site = json!({
         "capabilityDiscoveryVersion": "0.1",
         "indexes": ["https://registry.example.test/index.json"]
@@ -217,8 +241,7 @@ fn site_check() -> Result<(), String> {
         issues.is_empty(),
         &format!("reference site document rejected: {}", issues.join("; ")),
     )?;
-    let urls = crate::urls::site_discovery_urls("https://user:pw@example.test:8443/a/b?q=1")
-        .map_err(|e| e.to_string())?;
+    let urls = crate::urls::site_discovery_urls("https://user:pw@example.test:8443/a/b?q=1")?;
     expect(
         urls == [
             "https://example.test:8443/.well-known/capabilities",
@@ -228,32 +251,27 @@ fn site_check() -> Result<(), String> {
     )
 }
 
-fn immutable_binding_check() -> Result<(), String> {
+fn immutable_binding_check() -> Checked {
     let mut registry = MetabolicBinderRegistry::new();
-    registry
-        .register(Arc::new(ConformanceMemoryBinder {
-            artifact: String::new(),
-        }))
-        .map_err(|e| e.0)?;
+    registry.register(Arc::new(ConformanceMemoryBinder {
+        artifact: String::new(),
+    }))?;
     match registry.bind("conformance/memory", &json!({})) {
-        Ok(_) => Err("a binding without an immutable artifact was accepted".into()),
-        Err(e) => expect(
-            e.0.contains("immutableArtifact is required"),
-            &format!("unexpected refusal: {}", e.0),
+        Ok(_) => expect(
+            false,
+            "a binding without an immutable artifact was accepted",
         ),
+        Err(e) if e.0.contains("immutableArtifact is required") => Ok(()),
+        Err(e) => Err(CheckFailure::Unexpected(e)),
     }
 }
 
-fn approval_and_receipt() -> Result<(Value, Value), String> {
+fn approval_and_receipt() -> Checked<(Value, Value)> {
     let mut registry = MetabolicBinderRegistry::new();
-    registry
-        .register(Arc::new(ConformanceMemoryBinder {
-            artifact: CONFORMANCE_ARTIFACT.into(),
-        }))
-        .map_err(|e| e.0)?;
-    let binding = registry
-        .bind("conformance/memory", &json!({}))
-        .map_err(|e| e.0)?;
+    registry.register(Arc::new(ConformanceMemoryBinder {
+        artifact: CONFORMANCE_ARTIFACT.into(),
+    }))?;
+    let binding = registry.bind("conformance/memory", &json!({}))?;
     let input = json!({"value": "conformance"});
     match registry.execute(
         "conformance/memory",
@@ -261,17 +279,19 @@ fn approval_and_receipt() -> Result<(Value, Value), String> {
         &input,
         &ExecuteOptions::default(),
     ) {
-        Ok(_) => return Err("incomplete authority executed without approval".into()),
+        Ok(_) => {
+            return Err(CheckFailure::Expected(
+                "incomplete authority executed without approval".into(),
+            ));
+        }
         Err(e) if e.0.contains("explicit approval") => {}
-        Err(e) => return Err(format!("unexpected refusal: {}", e.0)),
+        Err(e) => return Err(CheckFailure::Unexpected(e)),
     }
     let approved = ExecuteOptions {
         approved: true,
         cancel: None,
     };
-    let result = registry
-        .execute("conformance/memory", &binding, &input, &approved)
-        .map_err(|e| e.0)?;
+    let result = registry.execute("conformance/memory", &binding, &input, &approved)?;
     expect(
         result.status == BinderStatus::Succeeded,
         "approved execution did not succeed",
@@ -283,7 +303,7 @@ fn approval_and_receipt() -> Result<(Value, Value), String> {
     Ok((binding, result.receipt))
 }
 
-fn standard_receipt_check() -> Result<(), String> {
+fn standard_receipt_check() -> Checked {
     let (binding, receipt) = approval_and_receipt()?;
     expect(
         receipt["receiptVersion"] == "1.0",
@@ -350,14 +370,13 @@ pub fn run_binder_conformance(
     let mut checks = Vec::new();
     let id = binder.id().to_string();
     let mut registry = MetabolicBinderRegistry::new();
-    let registered = registry.register(binder).map_err(|e| e.0);
+    let registered = registry.register(binder).map_err(CheckFailure::from);
     let ok = registered.is_ok();
     checks.push(check("register", registered));
     if !ok {
         return ConformanceReport::from_checks(checks);
     }
-    let binding = registry.bind(&id, request).map_err(|e| e.0);
-    let binding = match binding {
+    let binding = match registry.bind(&id, request) {
         Ok(b) => {
             let issues = crate::published::validate_published(
                 crate::published::PublishedSchema::Binding,
@@ -370,7 +389,7 @@ pub fn run_binder_conformance(
             b
         }
         Err(e) => {
-            checks.push(check("bind", Err(e)));
+            checks.push(check("bind", Err(e.into())));
             return ConformanceReport::from_checks(checks);
         }
     };
@@ -402,7 +421,7 @@ pub fn run_binder_conformance(
     if executable {
         let execute = registry
             .execute(&id, &binding, input, &approved)
-            .map_err(|e| e.0)
+            .map_err(CheckFailure::from)
             .and_then(|r| {
                 let issues = crate::published::validate_published(
                     crate::published::PublishedSchema::MetabolicReceipt,

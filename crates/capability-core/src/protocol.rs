@@ -80,14 +80,29 @@ pub fn is_protocol_compatible(version: &str) -> bool {
     major.trim_start_matches('0') == "1"
 }
 
-/// The reference `assertCapabilityProtocolCompatible`: the TypeError message for an
-/// incompatible version.
-pub fn assert_protocol_compatible(version: &str) -> Result<(), String> {
+/// The reference `assertCapabilityProtocolCompatible`: an incompatible version is an
+/// [`IncompatibleProtocol`] (whose message is the reference's `TypeError` message).
+pub fn assert_protocol_compatible(version: &str) -> Result<(), IncompatibleProtocol> {
     if is_protocol_compatible(version) {
         Ok(())
     } else {
-        Err(format!(
-            "Capability protocol {version} is not compatible with the 1.x contract"
-        ))
+        Err(IncompatibleProtocol {
+            version: version.to_string(),
+        })
+    }
+}
+
+/// A protocol version outside the 1.x contract. The message is the reference's, word for
+/// word (the protocol vectors check it).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("Capability protocol {version} is not compatible with the 1.x contract")]
+pub struct IncompatibleProtocol {
+    version: String,
+}
+
+impl IncompatibleProtocol {
+    /// The version that was refused, as given.
+    pub fn version(&self) -> &str {
+        &self.version
     }
 }

@@ -118,7 +118,25 @@ impl std::fmt::Display for SchemaIssue {
     }
 }
 
-type Compiled = Result<Vec<Validator>, String>;
+type Compiled = Result<Vec<Validator>, SchemasUnavailable>;
+
+/// Why the embedded schemas could not be compiled (the crate's tests check that they can).
+#[derive(Debug, thiserror::Error)]
+enum SchemasUnavailable {
+    #[error("{file} is not JSON: {error}")]
+    NotJson {
+        file: &'static str,
+        error: serde_json::Error,
+    },
+    #[error("{file} has no $id")]
+    NoId { file: &'static str },
+    #[error("{file}: {reason}")]
+    Registered { file: &'static str, reason: String },
+    #[error("{reason}")]
+    Registry { reason: String },
+    #[error("{file} does not compile: {reason}")]
+    Compile { file: &'static str, reason: String },
+}
 
 fn compiled() -> &'static Compiled {
     static VALIDATORS: OnceLock<Compiled> = OnceLock::new();
@@ -128,12 +146,13 @@ fn compiled() -> &'static Compiled {
 fn compile_all() -> Compiled {
     let mut schemas = Vec::with_capacity(PublishedSchema::ALL.len());
     for schema in PublishedSchema::ALL {
+        let file = schema.file_name();
         let value: Value = serde_json::from_str(schema.text())
-            .map_err(|e| format!("{} is not JSON: {e}", schema.file_name()))?;
+            .map_err(|error| SchemasUnavailable::NotJson { file, error })?;
         let id = value
             .get("$id")
             .and_then(Value::as_str)
-            .ok_or_else(|| format!("{} has no $id", schema.file_name()))?
+            .ok_or(SchemasUnavailable::NoId { file })?
             .to_string();
         schemas.push((schema, id, value));
     }
@@ -141,9 +160,16 @@ fn compile_all() -> Compiled {
     for (schema, id, value) in &schemas {
         builder = builder
             .add(id, value)
-            .map_err(|e| format!("{}: {e}", schema.file_name()))?;
+            .map_err(|e| SchemasUnavailable::Registered {
+                file: schema.file_name(),
+                reason: e.to_string(),
+            })?;
     }
-    let registry = builder.prepare().map_err(|e| e.to_string())?;
+    let registry = builder
+        .prepare()
+        .map_err(|e| SchemasUnavailable::Registry {
+            reason: e.to_string(),
+        })?;
     schemas
         .iter()
         .map(|(schema, _, value)| {
@@ -152,7 +178,10 @@ fn compile_all() -> Compiled {
                 .with_registry(&registry)
                 .should_validate_formats(true)
                 .build(value)
-                .map_err(|e| format!("{} does not compile: {e}", schema.file_name()))
+                .map_err(|e| SchemasUnavailable::Compile {
+                    file: schema.file_name(),
+                    reason: e.to_string(),
+                })
         })
         .collect()
 }

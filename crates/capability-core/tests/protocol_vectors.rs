@@ -39,8 +39,12 @@ fn protocol_vectors_match_the_reference() {
                 );
                 match assert_protocol_compatible(v) {
                     Ok(()) => assert_eq!(case["compatible"], true),
-                    Err(message) => {
-                        assert_eq!(message, case["assertError"]["message"].as_str().unwrap())
+                    Err(e) => {
+                        assert_eq!(e.version(), v);
+                        assert_eq!(
+                            e.to_string(),
+                            case["assertError"]["message"].as_str().unwrap()
+                        )
                     }
                 }
             }

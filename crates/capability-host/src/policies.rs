@@ -41,7 +41,7 @@ pub fn fixture_report_json(report: &FixtureReport) -> Value {
                 "capability": r.capability,
                 "stage": format!("{:?}", r.stage),
                 "expected": r.expected.to_string(),
-                "actual": match &r.actual { Ok(d) => json!(d.to_string()), Err(e) => json!({"error": e}) },
+                "actual": match &r.actual { Ok(d) => json!(d.to_string()), Err(e) => json!({"error": e.to_string()}) },
                 "reason": r.reason,
                 "policyIds": r.policy_ids,
                 "passed": r.passed(),

@@ -28,6 +28,8 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use capability_core::CapabilityError;
+use capability_policy::model::ModelError;
 use capability_policy::{
     ActionType, Actor, DecisionType, GovernedCapability, InterceptRequest, Stage,
 };
@@ -36,6 +38,18 @@ use capability_upstream::{ToolExecutor, UpstreamTool, Upstreams};
 use serde_json::{Value, json};
 
 use crate::Host;
+
+/// Why an upstream tool's definition was not registered (its message is kept in
+/// [`Host::upstream_problems`]).
+#[derive(Debug, thiserror::Error)]
+enum ToolRefused {
+    /// The runtime refused the tool's manifest.
+    #[error(transparent)]
+    Manifest(#[from] CapabilityError),
+    /// The tool's governance metadata does not read.
+    #[error(transparent)]
+    Governance(#[from] ModelError),
+}
 
 /// What the host registered of the upstream tools: capability id → definition hash.
 #[derive(Debug, Default)]
@@ -137,7 +151,7 @@ impl Host {
                 Ok(()) => {
                     registered.insert(tool.capability.clone(), tool.hash.clone());
                 }
-                Err(e) => problems.push((tool.capability.clone(), e)),
+                Err(e) => problems.push((tool.capability.clone(), e.to_string())),
             }
         }
         *self
@@ -150,13 +164,12 @@ impl Host {
         &self,
         upstreams: &Arc<Upstreams>,
         tool: &UpstreamTool,
-    ) -> Result<(), String> {
+    ) -> Result<(), ToolRefused> {
         let executor = Arc::new(ToolExecutor::new(Arc::clone(upstreams)));
         // An input schema this runtime cannot compile is left to the upstream to check.
         let manifest = tool.manifest(true);
         let capability = Capability::host_defined(&manifest, executor.clone())
-            .or_else(|_| Capability::host_defined(&tool.manifest(false), executor))
-            .map_err(|e| e.message)?;
+            .or_else(|_| Capability::host_defined(&tool.manifest(false), executor))?;
         let transport = upstreams
             .config()
             .server(&tool.server)
@@ -168,7 +181,7 @@ impl Host {
             "definitionHash": tool.hash,
             "transport": transport,
         }));
-        let governed = GovernedCapability::from_manifest(&manifest).map_err(|e| e.to_string())?;
+        let governed = GovernedCapability::from_manifest(&manifest)?;
         self.runtime.registry().replace(capability);
         self.governor.register_capability(governed);
         Ok(())

@@ -15,7 +15,9 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use capability_openapi::http::{HttpClient, HttpConfig, Origin, Outgoing, Resolver, origin_of};
+use capability_openapi::http::{
+    HttpClient, HttpConfig, HttpError, Origin, Outgoing, Resolver, origin_of,
+};
 use capability_policy::ApprovalStatus;
 use capability_policy::approvals::ApprovalRecord;
 use hmac::{Hmac, Mac};
@@ -32,6 +34,17 @@ pub enum WebhookError {
     NoSecret,
     #[error("webhook {url}: {reason}")]
     Delivery { url: String, reason: String },
+}
+
+/// Why one delivery attempt failed.
+#[derive(Debug, thiserror::Error)]
+enum AttemptFailed {
+    /// The request could not be sent, or its answer read.
+    #[error(transparent)]
+    Http(#[from] HttpError),
+    /// The receiver answered with a status other than 2xx.
+    #[error("status {0}")]
+    Status(u16),
 }
 
 /// Where and how pending approvals are announced.
@@ -114,7 +127,7 @@ impl Webhook {
         })
     }
 
-    fn post_once(&self, body: &[u8], timestamp: u64) -> Result<(), String> {
+    fn post_once(&self, body: &[u8], timestamp: u64) -> Result<(), AttemptFailed> {
         let request = Outgoing {
             method: "POST".into(),
             url: self.url.clone(),
@@ -129,14 +142,11 @@ impl Webhook {
             body: Some(("application/json".into(), body.to_vec())),
         };
         let allowed = [self.origin.clone()];
-        let response = self
-            .client
-            .send(request, &allowed, None, &|| false)
-            .map_err(|e| e.to_string())?;
+        let response = self.client.send(request, &allowed, None, &|| false)?;
         if (200..300).contains(&response.status) {
             Ok(())
         } else {
-            Err(format!("status {}", response.status))
+            Err(AttemptFailed::Status(response.status))
         }
     }
 
@@ -149,7 +159,7 @@ impl Webhook {
         });
         let body = body.to_string().into_bytes();
         let mut wait = self.backoff;
-        let mut last = String::new();
+        let mut last = None;
         for attempt in 1..=self.attempts.max(1) {
             let timestamp = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
@@ -157,7 +167,7 @@ impl Webhook {
                 .unwrap_or(0);
             match self.post_once(&body, timestamp) {
                 Ok(()) => return Ok(attempt),
-                Err(e) => last = e,
+                Err(e) => last = Some(e),
             }
             if attempt < self.attempts {
                 std::thread::sleep(wait);
@@ -166,7 +176,11 @@ impl Webhook {
         }
         Err(WebhookError::Delivery {
             url: self.url.to_string(),
-            reason: format!("{} for {}", last, record.approval_id),
+            reason: format!(
+                "{} for {}",
+                last.map(|e| e.to_string()).unwrap_or_default(),
+                record.approval_id
+            ),
         })
     }
 }

@@ -44,14 +44,14 @@ pub enum SecretRef {
 
 impl SecretRef {
     /// `env:NAME`, `secret:NAME` or `NAME` (a name in the secrets file).
-    pub fn parse(s: &str) -> Result<SecretRef, String> {
+    pub fn parse(s: &str) -> Result<SecretRef, SecretRefError> {
         let (kind, name) = match s.split_once(':') {
             Some(("env", n)) => ("env", n),
             Some(("secret", n)) => ("secret", n),
             Some((other, _)) => {
-                return Err(format!(
-                    "unknown secret kind {other:?}: use env:NAME or secret:NAME"
-                ));
+                return Err(SecretRefError::UnknownKind {
+                    kind: other.to_string(),
+                });
             }
             None => ("secret", s),
         };
@@ -60,7 +60,9 @@ impl SecretRef {
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
         {
-            return Err(format!("invalid secret name {name:?}"));
+            return Err(SecretRefError::InvalidName {
+                name: name.to_string(),
+            });
         }
         Ok(if kind == "env" {
             SecretRef::Env(name.into())
@@ -78,31 +80,62 @@ impl SecretRef {
     }
 }
 
+/// A credential reference that does not read ([`SecretRef::parse`]).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SecretRefError {
+    /// `kind:NAME` with a kind other than `env` and `secret`.
+    #[error("unknown secret kind {kind:?}: use env:NAME or secret:NAME")]
+    UnknownKind { kind: String },
+    /// An empty name, or one with characters other than letters, digits, `_`, `-` and `.`.
+    #[error("invalid secret name {name:?}")]
+    InvalidName { name: String },
+}
+
 /// Reads secrets: environment variables, and a JSON object of named secrets in a file.
 #[derive(Clone, Debug, Default)]
 pub struct Secrets {
     pub file: Option<PathBuf>,
 }
 
+/// Why a credential could not be read at execution (the message never holds a secret).
+#[derive(Debug, thiserror::Error)]
+enum SecretUnavailable {
+    #[error("the environment variable {name} is not set")]
+    Unset { name: String },
+    #[error("no secrets file to read {name} from")]
+    NoFile { name: String },
+    #[error("cannot read the secrets file {}: {error}", file.display())]
+    Unreadable {
+        file: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("the secrets file {} is not a JSON object", file.display())]
+    NotJson { file: PathBuf },
+    #[error("the secrets file has no secret named {name}")]
+    Missing { name: String },
+}
+
 impl Secrets {
-    fn read(&self, r: &SecretRef) -> Result<String, String> {
+    fn read(&self, r: &SecretRef) -> Result<String, SecretUnavailable> {
         match r {
             SecretRef::Env(n) => {
-                std::env::var(n).map_err(|_| format!("the environment variable {n} is not set"))
+                std::env::var(n).map_err(|_| SecretUnavailable::Unset { name: n.clone() })
             }
             SecretRef::Named(n) => {
                 let Some(file) = &self.file else {
-                    return Err(format!("no secrets file to read {n} from"));
+                    return Err(SecretUnavailable::NoFile { name: n.clone() });
                 };
-                let bytes = std::fs::read(file)
-                    .map_err(|e| format!("cannot read the secrets file {}: {e}", file.display()))?;
-                let doc: Value = serde_json::from_slice(&bytes).map_err(|_| {
-                    format!("the secrets file {} is not a JSON object", file.display())
+                let bytes = std::fs::read(file).map_err(|error| SecretUnavailable::Unreadable {
+                    file: file.clone(),
+                    error,
                 })?;
+                let doc: Value = serde_json::from_slice(&bytes)
+                    .map_err(|_| SecretUnavailable::NotJson { file: file.clone() })?;
                 doc.get(n)
                     .and_then(Value::as_str)
                     .map(String::from)
-                    .ok_or_else(|| format!("the secrets file has no secret named {n}"))
+                    .ok_or_else(|| SecretUnavailable::Missing { name: n.clone() })
             }
         }
     }

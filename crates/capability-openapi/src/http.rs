@@ -232,7 +232,7 @@ pub struct HttpClient {
 struct Inner {
     config: HttpConfig,
     resolver: Resolver,
-    tls: std::sync::OnceLock<Result<Arc<tokio_rustls::rustls::ClientConfig>, String>>,
+    tls: std::sync::OnceLock<Result<Arc<tokio_rustls::rustls::ClientConfig>, tls::RootsError>>,
     /// Connections kept alive after a response was read whole, newest last.
     idle: std::sync::Mutex<Vec<Idle>>,
 }

@@ -32,5 +32,5 @@ pub mod http;
 pub mod request;
 pub mod store;
 
-pub use executor::{Api, ApiOptions, HttpOperation, SecretRef, Secrets, build_api};
+pub use executor::{Api, ApiOptions, HttpOperation, SecretRef, SecretRefError, Secrets, build_api};
 pub use http::{HttpClient, HttpConfig, Resolver};

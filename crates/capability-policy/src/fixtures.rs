@@ -46,8 +46,8 @@ use serde_json::Value;
 
 use crate::action::{ActionType, AgentAction};
 use crate::decision::DecisionType;
-use crate::engine::PolicyEngine;
-use crate::model::{CapabilityKind, Environment, Governance, GovernedCapability};
+use crate::engine::{EngineError, PolicyEngine};
+use crate::model::{CapabilityKind, Environment, Governance, GovernedCapability, ModelError};
 use crate::policy::{PolicyContext, Stage};
 use crate::registry::CapabilityRegistry;
 
@@ -155,7 +155,7 @@ pub struct FixtureResult {
     pub stage: Stage,
     pub expected: DecisionType,
     /// The combined decision, or why the case could not run.
-    pub actual: Result<DecisionType, String>,
+    pub actual: Result<DecisionType, CaseError>,
     pub reason: Option<String>,
     pub policy_ids: Vec<String>,
     /// The capability attributes that came from [`CAPABILITY_DEFAULTS`] (empty for a
@@ -165,6 +165,18 @@ pub struct FixtureResult {
     pub capability: String,
     /// Where its governance came from.
     pub source: CapabilitySource,
+}
+
+/// Why a fixture case could not run (the report shows it as the case's `error`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CaseError {
+    /// The case's `action.governance` is not a governance document.
+    #[error(transparent)]
+    Governance(#[from] ModelError),
+    /// The engine could not evaluate the case.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
 }
 
 /// Where a fixture's capability governance came from.
@@ -273,10 +285,9 @@ impl FixtureReport {
 fn capability_for(
     a: &FixtureAction,
     registry: &CapabilityRegistry,
-) -> Result<(Arc<GovernedCapability>, CapabilitySource, Vec<&'static str>), String> {
+) -> Result<(Arc<GovernedCapability>, CapabilitySource, Vec<&'static str>), CaseError> {
     if let Some(g) = &a.governance {
-        let governance =
-            Governance::from_json(g, "action.governance").map_err(|e| e.to_string())?;
+        let governance = Governance::from_json(g, "action.governance")?;
         let given = |field: &&str| g.get(*field).is_some_and(|v| !v.is_null());
         let defaults = CAPABILITY_DEFAULTS
             .iter()
@@ -309,26 +320,20 @@ pub fn run_fixture(
     } else {
         Stage::BeforeCapability
     });
-    let mut result = FixtureResult {
-        name: f.name.clone(),
-        stage,
-        expected: f.expect,
-        actual: Err(String::new()),
-        reason: None,
-        policy_ids: Vec::new(),
-        defaults: Vec::new(),
-        capability: a.capability.clone(),
-        source: CapabilitySource::Fixture,
-    };
-    let cap = match capability_for(a, registry) {
-        Ok((cap, source, defaults)) => {
-            result.source = source;
-            result.defaults = defaults;
-            cap
-        }
+    let (cap, source, defaults) = match capability_for(a, registry) {
+        Ok(found) => found,
         Err(e) => {
-            result.actual = Err(e);
-            return result;
+            return FixtureResult {
+                name: f.name.clone(),
+                stage,
+                expected: f.expect,
+                actual: Err(e),
+                reason: None,
+                policy_ids: Vec::new(),
+                defaults: Vec::new(),
+                capability: a.capability.clone(),
+                source: CapabilitySource::Fixture,
+            };
         }
     };
     let mut action = AgentAction::new(a.action_type, cap, a.agent_id.clone())
@@ -346,15 +351,21 @@ pub fn run_fixture(
     action.estimated_cost_usd = a.estimated_cost_usd;
     let mut ctx = PolicyContext::new(action, stage);
     ctx.output.clone_from(&a.output);
-    match engine.evaluate(&ctx) {
-        Ok(v) => {
-            result.actual = Ok(v.kind);
-            result.reason.clone_from(&v.decision.reason);
-            result.policy_ids = v.policy_ids();
-        }
-        Err(e) => result.actual = Err(e.to_string()),
+    let (actual, reason, policy_ids) = match engine.evaluate(&ctx) {
+        Ok(v) => (Ok(v.kind), v.decision.reason.clone(), v.policy_ids()),
+        Err(e) => (Err(e.into()), None, Vec::new()),
+    };
+    FixtureResult {
+        name: f.name.clone(),
+        stage,
+        expected: f.expect,
+        actual,
+        reason,
+        policy_ids,
+        defaults,
+        capability: a.capability.clone(),
+        source,
     }
-    result
 }
 
 /// Runs every case.

@@ -194,10 +194,9 @@ pub(crate) async fn api_gate(
                     .and_then(|v| v.to_str().ok())
                     .unwrap_or_default();
                 if !safe && !p.csrf.as_deref().is_some_and(|c| same(c, presented)) {
-                    return ApiError::Forbidden {
-                        code: "CSRF",
-                        message: "a session request that changes state needs its CSRF token".into(),
-                    }
+                    return ApiError::csrf(
+                        "a session request that changes state needs its CSRF token",
+                    )
                     .into_response();
                 }
                 p

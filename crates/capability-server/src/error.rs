@@ -7,52 +7,94 @@ use capability_host::guard::Refusal;
 use capability_host::{AuthError, HostError};
 use serde_json::{Value, json};
 
-/// An error answer: `{"error": {"code", "message", ...}}` with its status.
-#[derive(Debug)]
-pub enum ApiError {
+/// An error answer: `{"error": {"code", "message", ...}}` with its status. Each variant holds
+/// an error of its own: the host's and a capability call's as they are, the server's own
+/// refusals as small structs.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ApiError {
     /// The host refused or failed (its status and code).
-    Host(HostError),
+    #[error(transparent)]
+    Host(#[from] HostError),
     /// A capability call failed (the status its code stands for).
+    #[error(transparent)]
     Capability(Box<CapabilityError>),
     /// The request could not be read.
-    BadRequest(String),
+    #[error(transparent)]
+    BadRequest(#[from] BadRequest),
     /// No valid credential.
-    Unauthorized(AuthError),
+    #[error(transparent)]
+    Unauthorized(#[from] AuthError),
     /// The guard, a role, or CSRF refused it.
-    Forbidden { code: &'static str, message: String },
-    /// No such route or object.
-    NotFound(String),
+    #[error(transparent)]
+    Forbidden(#[from] Forbidden),
+    /// No such route.
+    #[error(transparent)]
+    NotFound(#[from] NotFound),
 }
 
-impl From<HostError> for ApiError {
-    fn from(e: HostError) -> Self {
-        ApiError::Host(e)
+/// A request whose body or parameters could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}")]
+pub(crate) struct BadRequest {
+    reason: String,
+}
+
+/// A request refused by the HTTP guard, the principal's role or the CSRF check.
+#[derive(Debug, thiserror::Error)]
+#[error("{reason}")]
+pub(crate) struct Forbidden {
+    /// `FORBIDDEN`, or `CSRF` for a session request without its token.
+    code: &'static str,
+    reason: String,
+}
+
+impl Forbidden {
+    /// The machine-readable code of the answer.
+    pub fn code(&self) -> &'static str {
+        self.code
     }
+}
+
+/// Nothing answers at the path asked for.
+#[derive(Debug, thiserror::Error)]
+#[error("{what}")]
+pub(crate) struct NotFound {
+    what: String,
 }
 
 impl From<Refusal> for ApiError {
     fn from(r: Refusal) -> Self {
-        ApiError::Forbidden {
-            code: "FORBIDDEN",
-            message: r.to_string(),
-        }
+        ApiError::forbidden(r.to_string())
     }
 }
 
 impl ApiError {
-    pub fn bad_request(message: impl Into<String>) -> ApiError {
-        ApiError::BadRequest(message.into())
-    }
-
-    pub fn not_found(message: impl Into<String>) -> ApiError {
-        ApiError::NotFound(message.into())
-    }
-
-    pub fn forbidden(message: impl Into<String>) -> ApiError {
-        ApiError::Forbidden {
-            code: "FORBIDDEN",
-            message: message.into(),
+    pub fn bad_request(reason: impl Into<String>) -> ApiError {
+        BadRequest {
+            reason: reason.into(),
         }
+        .into()
+    }
+
+    pub fn not_found(what: impl Into<String>) -> ApiError {
+        NotFound { what: what.into() }.into()
+    }
+
+    pub fn forbidden(reason: impl Into<String>) -> ApiError {
+        Forbidden {
+            code: "FORBIDDEN",
+            reason: reason.into(),
+        }
+        .into()
+    }
+
+    /// A session request that changes state without its CSRF token.
+    pub fn csrf(reason: impl Into<String>) -> ApiError {
+        Forbidden {
+            code: "CSRF",
+            reason: reason.into(),
+        }
+        .into()
     }
 
     pub fn capability(e: CapabilityError) -> ApiError {
@@ -67,7 +109,7 @@ impl ApiError {
             ApiError::Capability(e) => status_of(e.code),
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
         }
     }
@@ -78,20 +120,14 @@ impl ApiError {
             ApiError::Capability(e) => e.code.as_str(),
             ApiError::BadRequest(_) => "INVALID_INPUT",
             ApiError::Unauthorized(_) => "UNAUTHORIZED",
-            ApiError::Forbidden { code, .. } => code,
+            ApiError::Forbidden(e) => e.code(),
             ApiError::NotFound(_) => "NOT_FOUND",
         }
     }
 
+    /// The answer's `message`: the error's own (a capability error's `message`).
     pub fn message(&self) -> String {
-        match self {
-            ApiError::Host(e) => e.to_string(),
-            ApiError::Capability(e) => e.message.clone(),
-            ApiError::Unauthorized(e) => e.to_string(),
-            ApiError::BadRequest(m)
-            | ApiError::NotFound(m)
-            | ApiError::Forbidden { message: m, .. } => m.clone(),
-        }
+        self.to_string()
     }
 
     fn body(&self) -> Value {
@@ -127,5 +163,53 @@ impl IntoResponse for ApiError {
             self.body().to_string(),
         )
             .into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_refusal_answers_its_status_code_and_message() {
+        let cases = [
+            (
+                ApiError::bad_request("token is required"),
+                400,
+                "INVALID_INPUT",
+            ),
+            (
+                ApiError::forbidden("a principal with role agent cannot approve"),
+                403,
+                "FORBIDDEN",
+            ),
+            (
+                ApiError::csrf("a session request that changes state needs its CSRF token"),
+                403,
+                "CSRF",
+            ),
+            (ApiError::not_found("no such route"), 404, "NOT_FOUND"),
+            (
+                ApiError::Unauthorized(AuthError::Missing),
+                401,
+                "UNAUTHORIZED",
+            ),
+        ];
+        for (error, status, code) in cases {
+            assert_eq!(error.status().as_u16(), status, "{error}");
+            assert_eq!(
+                error.body(),
+                json!({"error": {"code": code, "message": error.to_string()}})
+            );
+        }
+        let failed = ApiError::capability(CapabilityError::new(
+            ErrorCode::NotFound,
+            "no such capability",
+        ));
+        assert_eq!(
+            (failed.status().as_u16(), failed.code()),
+            (404, "NOT_FOUND")
+        );
+        assert_eq!(failed.message(), "no such capability");
     }
 }

@@ -184,7 +184,10 @@ impl Executor for ToolExecutor {
                 notes,
                 reply: Some(raw),
             }),
-            Err(message) => Err(failed(HookError::named("McpToolError", message), notes)),
+            Err(e) => Err(failed(
+                HookError::named("McpToolError", e.to_string()),
+                notes,
+            )),
         }
     }
 

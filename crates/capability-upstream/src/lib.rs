@@ -45,7 +45,9 @@ pub use config::{ConfigError, Connect, GatewayConfig, ServerConfig, TenantConfig
 pub use executor::ToolExecutor;
 pub use import::{capabilities_from_mcp_tools, import_stdio};
 pub use pins::{PinState, Pins, PinsError};
-pub use session::{HttpSession, McpSession, StdioSession, UpstreamError, map_tool_result};
+pub use session::{
+    HttpSession, McpSession, StdioSession, ToolError, UpstreamError, map_tool_result,
+};
 
 /// Runs `f`, which may block for long (waiting for an upstream, starting one): on a worker
 /// of a multi-threaded Tokio runtime the worker's other tasks move to another thread

@@ -1062,10 +1062,25 @@ impl Drop for StdioSession {
     }
 }
 
-/// The reference's tool-result mapping: `isError` → the joined text (or `MCP tool returned
-/// an error`) as an error; else `structuredContent`; else one text item JSON-parsed (or
-/// the raw text); several text items as an array of texts; otherwise the raw result.
-pub fn map_tool_result(result: &Value) -> Result<Value, String> {
+/// A tool result that reports an error (`isError: true`). Its message is the result's text
+/// items joined by newlines, or the reference's `MCP tool returned an error` when it has none.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{}", if text.is_empty() { "MCP tool returned an error" } else { text.as_str() })]
+pub struct ToolError {
+    text: String,
+}
+
+impl ToolError {
+    /// The result's text items, joined by newlines (empty when it has none).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+/// The reference's tool-result mapping: `isError` → a [`ToolError`] with the joined text;
+/// else `structuredContent`; else one text item JSON-parsed (or the raw text); several text
+/// items as an array of texts; otherwise the raw result.
+pub fn map_tool_result(result: &Value) -> Result<Value, ToolError> {
     let texts: Vec<&str> = result
         .get("content")
         .and_then(Value::as_array)
@@ -1078,11 +1093,8 @@ pub fn map_tool_result(result: &Value) -> Result<Value, String> {
         })
         .unwrap_or_default();
     if result.get("isError") == Some(&Value::Bool(true)) {
-        let joined = texts.join("\n");
-        return Err(if joined.is_empty() {
-            "MCP tool returned an error".into()
-        } else {
-            joined
+        return Err(ToolError {
+            text: texts.join("\n"),
         });
     }
     if let Some(s) = result.get("structuredContent") {
@@ -1113,8 +1125,16 @@ mod tests {
             json!({"x": 2})
         );
         assert_eq!(
-            map_tool_result(&json!({"isError": true, "content": []})).unwrap_err(),
+            map_tool_result(&json!({"isError": true, "content": []}))
+                .unwrap_err()
+                .to_string(),
             "MCP tool returned an error"
+        );
+        let failed = json!({"isError": true, "content": [{"type": "text", "text": "no such row"}]});
+        let e = map_tool_result(&failed).unwrap_err();
+        assert_eq!(
+            (e.text(), e.to_string()),
+            ("no such row", "no such row".into())
         );
         let two =
             json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]});

@@ -389,11 +389,10 @@ pub fn network_checks(args: &DoctorArgs) -> Result<Option<Value>, String> {
         let url = capability_host::acquire::registry::registry_url(Some(&r));
         let ping = fetcher
             .document(&format!("{url}-/ping"))
+            .map_err(|e| e.to_string())
             .and_then(|f| match f.status {
                 200..=299 => Ok(()),
-                s => Err(capability_host::acquire::AcquireError::Fetch(format!(
-                    "{url}-/ping: HTTP {s}"
-                ))),
+                s => Err(format!("{url}-/ping: HTTP {s}")),
             });
         let mut report = json!({"url": url, "ok": ping.is_ok()});
         match ping {

@@ -63,7 +63,10 @@ fn parse_auth(s: &str) -> Result<(String, SecretRef), String> {
     if scheme.is_empty() {
         return Err("the security scheme name is empty".into());
     }
-    Ok((scheme.to_string(), SecretRef::parse(secret)?))
+    Ok((
+        scheme.to_string(),
+        SecretRef::parse(secret).map_err(|e| e.to_string())?,
+    ))
 }
 
 fn local_source(source: &str) -> String {
@@ -80,7 +83,7 @@ pub fn openapi_cmd(args: OpenapiArgs) -> Result<i32, String> {
             let source = args
                 .source
                 .ok_or("usage: cap openapi <file|url> [namespace] | add | list | remove")?;
-            let doc = read_source(&source)?;
+            let doc = read_source(&source).map_err(|e| e.to_string())?;
             let imported = import(
                 &doc,
                 &ImportOptions {
@@ -108,7 +111,8 @@ pub fn openapi_cmd(args: OpenapiArgs) -> Result<i32, String> {
         Some(OpenapiCommand::List) => {
             let store = store(&args.home)?;
             let listed: Vec<Value> = store
-                .list()?
+                .list()
+                .map_err(|e| e.to_string())?
                 .iter()
                 .map(|e| {
                     let ops = capability_host::openapi::import(&e.document, &ImportOptions {
@@ -129,13 +133,16 @@ pub fn openapi_cmd(args: OpenapiArgs) -> Result<i32, String> {
             Ok(0)
         }
         Some(OpenapiCommand::Remove { namespace }) => {
-            let removed = store(&args.home)?.remove(&namespace)?;
+            let removed = store(&args.home)?
+                .remove(&namespace)
+                .map_err(|e| e.to_string())?;
             if !removed {
                 return Err(format!(
                     "no OpenAPI document under the namespace {namespace}"
                 ));
             }
-            print_json(&json!({"removed": namespace_slug(&namespace)?}))?;
+            let removed = namespace_slug(&namespace).map_err(|e| e.to_string())?;
+            print_json(&json!({ "removed": removed }))?;
             Ok(0)
         }
     }
@@ -148,9 +155,9 @@ fn store(home: &HomeArg) -> Result<Store, String> {
 
 fn add(a: AddArgs, home: &HomeArg) -> Result<i32, String> {
     let home = Home::open_default(home.home.as_deref()).map_err(|e| e.to_string())?;
-    let document = read_source(&a.source)?;
+    let document = read_source(&a.source).map_err(|e| e.to_string())?;
     let entry = Entry {
-        namespace: namespace_slug(&a.namespace)?,
+        namespace: namespace_slug(&a.namespace).map_err(|e| e.to_string())?,
         source: local_source(&a.source),
         base_url: a.base_url,
         auth: a.auth,
@@ -175,7 +182,9 @@ fn add(a: AddArgs, home: &HomeArg) -> Result<i32, String> {
             ));
         }
     }
-    let path = Store::new(home.openapi()).add(&entry)?;
+    let path = Store::new(home.openapi())
+        .add(&entry)
+        .map_err(|e| e.to_string())?;
     print_json(&json!({
         "namespace": entry.namespace,
         "server": api.server.as_str(),

@@ -101,9 +101,21 @@ pub fn parse_record(text: &[u8]) -> Result<Value, JsonError> {
 
 /// A stored record as `T`: [`parse_record`], then `serde_json::from_value` (which, unlike
 /// serde_json's text parser, has no 128-level limit of its own).
-pub fn from_record<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, String> {
-    let value = parse_record(text.as_bytes()).map_err(|e| e.to_string())?;
-    serde_json::from_value(value).map_err(|e| e.to_string())
+pub fn from_record<T: serde::de::DeserializeOwned>(text: &str) -> Result<T, RecordError> {
+    let value = parse_record(text.as_bytes())?;
+    Ok(serde_json::from_value(value)?)
+}
+
+/// Why a stored record could not be read back ([`from_record`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The text is not JSON (or nests deeper than a record may).
+    #[error(transparent)]
+    Json(#[from] JsonError),
+    /// The JSON does not have the record's shape.
+    #[error(transparent)]
+    Shape(#[from] serde_json::Error),
 }
 
 /// How deeply arrays and objects nest in `value` (a scalar is 0, `[]` is 1); computed without

@@ -17,9 +17,29 @@ use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
 use super::HttpError;
 
+/// Why the trust roots of a client could not be set up.
+#[derive(Clone, Debug, thiserror::Error)]
+pub(super) enum RootsError {
+    /// `SSL_CERT_FILE` or `SSL_CERT_DIR` names no certificate this client can use.
+    #[error("{named} holds no usable certificate{}", first_error.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
+    NoSystemRoot {
+        named: String,
+        first_error: Option<String>,
+    },
+    /// A certificate of [`super::HttpConfig::extra_roots_pem`] was refused.
+    #[error("extra roots: {reason}")]
+    ExtraRoot { reason: String },
+    /// [`super::HttpConfig::extra_roots_pem`] holds no certificate.
+    #[error("extra roots: no PEM certificate found")]
+    NoExtraRoot,
+    /// rustls refused the configuration.
+    #[error(transparent)]
+    Config(#[from] rustls::Error),
+}
+
 /// The roots every client trusts, read once.
-fn system_roots() -> Result<RootCertStore, String> {
-    static ROOTS: OnceLock<Result<RootCertStore, String>> = OnceLock::new();
+fn system_roots() -> Result<RootCertStore, RootsError> {
+    static ROOTS: OnceLock<Result<RootCertStore, RootsError>> = OnceLock::new();
     ROOTS
         .get_or_init(|| {
             let named = ["SSL_CERT_FILE", "SSL_CERT_DIR"]
@@ -30,15 +50,10 @@ fn system_roots() -> Result<RootCertStore, String> {
             let mut roots = RootCertStore::empty();
             let (added, _) = roots.add_parsable_certificates(found.certs);
             if added == 0 && !named.is_empty() {
-                let why = found
-                    .errors
-                    .first()
-                    .map(|e| format!(": {e}"))
-                    .unwrap_or_default();
-                return Err(format!(
-                    "{} holds no usable certificate{why}",
-                    named.join(" ")
-                ));
+                return Err(RootsError::NoSystemRoot {
+                    named: named.join(" "),
+                    first_error: found.errors.first().map(|e| e.to_string()),
+                });
             }
             if added == 0 {
                 roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -49,23 +64,25 @@ fn system_roots() -> Result<RootCertStore, String> {
 }
 
 /// The client configuration: the system roots plus `extra_pem`.
-pub(super) fn client_config(extra_pem: Option<&str>) -> Result<Arc<ClientConfig>, String> {
+pub(super) fn client_config(extra_pem: Option<&str>) -> Result<Arc<ClientConfig>, RootsError> {
     let mut roots = system_roots()?;
     if let Some(pem) = extra_pem {
+        let refused = |reason: &dyn std::fmt::Display| RootsError::ExtraRoot {
+            reason: reason.to_string(),
+        };
         let mut count = 0;
         for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
-            let cert = cert.map_err(|e| format!("extra roots: {e}"))?;
-            roots.add(cert).map_err(|e| format!("extra roots: {e}"))?;
+            let cert = cert.map_err(|e| refused(&e))?;
+            roots.add(cert).map_err(|e| refused(&e))?;
             count += 1;
         }
         if count == 0 {
-            return Err("extra roots: no PEM certificate found".into());
+            return Err(RootsError::NoExtraRoot);
         }
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| e.to_string())?
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_root_certificates(roots)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];

@@ -323,9 +323,9 @@ impl<'a> Checker<'a> {
             let file = &files[p.file];
             let (line, column) = line_col(&file.text, p.offset);
             match rule_from(&p.policy, &file.name, line, column) {
-                Err(message) => {
+                Err(e) => {
                     ids.push(format!("{}:{line}", file.name));
-                    diagnostics.push(diag_at(file, p.offset, message, None));
+                    diagnostics.push(diag_at(file, p.offset, e.to_string(), None));
                 }
                 Ok(rule) => {
                     if let Some((f, l)) = seen.get(&rule.id) {

@@ -6,9 +6,11 @@ use std::path::Path;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
+use cedar_policy::entities_errors::EntitiesError;
 use cedar_policy::{
-    Authorizer, Context, Entities, Entity, EntityId, EntityTypeName, EntityUid, Policy, PolicySet,
-    Request, RestrictedExpression,
+    Authorizer, Context, ContextCreationError, Entities, Entity, EntityAttrEvaluationError,
+    EntityId, EntityTypeName, EntityUid, ExpressionConstructionError, Policy, PolicySet, Request,
+    RestrictedExpression,
 };
 use serde_json::Value;
 
@@ -23,6 +25,26 @@ use crate::decision::{Decision, DecisionType};
 use crate::engine::{PolicySource, RankedDecision, SourceDecisions};
 use crate::model::GovernedCapability;
 use crate::policy::{PolicyContext, PolicyFault, Stage};
+
+/// Why the Cedar request of an action could not be built: Cedar's own error, kept as it is
+/// (the policy fault it becomes carries its message).
+#[derive(Debug, thiserror::Error)]
+enum RequestError {
+    #[error(transparent)]
+    Entity(#[from] EntityAttrEvaluationError),
+    #[error(transparent)]
+    Entities(#[from] EntitiesError),
+    #[error(transparent)]
+    Expression(#[from] ExpressionConstructionError),
+    #[error(transparent)]
+    Context(#[from] ContextCreationError),
+}
+
+impl From<RequestError> for PolicyFault {
+    fn from(e: RequestError) -> Self {
+        PolicyFault::new(e.to_string())
+    }
+}
 
 /// Bound on cached slices and entity sets, after which the caches are cleared.
 const CACHE_LIMIT: usize = 4096;
@@ -319,7 +341,7 @@ impl CedarPolicies {
         &self,
         ctx: &PolicyContext,
         key: u64,
-    ) -> Result<(EntityUid, EntityUid, Arc<Entities>), String> {
+    ) -> Result<(EntityUid, EntityUid, Arc<Entities>), RequestError> {
         let action = &ctx.action;
         let cap = &action.capability;
         let principal = EntityUid::from_type_name_and_id(
@@ -352,12 +374,9 @@ impl CedarPolicies {
                 ),
             ]),
             HashSet::new(),
-        )
-        .map_err(|e| e.to_string())?;
+        )?;
         let capability = capability_entity(cap, resource.clone())?;
-        let entities = Arc::new(
-            Entities::from_entities([agent, capability], None).map_err(|e| e.to_string())?,
-        );
+        let entities = Arc::new(Entities::from_entities([agent, capability], None)?);
         let mut cache = lock(&self.entities);
         if cache.len() >= CACHE_LIMIT {
             cache.clear();
@@ -369,7 +388,7 @@ impl CedarPolicies {
     /// The request context, with only the attributes the slice's policies read (a policy
     /// cannot observe an attribute it does not name, so leaving the others out changes no
     /// result and saves building them, decimals especially).
-    fn context(&self, ctx: &PolicyContext, uses: &ContextUse) -> Result<Context, String> {
+    fn context(&self, ctx: &PolicyContext, uses: &ContextUse) -> Result<Context, RequestError> {
         let action = &ctx.action;
         let g = &action.capability.governance;
         let mut pairs: Vec<(String, RestrictedExpression)> = Vec::with_capacity(8);
@@ -411,8 +430,7 @@ impl CedarPolicies {
                     .labels
                     .iter()
                     .map(|(k, v)| (k.clone(), RestrictedExpression::new_string(v.clone()))),
-            )
-            .map_err(|e| e.to_string())?;
+            )?;
             pairs.push(("labels".into(), labels));
         }
         if (uses.all || uses.cost)
@@ -425,7 +443,7 @@ impl CedarPolicies {
         {
             pairs.push(("estimatedCostUsd".into(), d));
         }
-        Context::from_pairs(pairs).map_err(|e| e.to_string())
+        Ok(Context::from_pairs(pairs)?)
     }
 
     fn decision_for(&self, rule: &CedarRule, ctx: &PolicyContext) -> Decision {
@@ -580,12 +598,12 @@ impl CedarPolicies {
         part: &Part,
     ) -> Result<PartResult, PolicyFault> {
         if inputs.0.is_none() {
-            inputs.0 = Some(self.entities(ctx, entity_key).map_err(PolicyFault::new)?);
+            inputs.0 = Some(self.entities(ctx, entity_key)?);
         }
         let Some((principal, resource, entities)) = inputs.0.as_ref() else {
             return Err(PolicyFault::new("cedar entities are missing"));
         };
-        let context = self.context(ctx, &part.uses).map_err(PolicyFault::new)?;
+        let context = self.context(ctx, &part.uses)?;
         let request = Request::new(
             principal.clone(),
             self.actions[ctx.action.action_type as usize].clone(),
@@ -850,7 +868,7 @@ fn empty_record() -> RestrictedExpression {
 pub(crate) fn capability_entity(
     cap: &GovernedCapability,
     uid: EntityUid,
-) -> Result<Entity, String> {
+) -> Result<Entity, EntityAttrEvaluationError> {
     let g = &cap.governance;
     let s = |v: &Option<String>| RestrictedExpression::new_string(v.clone().unwrap_or_default());
     let set = |items: Vec<String>| {
@@ -898,7 +916,6 @@ pub(crate) fn capability_entity(
         ]),
         HashSet::new(),
     )
-    .map_err(|e| e.to_string())
 }
 
 /// A string fact of the capability kept in its governance metadata (`""` when absent).

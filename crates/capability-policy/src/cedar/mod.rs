@@ -453,15 +453,61 @@ fn list(s: &str) -> Vec<String> {
         .collect()
 }
 
-/// Reads a policy's annotations into a rule (errors are messages for a diagnostic).
-fn rule_from(policy: &Policy, file: &str, line: usize, column: usize) -> Result<CedarRule, String> {
+/// Why a policy's annotations do not make a rule (it becomes the message of a diagnostic at
+/// the policy).
+#[derive(Debug, thiserror::Error)]
+enum AnnotationError {
+    /// The annotation's value does not read (`@redact("not a pointer")`).
+    #[error("@{annotation}: {reason}")]
+    Invalid {
+        annotation: &'static str,
+        reason: String,
+    },
+    /// The annotation's value is not of the kind it must be (`@priority("high")`).
+    #[error("@{annotation} must be {expected}, found `{found}`")]
+    Expected {
+        annotation: &'static str,
+        expected: &'static str,
+        found: String,
+    },
+    /// A decision the policy's effect cannot give.
+    #[error("@decision(\"{decision}\") on a {effect}: write `{instead}` instead")]
+    WrongEffect {
+        decision: DecisionType,
+        effect: &'static str,
+        instead: &'static str,
+    },
+    /// A decision without the annotation it needs (`@decision("redact")` without `@redact`).
+    #[error("@decision(\"{decision}\") needs {needs}")]
+    Incomplete {
+        decision: DecisionType,
+        needs: &'static str,
+    },
+}
+
+impl AnnotationError {
+    fn invalid(annotation: &'static str, reason: impl std::fmt::Display) -> Self {
+        AnnotationError::Invalid {
+            annotation,
+            reason: reason.to_string(),
+        }
+    }
+}
+
+/// Reads a policy's annotations into a rule.
+fn rule_from(
+    policy: &Policy,
+    file: &str,
+    line: usize,
+    column: usize,
+) -> Result<CedarRule, AnnotationError> {
     let ann = |k: &str| policy.annotation(k).map(str::to_string);
     let effect = match policy.effect() {
         Effect::Permit => RuleEffect::Permit,
         Effect::Forbid => RuleEffect::Forbid,
     };
     let decision = match policy.annotation("decision") {
-        Some(d) => DecisionType::parse(d).map_err(|e| format!("@decision: {e}"))?,
+        Some(d) => DecisionType::parse(d).map_err(|e| AnnotationError::invalid("decision", e))?,
         None => match effect {
             RuleEffect::Permit => DecisionType::Allow,
             RuleEffect::Forbid => DecisionType::Deny,
@@ -469,10 +515,18 @@ fn rule_from(policy: &Policy, file: &str, line: usize, column: usize) -> Result<
     };
     match (effect, decision) {
         (RuleEffect::Permit, DecisionType::Deny) => {
-            return Err("@decision(\"deny\") on a permit: write `forbid` instead".into());
+            return Err(AnnotationError::WrongEffect {
+                decision,
+                effect: "permit",
+                instead: "forbid",
+            });
         }
         (RuleEffect::Forbid, DecisionType::Allow) => {
-            return Err("@decision(\"allow\") on a forbid: write `permit` instead".into());
+            return Err(AnnotationError::WrongEffect {
+                decision,
+                effect: "forbid",
+                instead: "permit",
+            });
         }
         _ => {}
     }
@@ -480,17 +534,22 @@ fn rule_from(policy: &Policy, file: &str, line: usize, column: usize) -> Result<
         Some(p) => p
             .trim()
             .parse::<i64>()
-            .map_err(|_| format!("@priority must be an integer, found `{p}`"))?,
+            .map_err(|_| AnnotationError::Expected {
+                annotation: "priority",
+                expected: "an integer",
+                found: p.to_string(),
+            })?,
         None => 0,
     };
     let redact = ann("redact").map(|s| list(&s)).unwrap_or_default();
     for p in &redact {
-        pointer::parse(p).map_err(|e| format!("@redact: {e}"))?;
+        pointer::parse(p).map_err(|e| AnnotationError::invalid("redact", e))?;
     }
     let mutations = match policy.annotation("mutations") {
         Some(m) => {
-            let v = capability_core::json::parse_str(m).map_err(|e| format!("@mutations: {e}"))?;
-            Mutation::list_from_json(&v).map_err(|e| format!("@mutations: {e}"))?
+            let v = capability_core::json::parse_str(m)
+                .map_err(|e| AnnotationError::invalid("mutations", e))?;
+            Mutation::list_from_json(&v).map_err(|e| AnnotationError::invalid("mutations", e))?
         }
         None => Vec::new(),
     };
@@ -505,14 +564,21 @@ fn rule_from(policy: &Policy, file: &str, line: usize, column: usize) -> Result<
     let route_to = ann("route").map(|s| s.trim().to_string());
     let mut sandbox = None;
     if let Some(t) = policy.annotation("sandbox") {
-        let tier = IsolationTier::parse(t.trim()).map_err(|e| format!("@sandbox: {e}"))?;
+        let tier =
+            IsolationTier::parse(t.trim()).map_err(|e| AnnotationError::invalid("sandbox", e))?;
         sandbox = Some(SandboxRequirement::tier(tier));
     }
     if let Some(n) = policy.annotation("network") {
         let deny = match n.trim() {
             "off" | "deny" | "none" => true,
             "on" | "allow" => false,
-            other => return Err(format!("@network must be `off` or `on`, found `{other}`")),
+            other => {
+                return Err(AnnotationError::Expected {
+                    annotation: "network",
+                    expected: "`off` or `on`",
+                    found: other.to_string(),
+                });
+            }
         };
         sandbox
             .get_or_insert_with(SandboxRequirement::default)
@@ -523,7 +589,11 @@ fn rule_from(policy: &Policy, file: &str, line: usize, column: usize) -> Result<
             let n = v
                 .trim()
                 .parse::<u64>()
-                .map_err(|_| format!("@{key} must be a non-negative integer, found `{v}`"))?;
+                .map_err(|_| AnnotationError::Expected {
+                    annotation: key,
+                    expected: "a non-negative integer",
+                    found: v.to_string(),
+                })?;
             let req = sandbox.get_or_insert_with(SandboxRequirement::default);
             if slot == 0 {
                 req.timeout_ms = Some(n);
@@ -532,11 +602,11 @@ fn rule_from(policy: &Policy, file: &str, line: usize, column: usize) -> Result<
             }
         }
     }
-    let needs = |ok: bool, what: &str| {
+    let needs = |ok: bool, needs: &'static str| {
         if ok {
             Ok(())
         } else {
-            Err(format!("@decision(\"{decision}\") needs {what}"))
+            Err(AnnotationError::Incomplete { decision, needs })
         }
     };
     match decision {
@@ -645,7 +715,7 @@ pub(crate) fn load(files: &[PolicyFile]) -> Result<Loaded, Vec<Diagnostic>> {
         let file = &files[p.file];
         let (line, column) = line_col(&file.text, p.offset);
         match rule_from(&p.policy, &file.name, line, column) {
-            Err(message) => diags.push(diag_at(file, p.offset, message, None)),
+            Err(e) => diags.push(diag_at(file, p.offset, e.to_string(), None)),
             Ok(rule) => {
                 if let Some((f, l)) = seen.get(&rule.id) {
                     diags.push(diag_at(

@@ -871,9 +871,9 @@ impl AuditSink for SqliteStore {
 }
 
 fn record_from_text(text: &str) -> Result<ApprovalRecord, StoreError> {
-    capability_core::json::from_record(text).map_err(|message| StoreError::Corrupt {
+    capability_core::json::from_record(text).map_err(|e| StoreError::Corrupt {
         table: "approval_requests",
-        message,
+        message: e.to_string(),
     })
 }
 

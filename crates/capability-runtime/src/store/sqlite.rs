@@ -301,8 +301,11 @@ impl ReceiptStore for SqliteReceiptStore {
             )
             .optional()
             .map_err(db_err)?;
-        body.map(|b| capability_core::json::from_record::<Plan>(&b).map_err(StoreError::Corrupt))
-            .transpose()
+        body.map(|b| {
+            capability_core::json::from_record::<Plan>(&b)
+                .map_err(|e| StoreError::Corrupt(e.to_string()))
+        })
+        .transpose()
     }
 
     fn put(&self, receipt: Arc<Receipt>) -> Result<(), StoreError> {
