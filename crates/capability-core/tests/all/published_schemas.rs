@@ -8,12 +8,13 @@
 //! those documented differences, and some documents of each kind must conform outright.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod validation_support;
+use crate::validation_support;
 
 use capability_core::published::{PublishedSchema, SchemaIssue, validate_published};
 use capability_core::validate::{
     validate_binding, validate_bridge, validate_index, validate_manifest, validate_site,
 };
+use capability_test_support::vectors::load;
 use serde_json::Value;
 
 #[test]
@@ -137,7 +138,7 @@ struct Kind {
 }
 
 fn check_runtime_valid_documents_against_the_schema(kind: &Kind) -> Result<usize, String> {
-    let doc = validation_support::load(kind.file);
+    let doc = load(kind.file);
     let cases = validation_support::array(&doc, "cases", kind.count);
     let mut conforming = 0;
     let mut runtime_valid = 0;
@@ -240,7 +241,7 @@ fn documents_the_reference_accepts_conform_to_the_published_schemas() {
 
 #[test]
 fn lenient_dates_fail_the_date_time_format() {
-    let doc = validation_support::load("binding-validation.json");
+    let doc = load("binding-validation.json");
     let cases = validation_support::array(&doc, "cases", 234);
     let valid = cases
         .iter()

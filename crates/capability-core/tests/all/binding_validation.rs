@@ -2,7 +2,7 @@
 //! `expected` (or none).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod validation_support;
+use crate::validation_support;
 
 use capability_core::validate::validate_binding;
 use serde_json::Value;

@@ -7,7 +7,7 @@
 //! schema wants strings.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod validation_support;
+use capability_test_support::vectors::load;
 
 use capability_core::published::{PublishedSchema, validate_published};
 use capability_core::validate::validate_gap;
@@ -28,7 +28,7 @@ fn documented_difference(keyword: &str, path: &str) -> bool {
 
 #[test]
 fn gaps_created_by_the_reference_conform_to_the_gap_schema() {
-    let doc = validation_support::load("composition.json");
+    let doc = load("composition.json");
     let gaps: Vec<Value> = doc["cases"]
         .as_array()
         .unwrap()
@@ -65,7 +65,7 @@ fn gaps_created_by_the_reference_conform_to_the_gap_schema() {
 
 #[test]
 fn gap_issues_name_the_offending_member() {
-    let doc = validation_support::load("composition.json");
+    let doc = load("composition.json");
     let case = doc["cases"]
         .as_array()
         .unwrap()

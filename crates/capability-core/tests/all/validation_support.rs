@@ -1,19 +1,9 @@
 //! Shared helpers for the validation vector tests: loading `testdata/vectors/*.json` and
 //! checking every case, reporting all failures at once.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, dead_code)]
 
 use capability_core::json;
+use capability_test_support::vectors::load;
 use serde_json::Value;
-
-/// Reads and parses `testdata/vectors/<name>` (relative to the repository root).
-pub fn load(name: &str) -> Value {
-    let path = format!(
-        "{}/../../testdata/vectors/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
-    json::parse(&text).unwrap_or_else(|e| panic!("parse {path}: {e}"))
-}
 
 /// The member `key` of `doc`, which must be an array of exactly `count` items.
 pub fn array<'a>(doc: &'a Value, key: &str, count: usize) -> &'a [Value] {

@@ -2,17 +2,9 @@
 //! by the plan builder (direct canonical writer) and generically over the plan document.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use capability_core::json::{self, canonical_hash};
+use capability_core::json::canonical_hash;
 use capability_core::plan::{CapabilityRef, Plan};
-use serde_json::Value;
-
-fn load(name: &str) -> Value {
-    let path = format!(
-        "{}/../../testdata/vectors/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    json::parse(&std::fs::read(path).unwrap()).unwrap()
-}
+use capability_test_support::vectors::load;
 
 #[test]
 fn plan_fingerprints_match_the_reference() {

@@ -4,26 +4,14 @@
 //! round trips hold: `parse(stringify(v)) == v`, canonical JSON is a fixed point.
 //!
 //! Runs 256 cases per property with a fixed seed; longer, by hand:
-//! `PROPTEST_CASES=100000 cargo test -p capability-core --test fuzz --release`
+//! `PROPTEST_CASES=100000 cargo test --release -p capability-core --test all -- fuzz::`
 //! (`PROPTEST_RNG_SEED=<n>` picks another seed).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use capability_core::json::{self, MAX_DEPTH, RECORD_DEPTH};
+use capability_test_support::fuzz::config;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngSeed};
 use serde_json::{Map, Value};
-
-fn config() -> Config {
-    let mut c = Config::default();
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        c.cases = 256;
-    }
-    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
-        c.rng_seed = RngSeed::Fixed(0x00c0_ffee);
-    }
-    c.failure_persistence = None;
-    c
-}
 
 /// Numbers as a parsed document holds them (integers up to 2^53, other finite doubles; not
 /// `-0`, which `JSON.stringify` writes as `0`, as JavaScript does).
@@ -83,7 +71,7 @@ fn jsonish() -> impl Strategy<Value = String> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(config(256, 0x00c0_ffee))]
 
     #[test]
     fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..4096)) {

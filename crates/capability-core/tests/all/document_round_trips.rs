@@ -9,15 +9,8 @@ use capability_core::documents::{
 use capability_core::json::{self, canonical_hash};
 use capability_core::manifest::Manifest;
 use capability_core::validate;
+use capability_test_support::vectors::load;
 use serde_json::{Value, json};
-
-fn load(name: &str) -> Value {
-    let path = format!(
-        "{}/../../testdata/vectors/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    json::parse(&std::fs::read(path).unwrap()).unwrap()
-}
 
 fn round_trip<T>(
     file: &str,

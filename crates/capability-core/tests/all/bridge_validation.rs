@@ -2,7 +2,8 @@
 //! npm CLI bridge descriptor generator).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod validation_support;
+use crate::validation_support;
+use capability_test_support::vectors::load;
 
 use capability_core::json;
 use capability_core::published::{PublishedSchema, validate_published};
@@ -19,7 +20,7 @@ fn bridge_validation_vectors_match_the_reference() {
 
 #[test]
 fn bridge_generator_vectors_match_the_reference() {
-    let doc = validation_support::load("bridge-validation.json");
+    let doc = load("bridge-validation.json");
     let cases = validation_support::array(&doc, "generatorCases", 9);
     let mut failures = Vec::new();
     for (i, case) in cases.iter().enumerate() {

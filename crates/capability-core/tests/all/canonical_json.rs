@@ -2,15 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use capability_core::json;
-
-fn load(name: &str) -> serde_json::Value {
-    let path = format!(
-        "{}/../../testdata/vectors/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
-    json::parse(&text).unwrap()
-}
+use capability_test_support::vectors::load;
 
 #[test]
 fn canonical_json_vectors_match_the_reference() {

@@ -1,7 +1,7 @@
 //! Every case of `testdata/vectors/index-validation.json`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod validation_support;
+use crate::validation_support;
 
 use capability_core::validate::validate_index;
 

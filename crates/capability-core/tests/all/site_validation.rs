@@ -1,7 +1,8 @@
 //! Every case of `testdata/vectors/site-validation.json`, and its `discoveryUrls`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod validation_support;
+use crate::validation_support;
+use capability_test_support::vectors::load;
 
 use capability_core::validate::{site_discovery_urls, validate_site};
 
@@ -14,7 +15,7 @@ fn site_validation_vectors_match_the_reference() {
 
 #[test]
 fn site_discovery_urls_match_the_reference() {
-    let doc = validation_support::load("site-validation.json");
+    let doc = load("site-validation.json");
     let cases = validation_support::array(&doc, "discoveryUrls", 7);
     let mut failures = Vec::new();
     for (i, case) in cases.iter().enumerate() {

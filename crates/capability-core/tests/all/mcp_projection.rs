@@ -5,16 +5,8 @@
 use capability_core::json;
 use capability_core::manifest::Manifest;
 use capability_core::mcp::{BOOTSTRAP_TOOL_NAMES, bootstrap_tools, to_mcp_tool};
+use capability_test_support::vectors::load;
 use serde_json::Value;
-
-fn load(name: &str) -> Value {
-    let path = format!(
-        "{}/../../testdata/vectors/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
-    json::parse(&text).unwrap_or_else(|e| panic!("parse {path}: {e}"))
-}
 
 /// Member names of an object, in order (projection order is part of the contract: tools are
 /// printed as pretty JSON by the CLI and the MCP server).
