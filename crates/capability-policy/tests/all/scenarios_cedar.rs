@@ -9,16 +9,14 @@
 //! S15 (Python signature binding) has no counterpart.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::common::{cedar_engine, fixture_path, governor, returns};
 use capability_policy::cedar::{self, PolicyFile, SchemaOptions, Severity};
 use capability_policy::fixtures::{self, Fixture};
 use capability_policy::intercept::InterceptError;
 use capability_policy::*;
-use common::{cedar_engine, fixture_path, governor, returns};
 use serde_json::{Value, json};
 
 fn registry() -> CapabilityRegistry {

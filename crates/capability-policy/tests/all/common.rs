@@ -6,7 +6,7 @@ use std::sync::Arc;
 use capability_policy::audit::MemorySink;
 use capability_policy::cedar::{CedarPolicies, PolicyFile};
 use capability_policy::intercept::{Execution, Governor};
-use capability_policy::{Environment, PolicyEngine};
+use capability_policy::{AgentAction, Environment, PolicyContext, PolicyEngine, Stage, Verdict};
 use serde_json::Value;
 
 /// A governor with an in-memory audit sink.
@@ -41,4 +41,16 @@ pub fn fixture_path(rel: &str) -> std::path::PathBuf {
     std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(rel)
+}
+
+/// The engine's verdict on `action` at `stage` (with `output` after the call).
+pub fn verdict(
+    engine: &PolicyEngine,
+    action: AgentAction,
+    stage: Stage,
+    output: Option<Value>,
+) -> Verdict {
+    let mut ctx = PolicyContext::new(action, stage);
+    ctx.output = output;
+    engine.evaluate(&ctx).unwrap()
 }

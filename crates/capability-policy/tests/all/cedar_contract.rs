@@ -2,14 +2,12 @@
 //! validation diagnostics that name file and line, and the generated schema.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::{cedar_engine, verdict};
 use capability_policy::cedar::{self, CedarError, PolicyFile, SchemaOptions};
 use capability_policy::model::BraneEffect;
 use capability_policy::*;
-use common::cedar_engine;
 use serde_json::{Value, json};
 
 fn refund() -> Arc<GovernedCapability> {
@@ -28,17 +26,6 @@ fn refund() -> Arc<GovernedCapability> {
                 "amount_usd": {"type": "number"}, "count": {"type": "integer"}
             }})),
     )
-}
-
-fn verdict(
-    engine: &PolicyEngine,
-    action: AgentAction,
-    stage: Stage,
-    output: Option<Value>,
-) -> Verdict {
-    let mut ctx = PolicyContext::new(action, stage);
-    ctx.output = output;
-    engine.evaluate(&ctx).unwrap()
 }
 
 fn tool_call(input: Value) -> AgentAction {

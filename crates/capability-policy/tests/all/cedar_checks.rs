@@ -4,14 +4,17 @@
 //! the same fix is in the error of a call that reaches such a policy anyway.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::{self, cedar_engine};
 use capability_policy::cedar::{self, Diagnostic, PolicyFile, SchemaOptions, Severity};
 use capability_policy::*;
-use common::cedar_engine;
 use serde_json::{Value, json};
+
+/// The engine's verdict on `action` before the call.
+fn verdict_before(engine: &PolicyEngine, action: AgentAction) -> Verdict {
+    common::verdict(engine, action, Stage::BeforeCapability, None)
+}
 
 /// An MCP upstream tool as the gateway registers it: by name, with governance and the
 /// tool's `inputSchema`.
@@ -71,12 +74,6 @@ fn call(capability: &str, input: Value) -> AgentAction {
         .find(|c| c.name == capability)
         .unwrap();
     AgentAction::new(ActionType::McpToolCall, Arc::new(cap), "agent").input(input)
-}
-
-fn verdict(engine: &PolicyEngine, action: AgentAction) -> Verdict {
-    engine
-        .evaluate(&PolicyContext::new(action, Stage::BeforeCapability))
-        .unwrap()
 }
 
 const ALLOW_ALL: &str = "permit(principal, action, resource);\n";
@@ -152,15 +149,15 @@ fn the_same_comparison_on_an_integer_is_accepted_and_evaluates() {
     );
     assert!(check(&text).is_empty(), "{:#?}", check(&text));
     let engine = cedar_engine("limits.cedar", &text);
-    let v = verdict(&engine, call("mcp.calc.count", json!({"a": 150})));
+    let v = verdict_before(&engine, call("mcp.calc.count", json!({"a": 150})));
     assert_eq!(v.kind, DecisionType::Deny);
     assert_eq!(v.decision.policy_id.as_deref(), Some("big-count"));
     assert_eq!(
-        verdict(&engine, call("mcp.calc.count", json!({"a": 50}))).kind,
+        verdict_before(&engine, call("mcp.calc.count", json!({"a": 50}))).kind,
         DecisionType::Allow
     );
     // `150.0` is an integer for JSON Schema: a Long, as the schema says, not a decimal.
-    let v = verdict(&engine, call("mcp.calc.count", json!({"a": 150.0})));
+    let v = verdict_before(&engine, call("mcp.calc.count", json!({"a": 150.0})));
     assert_eq!(v.decision.policy_id.as_deref(), Some("big-count"));
     assert!(v.decision.code.is_none(), "{:?}", v.decision);
 }
@@ -182,7 +179,7 @@ fn the_suggested_fix_validates_and_evaluates() {
         (json!(50), false),
         (json!(-3.25), false),
     ] {
-        let v = verdict(&engine, call("mcp.calc.add", json!({"a": a, "b": 1})));
+        let v = verdict_before(&engine, call("mcp.calc.add", json!({"a": a, "b": 1})));
         assert_eq!(v.kind == DecisionType::Deny, denied, "a = {a}: {v:?}");
         if denied {
             assert_eq!(v.decision.policy_id.as_deref(), Some("big-sum"));
@@ -201,7 +198,7 @@ fn a_call_that_reaches_the_comparison_anyway_gets_the_fix_in_its_error() {
         );
         let engine = cedar_engine("limits.cedar", &text);
         for a in [json!(150.5), json!(50)] {
-            let v = verdict(&engine, call("mcp.calc.add", json!({"a": a, "b": 1})));
+            let v = verdict_before(&engine, call("mcp.calc.add", json!({"a": a, "b": 1})));
             assert_eq!(v.kind, DecisionType::Deny, "{annotations}a = {a}");
             assert_eq!(v.decision.code.as_deref(), Some("policy_error"));
             let reason = v.decision.reason.clone().unwrap_or_default();
@@ -392,7 +389,7 @@ fn nullable_numbers_are_decimals_at_runtime_as_in_the_schema() {
         (json!(50), DecisionType::Allow),
         (Value::Null, DecisionType::Allow),
     ] {
-        let v = verdict(
+        let v = verdict_before(
             &engine,
             AgentAction::new(ActionType::McpToolCall, Arc::clone(&cap), "agent")
                 .input(json!({"usd": usd})),

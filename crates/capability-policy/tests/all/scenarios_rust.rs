@@ -9,16 +9,14 @@
 //! governed closure receives the JSON input as given.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::common::{governor, returns};
 use capability_policy::audit::JsonlSink;
 use capability_policy::intercept::{InterceptError, InterceptMode};
 use capability_policy::model::BraneEffect;
 use capability_policy::*;
-use common::{governor, returns};
 use serde_json::{Value, json};
 
 fn js_number(x: f64) -> String {

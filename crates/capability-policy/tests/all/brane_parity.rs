@@ -16,15 +16,15 @@
 //! attributes on the wrapper).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 
+use crate::common::{governor, returns};
 use capability_policy::audit::{AuditError, CompositeSink, JsonlSink, MemorySink, NoopSink};
 use capability_policy::intercept::{InterceptError, InterceptMode};
 use capability_policy::registry::CapabilityFilter;
 use capability_policy::*;
-use common::{governor, returns};
 use serde_json::{Value, json};
 
 fn cap(name: &str) -> GovernedCapability {

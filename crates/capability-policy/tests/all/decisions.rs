@@ -2,16 +2,14 @@
 //! closure policies and as Cedar annotations.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::{cedar_engine, echo, governor, returns};
 use capability_policy::intercept::{Execution, InterceptError, MAX_ROUTE_DEPTH};
 use capability_policy::model::BraneEffect;
 use capability_policy::pointer::Mutation;
 use capability_policy::policy::PolicyFault;
 use capability_policy::*;
-use common::{cedar_engine, echo, governor, returns};
 use serde_json::{Map, Value, json};
 
 fn send_email() -> GovernedCapability {

@@ -2,12 +2,10 @@
 //! and that event carries what the events it replaces said.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common::{echo, governor, returns};
 use capability_policy::audit::MemorySink;
 use capability_policy::intercept::InterceptError;
 use capability_policy::*;
-use common::{echo, governor, returns};
 use serde_json::{Value, json};
 
 fn req(name: &str, input: Value) -> InterceptRequest {

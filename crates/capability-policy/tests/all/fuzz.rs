@@ -4,7 +4,7 @@
 //! checkpoint changed anywhere is refused.
 //!
 //! Runs 256 cases per property (64 for Cedar) with a fixed seed; longer, by hand:
-//! `PROPTEST_CASES=100000 cargo test -p capability-policy --test fuzz --release`
+//! `PROPTEST_CASES=100000 cargo test --release -p capability-policy --test all -- fuzz::`
 //! (`PROPTEST_RNG_SEED=<n>` picks another seed).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -12,20 +12,8 @@ use capability_policy::approvals::{HostKey, decode_token};
 use capability_policy::audit::AuditEvent;
 use capability_policy::cedar::{self, CedarPolicies, PolicyFile};
 use capability_policy::checkpoint::Checkpoint;
+use capability_test_support::fuzz::config;
 use proptest::prelude::*;
-use proptest::test_runner::{Config, RngSeed};
-
-fn config(cases: u32) -> Config {
-    let mut c = Config::default();
-    if std::env::var_os("PROPTEST_CASES").is_none() {
-        c.cases = cases;
-    }
-    if std::env::var_os("PROPTEST_RNG_SEED").is_none() {
-        c.rng_seed = RngSeed::Fixed(0x5eed_ceda);
-    }
-    c.failure_persistence = None;
-    c
-}
 
 /// Cedar-looking text: policy keywords, annotations (the project reads @id, @reason,
 /// @decision, ...), operators, entity references, strings and noise.
@@ -65,7 +53,7 @@ fn cedarish() -> impl Strategy<Value = String> {
 const POLICY: &str = "@id(\"p\")\n@reason(\"r\")\n@decision(\"approval_required\")\nforbid(principal, action == Action::\"tool_call\", resource == Capability::\"text/slugify\")\nwhen { context.input has text && context.input.text like \"*secret*\" };\npermit(principal, action, resource);\n";
 
 proptest! {
-    #![proptest_config(config(64))]
+    #![proptest_config(config(64, 0x5eed_ceda))]
 
     #[test]
     fn cedar_files_never_panic(text in cedarish(), other in cedarish()) {
@@ -90,7 +78,7 @@ proptest! {
 }
 
 proptest! {
-    #![proptest_config(config(256))]
+    #![proptest_config(config(256, 0x5eed_ceda))]
 
     #[test]
     fn fixtures_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..2048), text in "\\PC{0,200}") {

@@ -2,17 +2,16 @@
 //! and survival across a restart of the SQLite store.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::{cedar_engine, fixture_path, governor, returns};
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use capability_policy::approvals::{ApprovalFilter, ApprovalRequest};
 use capability_policy::clock::ManualClock;
 use capability_policy::intercept::InterceptError;
 use capability_policy::*;
-use common::{cedar_engine, fixture_path, governor, returns};
+use capability_test_support::approvals::CountingApprovals;
 use serde_json::json;
 
 const T0: i64 = 1_800_000_000_000;
@@ -487,57 +486,6 @@ fn the_one_rule_compares_every_name_of_the_decider() {
     assert_eq!(decided.record.decided_by.as_deref(), Some("carol"));
 }
 
-/// An approval store that counts its reads and compare-and-sets.
-#[derive(Default)]
-struct Counting {
-    inner: MemoryStore,
-    gets: std::sync::atomic::AtomicUsize,
-    updates: std::sync::atomic::AtomicUsize,
-}
-
-impl Counting {
-    /// (reads, compare-and-sets) so far.
-    fn counts(&self) -> (usize, usize) {
-        use std::sync::atomic::Ordering::SeqCst;
-        (self.gets.load(SeqCst), self.updates.load(SeqCst))
-    }
-}
-
-impl approvals::ApprovalStore for Counting {
-    fn insert_approval(&self, record: &ApprovalRecord) -> Result<(), store::StoreError> {
-        self.inner.insert_approval(record)
-    }
-    fn get_approval(&self, id: &str) -> Result<Option<ApprovalRecord>, store::StoreError> {
-        self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.get_approval(id)
-    }
-    fn list_approvals(
-        &self,
-        filter: &ApprovalFilter,
-    ) -> Result<Vec<ApprovalRecord>, store::StoreError> {
-        self.inner.list_approvals(filter)
-    }
-    fn update_approval(
-        &self,
-        record: &ApprovalRecord,
-        expected: ApprovalStatus,
-    ) -> Result<bool, store::StoreError> {
-        self.updates
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.update_approval(record, expected)
-    }
-    fn approval_changes(
-        &self,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<(u64, ApprovalRecord)>, store::StoreError> {
-        self.inner.approval_changes(after, limit)
-    }
-    fn approval_change_head(&self) -> Result<u64, store::StoreError> {
-        self.inner.approval_change_head()
-    }
-}
-
 /// A governor holding `delete_user` for approval (unless approved).
 fn held_governor(approvals: Arc<ApprovalManager>) -> Governor {
     let (g, _) = governor("ops-agent", Environment::Prod);
@@ -578,7 +526,7 @@ fn approved(g: &Governor, m: &ApprovalManager) -> approvals::ApprovalToken {
 
 #[test]
 fn a_released_call_reads_the_approval_once_and_consumes_it_with_one_compare_and_set() {
-    let store = Arc::new(Counting::default());
+    let store = Arc::new(CountingApprovals::default());
     let m = Arc::new(manager(store.clone(), Arc::new(ManualClock::at(T0))));
     let g = held_governor(m.clone());
     let token = approved(&g, &m);
@@ -613,7 +561,7 @@ fn a_released_call_reads_the_approval_once_and_consumes_it_with_one_compare_and_
 
 #[test]
 fn a_token_the_host_verified_is_not_decoded_again_and_is_still_single_use() {
-    let store = Arc::new(Counting::default());
+    let store = Arc::new(CountingApprovals::default());
     let m = Arc::new(manager(store.clone(), Arc::new(ManualClock::at(T0))));
     let g = held_governor(m.clone());
     let token = approved(&g, &m);
