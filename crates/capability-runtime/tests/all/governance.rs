@@ -15,6 +15,7 @@ use capability_policy::{
     MemoryStore, Policy, SandboxRequirement, Stage,
 };
 use capability_runtime::{Caller, Capability, CapabilityRuntime, ExecuteOptions};
+use capability_test_support::approvals::CountingApprovals;
 use serde_json::{Value, json};
 
 struct World {
@@ -432,64 +433,6 @@ fn shadow_mode_records_without_enforcing() {
         "{events:?}"
     );
     let _ = Stage::BeforeCapability;
-}
-
-/// An approval store that counts its reads and compare-and-sets.
-#[derive(Default)]
-struct CountingApprovals {
-    inner: MemoryStore,
-    gets: std::sync::atomic::AtomicUsize,
-    updates: std::sync::atomic::AtomicUsize,
-}
-
-impl CountingApprovals {
-    fn counts(&self) -> (usize, usize) {
-        use std::sync::atomic::Ordering::SeqCst;
-        (self.gets.load(SeqCst), self.updates.load(SeqCst))
-    }
-}
-
-impl ApprovalStore for CountingApprovals {
-    fn insert_approval(
-        &self,
-        record: &capability_policy::ApprovalRecord,
-    ) -> Result<(), capability_policy::store::StoreError> {
-        self.inner.insert_approval(record)
-    }
-    fn get_approval(
-        &self,
-        id: &str,
-    ) -> Result<Option<capability_policy::ApprovalRecord>, capability_policy::store::StoreError>
-    {
-        self.gets.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.get_approval(id)
-    }
-    fn list_approvals(
-        &self,
-        filter: &capability_policy::approvals::ApprovalFilter,
-    ) -> Result<Vec<capability_policy::ApprovalRecord>, capability_policy::store::StoreError> {
-        self.inner.list_approvals(filter)
-    }
-    fn update_approval(
-        &self,
-        record: &capability_policy::ApprovalRecord,
-        expected: capability_policy::ApprovalStatus,
-    ) -> Result<bool, capability_policy::store::StoreError> {
-        self.updates
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.inner.update_approval(record, expected)
-    }
-    fn approval_changes(
-        &self,
-        after: u64,
-        limit: usize,
-    ) -> Result<Vec<(u64, capability_policy::ApprovalRecord)>, capability_policy::store::StoreError>
-    {
-        self.inner.approval_changes(after, limit)
-    }
-    fn approval_change_head(&self) -> Result<u64, capability_policy::store::StoreError> {
-        self.inner.approval_change_head()
-    }
 }
 
 #[test]

@@ -2,7 +2,7 @@
 //! discovery, scores, reasons, filters, limits and ICU-collation tie-breaks.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use capability_test_support::vectors::load;
 
 use capability_core::discovery::DiscoveryQuery;
 use capability_core::index::{discover_index, index_entries};
@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 #[test]
 fn discovery_vectors_match_the_reference() {
-    let doc = common::vectors("discovery.json");
+    let doc = load("discovery.json");
     let registry = CapabilityRegistry::new();
     for m in doc["manifests"].as_array().unwrap() {
         registry.register(Capability::inert(m).unwrap()).unwrap();

@@ -9,18 +9,8 @@ use capability_core::authorization::EffectPolicy;
 use capability_core::json::canonical_hash;
 use capability_runtime::evals::{EvalCase, evaluate_determinism, run_capability_evals};
 use capability_runtime::{Capability, CapabilityRuntime, ExecuteOptions};
-use serde_json::{Value, json};
-
-fn add_manifest(id: &str, effects: Value) -> Value {
-    json!({
-        "specVersion": "0.1", "id": id, "version": "1.0.0", "name": "Add",
-        "description": "Adds two numbers.",
-        "input": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]},
-        "output": {"type": "object", "properties": {"result": {"type": "number"}}, "required": ["result"]},
-        "effects": effects,
-        "behavior": {"deterministic": true, "idempotent": true}
-    })
-}
+use capability_test_support::capabilities::add_manifest;
+use serde_json::json;
 
 fn runtime_with_add() -> CapabilityRuntime {
     let runtime = CapabilityRuntime::builder()

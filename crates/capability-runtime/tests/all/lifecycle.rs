@@ -13,44 +13,8 @@ use capability_core::binder::CancelToken;
 use capability_core::plan::PlanDetails;
 use capability_core::receipt::{ReceiptStatus, Verification};
 use capability_runtime::{Capability, CapabilityRuntime, ExecuteOptions, HookError, ReceiptQuery};
-use serde::{Deserialize, Serialize};
+use capability_test_support::capabilities::{AddIn, AddOut, add, add_manifest};
 use serde_json::{Value, json};
-
-fn add_manifest(id: &str, effects: Value) -> Value {
-    json!({
-        "specVersion": "0.1", "id": id, "version": "1.0.0", "name": "Add",
-        "description": "Adds two numbers.",
-        "input": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]},
-        "output": {"type": "object", "properties": {"result": {"type": "number"}}, "required": ["result"]},
-        "effects": effects,
-        "tags": ["math", "arithmetic"]
-    })
-}
-
-#[derive(Deserialize)]
-struct AddIn {
-    a: f64,
-    b: f64,
-}
-
-#[derive(Serialize)]
-struct AddOut {
-    result: f64,
-}
-
-fn add(id: &str, effects: Value) -> Capability {
-    Capability::builder(add_manifest(id, effects))
-        .execute(|i: AddIn, _ctx| Ok(AddOut { result: i.a + i.b }))
-        .verify(|_input, output, _ctx| {
-            Ok(Verification {
-                ok: output["result"].is_number(),
-                message: None,
-                data: None,
-            })
-        })
-        .build()
-        .unwrap()
-}
 
 fn runtime_with(policy: EffectPolicy) -> CapabilityRuntime {
     CapabilityRuntime::builder().policy(policy).build()

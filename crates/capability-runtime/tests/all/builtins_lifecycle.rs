@@ -3,7 +3,7 @@
 //! refusals with the reference's issue details, and execution failures with a failed receipt.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use capability_test_support::vectors::load;
 
 use capability_core::ErrorCode;
 use capability_core::receipt::ReceiptStatus;
@@ -16,7 +16,7 @@ fn builtin_vectors_pass_through_the_runtime() {
     for cap in builtin_capabilities().unwrap() {
         runtime.register(cap).unwrap();
     }
-    let doc = common::vectors("builtins.json");
+    let doc = load("builtins.json");
     let cases = doc["cases"].as_array().unwrap();
     assert_eq!(cases.len(), 1156);
     let (mut ok, mut invalid, mut failed) = (0, 0, 0);

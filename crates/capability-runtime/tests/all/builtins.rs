@@ -7,22 +7,11 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 
 use capability_core::json;
 use capability_runtime::builtins::{self, BUILTIN_IDS};
+use capability_test_support::vectors::{load, load_testdata};
 use serde_json::Value;
 
-fn load(relative: &str) -> Value {
-    let path = format!("{}/../../testdata/{relative}", env!("CARGO_MANIFEST_DIR"));
-    let text = std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
-    json::parse(&text).unwrap_or_else(|e| panic!("parse {path}: {e}"))
-}
-
 fn builtin_cases() -> Vec<Value> {
-    let path = format!(
-        "{}/../../testdata/vectors/builtins.json",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
-    let doc = json::parse(&text).unwrap();
-    doc["cases"].as_array().unwrap().clone()
+    load("builtins.json")["cases"].as_array().unwrap().clone()
 }
 
 fn describe(i: usize, case: &Value) -> String {
@@ -178,7 +167,7 @@ fn manifests_hash_as_the_reference_in_provider_order() {
 
 #[test]
 fn manifests_are_the_reference_index_entries_byte_for_byte() {
-    let index = load("reference-data/registry-index.json");
+    let index = load_testdata("reference-data/registry-index.json");
     let entries = index["packages"][0]["capabilities"].as_array().unwrap();
     assert_eq!(entries.len(), 12);
     for entry in entries {

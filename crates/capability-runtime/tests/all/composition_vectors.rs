@@ -10,16 +10,8 @@ use capability_runtime::composition::{
     CompositionCandidate, DEFAULT_MAX_DEPTH, contracts_compose, create_gap, gap_options,
     plan_composition, plan_summary, split_pipeline_intent,
 };
+use capability_test_support::vectors::load;
 use serde_json::{Value, json};
-
-fn load(name: &str) -> Value {
-    let path = format!(
-        "{}/../../testdata/vectors/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    );
-    let text = std::fs::read(&path).unwrap_or_else(|e| panic!("read {path}: {e}"));
-    json::parse(&text).unwrap_or_else(|e| panic!("parse {path}: {e}"))
-}
 
 /// `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 fn is_iso_millis_utc(s: &str) -> bool {

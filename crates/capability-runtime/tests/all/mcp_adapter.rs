@@ -3,22 +3,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use capability_core::authorization::EffectPolicy;
+use capability_runtime::CapabilityRuntime;
 use capability_runtime::mcp_adapter::{call_tool, list_tools};
-use capability_runtime::{Capability, CapabilityRuntime};
-use serde_json::{Value, json};
-
-fn add(id: &str, effects: Value) -> Capability {
-    Capability::builder(json!({
-        "specVersion": "0.1", "id": id, "version": "1.0.0", "name": "Add",
-        "description": "Adds two numbers.",
-        "input": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]},
-        "output": {"type": "object", "properties": {"result": {"type": "number"}}, "required": ["result"]},
-        "effects": effects
-    }))
-    .execute_json(|i, _| Ok(json!({"result": i["a"].as_f64().unwrap() + i["b"].as_f64().unwrap()})))
-    .build()
-    .unwrap()
-}
+use capability_test_support::capabilities::add;
+use serde_json::json;
 
 fn runtime() -> CapabilityRuntime {
     let runtime = CapabilityRuntime::builder()
