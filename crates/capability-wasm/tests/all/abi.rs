@@ -1,13 +1,11 @@
 //! The capability ABI end to end with the example `math/add` guest, and the reply rules.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::sync::Arc;
 
+use crate::common::*;
 use capability_core::ErrorCode;
 use capability_wasm::{Grants, Invocation, Limits, Op, WasmErrorKind, WasmModuleSpec, sha256};
-use common::*;
 use serde_json::{Value, json};
 
 fn add(op: Op, input: Value, output: Option<Value>) -> Result<Value, capability_wasm::WasmError> {

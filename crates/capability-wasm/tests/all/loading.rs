@@ -2,17 +2,15 @@
 //! what is refused, and inconsistent grants and limits.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use base64::Engine as _;
 use capability_wasm::{
     EngineConfig, Grants, Invocation, Limits, Op, WasmEngine, WasmErrorKind, WasmLimits,
     WasmModuleSpec, verify_integrity,
 };
-use common::*;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256, Sha512};
 

@@ -3,16 +3,14 @@
 //! where WASI preview 1 allows it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::io::ErrorKind;
 use std::net::TcpListener;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::*;
 use capability_wasm::effects::{NETWORK_CONNECT, PROCESS_SPAWN};
 use capability_wasm::{Grants, Limits, WasmErrorKind, WasmModuleSpec};
-use common::*;
 use serde_json::{Value, json};
 
 fn err_of(out: &Outcome) -> &capability_wasm::WasmError {

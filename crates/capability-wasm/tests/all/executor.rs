@@ -2,12 +2,11 @@
 //! `.wasm` package module — hooks, module checks, grants and limits, and the boundary report.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::any::Any;
 use std::path::Path;
 use std::time::Duration;
 
+use crate::common::*;
 use capability_core::ErrorCode;
 use capability_core::binder::CancelToken;
 use capability_core::manifest::Manifest;
@@ -17,7 +16,6 @@ use capability_exec::{
     IsolationTier, ModuleSource, SandboxRequirement,
 };
 use capability_wasm::{Limits, WasmExecutor, WasmLimits, sha256};
-use common::*;
 use serde_json::{Value, json};
 
 /// A package module as the runtime registers it.

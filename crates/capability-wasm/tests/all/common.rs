@@ -9,6 +9,7 @@ use capability_wasm::{
     EngineConfig, Grants, Invocation, Limits, Op, RunOutcome, WasmEngine, WasmError, WasmLimits,
     WasmModule, WasmModuleSpec, WasmReport,
 };
+use serde_json::{Value, json};
 
 /// What a run of the engine returns.
 pub type Outcome = RunOutcome<WasmError, WasmReport>;
@@ -18,7 +19,6 @@ pub type Outcome = RunOutcome<WasmError, WasmReport>;
 pub fn grant_dir() -> tempfile::TempDir {
     tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap()
 }
-use serde_json::{Value, json};
 
 pub fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
