@@ -4,8 +4,6 @@
 //! redirect, a plain server on an https URL, and the size limit and timeout over TLS.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod tls_front;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,55 +16,43 @@ use axum::response::IntoResponse;
 use axum::routing::get as route_get;
 use capability_openapi::http::{HttpError, Incoming, Origin, Outgoing, origin_of};
 use capability_openapi::{HttpClient, HttpConfig, Resolver};
-use tls_front::TestCa;
+use capability_test_support::http;
+use capability_test_support::tls::{TestCa, front};
 
 /// The plain backend: `/ok`, `/big` (300 kB), `/slow` (5 s), `/redirect?<location>`.
 fn backend() -> (SocketAddr, Arc<AtomicUsize>) {
     let hits = Arc::new(AtomicUsize::new(0));
     let counted = Arc::clone(&hits);
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            let app = axum::Router::new()
-                .route("/ok", route_get(|| async { "{\"ok\":true}" }))
-                .route("/big", route_get(|| async { "x".repeat(300_000) }))
-                .route(
-                    "/slow",
-                    route_get(|| async {
-                        tokio::time::sleep(Duration::from_secs(5)).await;
-                        "late"
-                    }),
+    let app = axum::Router::new()
+        .route("/ok", route_get(|| async { "{\"ok\":true}" }))
+        .route("/big", route_get(|| async { "x".repeat(300_000) }))
+        .route(
+            "/slow",
+            route_get(|| async {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                "late"
+            }),
+        )
+        .route(
+            "/redirect",
+            route_get(|RawQuery(q): RawQuery| async move {
+                (
+                    StatusCode::FOUND,
+                    [(header::LOCATION, q.unwrap_or_default())],
                 )
-                .route(
-                    "/redirect",
-                    route_get(|RawQuery(q): RawQuery| async move {
-                        (
-                            StatusCode::FOUND,
-                            [(header::LOCATION, q.unwrap_or_default())],
-                        )
-                            .into_response()
-                    }),
-                )
-                .layer(axum::middleware::from_fn_with_state(
-                    counted,
-                    |State(hits): State<Arc<AtomicUsize>>,
-                     request: axum::extract::Request,
-                     next: axum::middleware::Next| async move {
-                        hits.fetch_add(1, Ordering::SeqCst);
-                        next.run(request).await
-                    },
-                ));
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    (rx.recv().unwrap(), hits)
+                    .into_response()
+            }),
+        )
+        .layer(axum::middleware::from_fn_with_state(
+            counted,
+            |State(hits): State<Arc<AtomicUsize>>,
+             request: axum::extract::Request,
+             next: axum::middleware::Next| async move {
+                hits.fetch_add(1, Ordering::SeqCst);
+                next.run(request).await
+            },
+        ));
+    (http::spawn(app), hits)
 }
 
 struct Fixture {
@@ -80,7 +66,7 @@ struct Fixture {
 fn fixture() -> Fixture {
     let (plain, hits) = backend();
     let ca = TestCa::new("capability test CA");
-    let tls = tls_front::front(ca.server(&["localhost", "127.0.0.1"]), plain);
+    let tls = front(ca.server(&["localhost", "127.0.0.1"]), plain);
     Fixture {
         ca,
         tls,
@@ -187,7 +173,7 @@ fn a_certificate_for_another_name_is_refused() {
     };
     assert!(m.contains("not valid for name \"api.test\""), "{m}");
     // A certificate for a name only does not cover an IP-address URL.
-    let named = tls_front::front(f.ca.server(&["elsewhere.test"]), f.plain);
+    let named = front(f.ca.server(&["elsewhere.test"]), f.plain);
     let e = get(trusting(&f.ca), &format!("https://{named}/ok")).unwrap_err();
     let HttpError::Certificate(m) = &e else {
         panic!("{e:?}");
