@@ -1,10 +1,8 @@
 //! Plan, verify and rollback cross the same boundary as execute, in node and python.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common::{Outcome, fixtures, limits};
 use capability_sandbox::{Grants, Invocation, ModuleSpec, SandboxError, run_module};
-use common::{Outcome, fixtures, limits};
 use serde_json::{Value, json};
 
 fn spec(module: &str, manifest: Value) -> ModuleSpec {

@@ -3,10 +3,8 @@
 //! and the matching grant makes the same capability succeed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common::{ALL, Lang, Package, assert_host_alive, chmod, guest_error, limits, ok_output};
 use capability_sandbox::{Grants, Limits};
-use common::{ALL, Lang, Package, assert_host_alive, chmod, guest_error, limits, ok_output};
 use serde_json::json;
 
 const SECRET: &str = "TOP-SECRET-host-file-7f3a9c";

@@ -2,11 +2,9 @@
 //! manifests that differ from the inert metadata are refused, and the code does not run.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
+use crate::common::{Lang, Package, chmod, fixtures, limits};
 use base64::Engine as _;
 use capability_sandbox::{Grants, Invocation, ModuleSpec, SandboxError, run_module};
-use common::{Lang, Package, chmod, fixtures, limits};
 use serde_json::json;
 use sha2::{Digest, Sha256, Sha512};
 

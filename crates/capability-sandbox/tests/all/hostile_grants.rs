@@ -4,24 +4,18 @@
 //! loader, not from a memfd); files from grants are data, never code.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::io::Read as _;
 use std::os::unix::net::{UnixDatagram, UnixListener};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::common::{
+    ALL, Lang, Outcome, Package, chmod, guest_error, limits, ok_output, world_readable_tempdir,
+};
 use capability_sandbox::{Grants, SandboxError};
-use common::{ALL, Lang, Outcome, Package, chmod, guest_error, limits, ok_output};
 use serde_json::{Value, json};
 
 const MARK: &str = "PWNED-new-program-ran-5c2e";
-
-fn world_readable_tempdir() -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    chmod(d.path(), 0o755);
-    d
-}
 
 fn ldso() -> &'static str {
     if cfg!(target_arch = "aarch64") {
@@ -204,11 +198,7 @@ fn socket_families_no_grant_calls_for_are_refused() {
 fn connecting_is_not_listening() {
     let grants = Grants::none().effect("network.connect");
     // A port that is free now: the guest tries to listen on it, then on any port.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = capability_test_support::http::free_port();
     for lang in ALL {
         for p in [port, 0] {
             let out = run(lang, json!({"action": "listen", "port": p}), &grants);

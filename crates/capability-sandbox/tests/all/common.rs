@@ -11,10 +11,11 @@ use capability_sandbox::{
     Grants, Invocation, Limits, ModuleSpec, ProcessLimits, RunOutcome, SandboxError, SandboxReport,
     run_module,
 };
+use capability_test_support::process::processes_with;
+use serde_json::{Value, json};
 
 /// What a run in the process sandbox returns.
 pub type Outcome = RunOutcome<SandboxError, SandboxReport>;
-use serde_json::{Value, json};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lang {
@@ -161,31 +162,11 @@ pub fn assert_host_alive(lang: Lang) {
     );
 }
 
-/// Host processes whose command line contains `needle`.
-pub fn processes_matching(needle: &str) -> Vec<u32> {
-    let mut found = Vec::new();
-    let me = std::process::id();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline"))
-            && String::from_utf8_lossy(&cmd).contains(needle)
-        {
-            found.push(pid);
-        }
-    }
-    found
-}
-
 /// Waits up to `within` for no process to match `needle`.
 pub fn assert_no_stray_processes(needle: &str, within: Duration) {
     let deadline = std::time::Instant::now() + within;
     loop {
-        let left = processes_matching(needle);
+        let left = processes_with(needle);
         if left.is_empty() {
             return;
         }
@@ -202,4 +183,11 @@ pub fn chmod(path: &Path, mode: u32) {
     use std::os::unix::fs::PermissionsExt as _;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .unwrap_or_else(|e| panic!("chmod {}: {e}", path.display()));
+}
+
+/// A temporary directory that the sandbox's user (`nobody` on a root host) may read.
+pub fn world_readable_tempdir() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    chmod(d.path(), 0o755);
+    d
 }

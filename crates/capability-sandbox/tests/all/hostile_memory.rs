@@ -5,14 +5,12 @@
 //! host still answers afterwards.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
+use crate::common::{Lang, Outcome, Package, assert_host_alive, limits};
 use capability_sandbox::{
     Grants, Invocation, Limits, ProcessLimits, ProcessSandbox, SandboxConfig, SandboxError,
 };
-use common::{Lang, Outcome, Package, assert_host_alive, limits};
 use serde_json::{Value, json};
 
 /// 64 MiB of memory (node itself needs more than that to start: 128 MiB for it).

@@ -5,6 +5,7 @@
 //! work. Killing (or dropping) the child leaves no process behind.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use capability_test_support::process::processes_with;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -218,18 +219,6 @@ fn granted_effects_open_exactly_their_paths_and_the_network() {
     let mut got = String::new();
     std::io::Read::read_to_string(&mut conn, &mut got).unwrap();
     assert_eq!(got, "hello");
-}
-
-/// The host pids of the processes whose command line contains `marker`.
-fn processes_with(marker: &str) -> Vec<u32> {
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(marker))
-        })
-        .collect()
 }
 
 fn gone(marker: &str) -> bool {

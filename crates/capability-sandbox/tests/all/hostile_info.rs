@@ -4,13 +4,11 @@
 //! as `nobody`: `--allow-read /etc` does not read `/etc/shadow`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::os::unix::fs::MetadataExt as _;
 use std::path::Path;
 
+use crate::common::{ALL, Package, chmod, guest_error, limits, ok_output};
 use capability_sandbox::{Grants, ModuleSpec, SandboxError};
-use common::{ALL, Package, chmod, guest_error, limits, ok_output};
 use serde_json::json;
 
 fn host_is_root() -> bool {

@@ -3,14 +3,12 @@
 //! loopback see nothing; granted, the same capabilities reach them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::io::Read as _;
 use std::net::{TcpListener, UdpSocket};
 use std::time::Duration;
 
+use crate::common::{ALL, Package, guest_error, limits, ok_output};
 use capability_sandbox::Grants;
-use common::{ALL, Package, guest_error, limits, ok_output};
 use serde_json::json;
 
 #[test]

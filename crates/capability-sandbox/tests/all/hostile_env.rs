@@ -5,10 +5,10 @@
 //! This file holds one test so that setting a host variable races with no other test thread.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
+use crate::common::{ALL, Package, limits, ok_output};
 use capability_sandbox::Grants;
-use common::{ALL, Package, limits, ok_output};
 use serde_json::json;
 
 const NAME: &str = "CAPABILITY_SANDBOX_TEST_SECRET";

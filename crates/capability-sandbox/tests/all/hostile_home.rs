@@ -6,16 +6,16 @@
 //! The tests change the process environment, so they hold one lock and run one at a time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use crate::common::{
+    ALL, Lang, Outcome, Package, chmod, guest_error, limits, ok_output, world_readable_tempdir,
+};
 use capability_sandbox::{
     Grants, Invocation, ModuleSpec, ProcessSandbox, SandboxConfig, SandboxError, protect_host_path,
     run_module,
 };
-use common::{ALL, Lang, Outcome, Package, chmod, guest_error, limits, ok_output};
 use serde_json::json;
 
 const KEY: &str = "HOST-KEY-signing-material-3e1d7c";
@@ -73,12 +73,6 @@ fn make_home(dir: &Path) -> PathBuf {
     chmod(&dir.join("host.key"), 0o644);
     chmod(&dir.join("capability.db"), 0o644);
     dir.to_path_buf()
-}
-
-fn world_readable_tempdir() -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    chmod(d.path(), 0o755);
-    d
 }
 
 /// The guest tried to read `path` and was refused, without the key in any output.

@@ -3,7 +3,7 @@
 //! same capability succeeds once the matching effect is granted.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::net::TcpListener;

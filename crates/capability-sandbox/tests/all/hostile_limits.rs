@@ -2,12 +2,10 @@
 //! with an error naming the limit, and the host still answers afterwards.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
+use crate::common::{ALL, Package, assert_host_alive, assert_no_stray_processes, limits};
 use capability_sandbox::{Grants, Limits, SandboxError};
-use common::{ALL, Package, assert_host_alive, assert_no_stray_processes, limits};
 use serde_json::json;
 
 #[test]

@@ -2,15 +2,13 @@
 //! without the grant, by the pid limit with it), and nothing is left running on the host.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use capability_sandbox::{Grants, SandboxError};
-use common::{
+use crate::common::{
     ALL, Lang, Package, assert_host_alive, assert_no_stray_processes, guest_error, limits,
     ok_output,
 };
+use capability_sandbox::{Grants, SandboxError};
 use serde_json::json;
 
 #[test]

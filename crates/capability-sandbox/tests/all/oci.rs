@@ -2,17 +2,17 @@
 //! and engine detection (against fake CLIs: this machine has the docker CLI but no engine).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::common::{Lang, Package};
 use capability_sandbox::{
     Grants, Limits, OciEngine, OciExecutor, OciImages, ProcessLimits, SandboxError,
     check_pinned_image, docker_args, probe_engine,
 };
-use common::{Lang, Package};
 
 const IMAGE: &str = "node@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
