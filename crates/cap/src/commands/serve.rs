@@ -6,7 +6,7 @@ use std::sync::Arc;
 use capability_host::Builtins;
 use capability_host::guard::HttpGuard;
 use capability_host::webhook::Webhook;
-use capability_server::{Server, ServerOptions};
+use capability_server::{Server, ServerOptions, is_loopback};
 use clap::Args;
 
 use crate::commands::host::RunOptions;
@@ -36,19 +36,6 @@ pub struct ServeArgs {
     pub max_body_bytes: usize,
     #[command(flatten)]
     pub options: RunOptions,
-}
-
-/// Loopback listeners serve plain HTTP to this machine: session cookies cannot be
-/// `Secure` there. Anywhere else they are (put TLS in front).
-fn is_loopback(listen: &str) -> bool {
-    let host = match listen.rsplit_once(':') {
-        Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
-        None => listen,
-    };
-    host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
 }
 
 fn webhook(args: &ServeArgs) -> Result<Option<Webhook>, String> {
@@ -108,18 +95,4 @@ pub fn serve(args: ServeArgs) -> Result<i32, String> {
         })
         .map_err(|e| format!("serve: {e}"))?;
     Ok(0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn loopback_listeners() {
-        assert!(is_loopback("127.0.0.1:0"));
-        assert!(is_loopback("[::1]:8080"));
-        assert!(is_loopback("localhost:1"));
-        assert!(!is_loopback("0.0.0.0:8080"));
-        assert!(!is_loopback("192.168.1.2:80"));
-    }
 }

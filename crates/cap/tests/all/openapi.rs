@@ -5,15 +5,15 @@
 //! path.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{cap, stdout_json};
+use crate::common::{self, Running, cap, stdout_json};
+use capability_test_support::http::free_port;
+use capability_test_support::tls;
 use serde_json::{Value, json};
 
 /// Set (by `.ci/run`) where Prism is installed: a missing Prism then fails the tests instead
@@ -32,26 +32,9 @@ fn petstore(version: &str) -> String {
         .to_string()
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-struct Prism(Child);
-
-impl Drop for Prism {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts Prism on loopback for a document; `None` (after saying why) when it is not
 /// installed, or a panic when `CAPABILITY_TEST_REQUIRE_PRISM` is set.
-fn prism(document: &str) -> Option<(Prism, u16)> {
+fn prism(document: &str) -> Option<(Running, u16)> {
     let bin = repo().join("tools/openapi/node_modules/.bin/prism");
     if !bin.exists() {
         assert!(
@@ -69,7 +52,7 @@ fn prism(document: &str) -> Option<(Prism, u16)> {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let guard = Prism(child);
+    let guard = Running(child);
     let deadline = Instant::now() + Duration::from_secs(30);
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
         assert!(Instant::now() < deadline, "Prism did not start");
@@ -409,9 +392,6 @@ forbid(principal, action, resource) when {
     assert!(stdout_json(&cap(home.path(), &["audit", "verify"]))["ok"] == json!(true));
 }
 
-#[path = "../../capability-openapi/tests/tls_front/mod.rs"]
-mod tls_front;
-
 /// A governed call to an `https://` server: Prism behind a TLS terminator whose certificate a
 /// test CA issued, trusted through `SSL_CERT_FILE`; without it the call fails on the
 /// certificate and nothing is sent.
@@ -420,8 +400,8 @@ fn governed_calls_reach_an_https_server() {
     let Some((_prism, port)) = prism(&petstore("3.1")) else {
         return;
     };
-    let ca = tls_front::TestCa::new("openapi test CA");
-    let front = tls_front::front(
+    let ca = tls::TestCa::new("openapi test CA");
+    let front = tls::front(
         ca.server(&["localhost", "127.0.0.1"]),
         std::net::SocketAddr::from(([127, 0, 0, 1], port)),
     );

@@ -3,12 +3,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use capability_core::json;
 use capability_core::published::{PublishedSchema, validate_published};
 use serde_json::{Value, json};
+
+use crate::common::{fixture, stdout_json};
 
 fn cap(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cap"))
@@ -27,15 +28,6 @@ fn cap_stdin(args: &[&str], stdin: &[u8]) -> Output {
         .unwrap();
     child.stdin.take().unwrap().write_all(stdin).unwrap();
     child.wait_with_output().unwrap()
-}
-
-fn stdout_json(out: &Output) -> Value {
-    json::parse(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
-}
-
-fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/add-package/package.json")
 }
 
 fn assert_schema_valid(schema: PublishedSchema, doc: &Value) {

@@ -4,12 +4,12 @@
 //! deletions and reordering, and the policy tooling (schema, validate, test).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 
+use crate::common::{cap, stdout_json};
 use capability_core::json;
-use common::{cap, stdout_json};
 use serde_json::{Value, json};
 
 fn scenarios() -> PathBuf {

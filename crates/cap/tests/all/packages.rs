@@ -2,14 +2,12 @@
 //! boundary, and the reference's add fixture gives the reference's output under node.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
+use crate::common::{cap, fixture, stdout_json};
 use capability_core::json;
 use capability_core::plan::Plan;
 use capability_core::published::{PublishedSchema, validate_published};
-use common::{cap, fixture, stdout_json};
 use serde_json::{Value, json};
 
 #[test]

@@ -7,14 +7,13 @@
 //! and passes, unless `CAPABILITY_TEST_REQUIRE_BROWSER=1` (set by CI), where it fails.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
-
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::stdout_json;
+use crate::common::{self, Running, stdout_json};
+use capability_test_support::http::free_port;
 use fantoccini::{ClientBuilder, Locator};
 use serde_json::json;
 
@@ -33,24 +32,6 @@ fn browser_present() -> bool {
     present
 }
 
-/// A child process killed when dropped.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn cap_cmd(home: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_cap"));
     c.env("CAP_HOME", home);
@@ -59,25 +40,16 @@ fn cap_cmd(home: &Path) -> Command {
 
 /// `cap serve` on a free loopback port; returns it and its base URL.
 fn serve(home: &Path, policy: &Path, fixtures: &Path) -> (Running, String) {
-    let mut child = cap_cmd(home)
-        .args(["serve", "--listen", "127.0.0.1:0", "--policy"])
-        .arg(policy)
-        .arg("--policy-fixtures")
-        .arg(fixtures)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let mut lines = BufReader::new(stderr).lines();
-    let line = lines.next().unwrap().unwrap();
-    let addr = line
-        .split("http://")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
-    std::thread::spawn(move || for _ in lines {});
-    (Running(child), format!("http://{addr}"))
+    let (running, addr) = common::serve(
+        home,
+        &[
+            "--policy",
+            policy.to_str().unwrap(),
+            "--policy-fixtures",
+            fixtures.to_str().unwrap(),
+        ],
+    );
+    (running, format!("http://{addr}"))
 }
 
 fn chromedriver(port: u16) -> Running {

@@ -2,15 +2,15 @@
 //! a receipt surviving a SIGKILL of the process that printed it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+use crate::common;
 
 use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::{cap, stdout_json, vectors};
 use capability_core::json;
 use capability_core::published::{PublishedSchema, validate_published};
-use common::{cap, stdout_json, vectors};
 use serde_json::json;
 
 #[test]
