@@ -37,8 +37,7 @@ fn changes_made_here_and_by_another_host_on_the_home_arrive_in_order() {
     let events = forward(host.approval_events());
 
     // Created here.
-    let request =
-        Request::new("text/slugify", json!({"text": "a secret"})).by(Actor::agent("bot"));
+    let request = Request::new("text/slugify", json!({"text": "a secret"})).by(Actor::agent("bot"));
     let Outcome::NeedsApproval(pending) = host.invoke(&request) else {
         panic!("approval expected")
     };

@@ -54,7 +54,10 @@ fn the_console_accepts_only_its_own_origin_and_mcp_also_loopback_tools() {
         ..HttpGuard::default()
     };
     for ok in ["http://localhost:6274", "https://app.example:8443"] {
-        assert!(mcp.check(&headers("127.0.0.1:8080", Some(ok))).is_ok(), "{ok}");
+        assert!(
+            mcp.check(&headers("127.0.0.1:8080", Some(ok))).is_ok(),
+            "{ok}"
+        );
     }
     for refused in ["https://app.example.evil:1", "http://localhost.evil:1"] {
         assert!(

@@ -21,8 +21,10 @@ struct Gate {
 impl McpSession for Gate {
     fn request(&self, method: &str, params: Value, _: Duration) -> Result<Value, UpstreamError> {
         if method == "tools/list" {
-            return Ok(json!({"tools": [{"name": "work", "inputSchema": {"type": "object",
-                "properties": {"hold": {"type": "boolean"}}}}]}));
+            return Ok(
+                json!({"tools": [{"name": "work", "inputSchema": {"type": "object",
+                "properties": {"hold": {"type": "boolean"}}}}]}),
+            );
         }
         if params["arguments"]["hold"] == json!(true) {
             self.entered.lock().unwrap().send(()).unwrap();
@@ -76,14 +78,24 @@ fn a_principal_over_its_limit_is_refused_while_its_call_runs() {
         panic!("{refused:?}")
     };
     assert_eq!(e.code, ErrorCode::PermissionDenied);
-    assert!(e.message.contains("too many calls in flight for `p`"), "{}", e.message);
+    assert!(
+        e.message.contains("too many calls in flight for `p`"),
+        "{}",
+        e.message
+    );
     assert!(e.receipt_id.is_none(), "nothing ran");
     // Another principal is not held back.
-    assert!(matches!(host.invoke(&call("q", false)), Outcome::Completed(_)));
+    assert!(matches!(
+        host.invoke(&call("q", false)),
+        Outcome::Completed(_)
+    ));
 
     release.send(()).unwrap();
     assert!(matches!(running.join().unwrap(), Outcome::Completed(_)));
-    assert!(matches!(host.invoke(&call("p", false)), Outcome::Completed(_)));
+    assert!(matches!(
+        host.invoke(&call("p", false)),
+        Outcome::Completed(_)
+    ));
 
     // The refusal is in the audit log, under its agent.
     let query = AuditFilter {
@@ -92,9 +104,7 @@ fn a_principal_over_its_limit_is_refused_while_its_call_runs() {
     }
     .query()
     .unwrap();
-    let page = host
-        .audit_query(&Principal::operator("o"), &query)
-        .unwrap();
+    let page = host.audit_query(&Principal::operator("o"), &query).unwrap();
     let codes: Vec<&Value> = page.events.iter().map(|e| &e.event["code"]).collect();
     assert!(codes.contains(&&json!("rate_limited")), "{codes:?}");
 }
