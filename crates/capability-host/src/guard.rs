@@ -77,6 +77,21 @@ fn origin_matches(pattern: &str, origin: &str) -> bool {
     }
 }
 
+/// Whether a listen address (`host:port`: `127.0.0.1:8470`, `[::1]:0`, `localhost:1`) only
+/// accepts connections from this machine. Such a listener serves plain HTTP to local
+/// clients: its session cookies cannot be `Secure`, and only there may requests without a
+/// token act as an anonymous agent.
+pub fn is_loopback_listener(listen: &str) -> bool {
+    let host = match listen.rsplit_once(':') {
+        Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
+        None => listen,
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// The token of `Authorization: Bearer <token>`, when there is one.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(AUTHORIZATION)?.to_str().ok()?;

@@ -1,6 +1,6 @@
 //! The HTTP guard every HTTP surface shares: Host, Origin, bearer tokens.
 
-use capability_host::guard::{HttpGuard, Refusal, bearer};
+use capability_host::guard::{HttpGuard, Refusal, bearer, is_loopback_listener};
 use http::header::{AUTHORIZATION, HOST, ORIGIN};
 use http::{HeaderMap, HeaderValue};
 
@@ -76,4 +76,19 @@ fn a_bearer_token_is_read_only_from_a_bearer_authorization() {
     assert_eq!(bearer(&h), Some("cap_abc"));
     h.insert(AUTHORIZATION, HeaderValue::from_static("Basic x"));
     assert_eq!(bearer(&h), None);
+}
+
+#[test]
+fn only_listeners_on_this_machine_are_loopback() {
+    for local in ["127.0.0.1:0", "[::1]:8080", "localhost:1", "127.1.2.3:80"] {
+        assert!(is_loopback_listener(local), "{local}");
+    }
+    for open in [
+        "0.0.0.0:8080",
+        "[::]:80",
+        "192.168.1.2:80",
+        "example.com:80",
+    ] {
+        assert!(!is_loopback_listener(open), "{open}");
+    }
 }
