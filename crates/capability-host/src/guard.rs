@@ -77,6 +77,21 @@ fn origin_matches(pattern: &str, origin: &str) -> bool {
     }
 }
 
+/// Whether a listen address (`host:port`: `127.0.0.1:8470`, `[::1]:0`, `localhost:1`) only
+/// accepts connections from this machine. Such a listener serves plain HTTP to local
+/// clients: its session cookies cannot be `Secure`, and only there may requests without a
+/// token act as an anonymous agent.
+pub fn is_loopback_listener(listen: &str) -> bool {
+    let host = match listen.rsplit_once(':') {
+        Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
+        None => listen,
+    };
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// The token of `Authorization: Bearer <token>`, when there is one.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
@@ -159,96 +174,5 @@ impl HttpGuard {
             .flatten()
             .chain(self.allowed_origins.iter().cloned())
             .collect()
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use http::HeaderValue;
-
-    fn headers(host: &'static str, origin: Option<&'static str>) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert(HOST, HeaderValue::from_static(host));
-        if let Some(o) = origin {
-            h.insert(ORIGIN, HeaderValue::from_static(o));
-        }
-        h
-    }
-
-    #[test]
-    fn hosts() {
-        let g = HttpGuard::default();
-        assert!(g.host_allowed("127.0.0.1:8080"));
-        assert!(g.host_allowed("localhost"));
-        assert!(g.host_allowed("[::1]:9"));
-        assert!(!g.host_allowed("evil.example:8080"));
-        assert!(!g.host_allowed(""));
-        let g = HttpGuard {
-            allowed_hosts: vec!["mcp.internal".into()],
-            ..HttpGuard::default()
-        };
-        assert!(g.host_allowed("mcp.internal:443"));
-        assert_eq!(
-            g.check(&headers("evil.example", None)),
-            Err(Refusal::Host("evil.example".into()))
-        );
-    }
-
-    #[test]
-    fn origins() {
-        let console = HttpGuard::default();
-        assert!(console.check(&headers("127.0.0.1:8080", None)).is_ok());
-        assert!(
-            console
-                .check(&headers("127.0.0.1:8080", Some("http://127.0.0.1:8080")))
-                .is_ok()
-        );
-        // The console never accepts another page on this machine.
-        assert!(
-            console
-                .check(&headers("127.0.0.1:8080", Some("http://localhost:3000")))
-                .is_err()
-        );
-        assert!(
-            console
-                .check(&headers("127.0.0.1:8080", Some("http://evil.example")))
-                .is_err()
-        );
-        let mcp = HttpGuard {
-            loopback_origins: true,
-            allowed_origins: vec!["https://app.example:*".into()],
-            ..HttpGuard::default()
-        };
-        assert!(
-            mcp.check(&headers("127.0.0.1:8080", Some("http://localhost:6274")))
-                .is_ok()
-        );
-        assert!(
-            mcp.check(&headers("127.0.0.1:8080", Some("https://app.example:8443")))
-                .is_ok()
-        );
-        assert!(
-            mcp.check(&headers(
-                "127.0.0.1:8080",
-                Some("https://app.example.evil:1")
-            ))
-            .is_err()
-        );
-        assert!(
-            mcp.check(&headers("127.0.0.1:8080", Some("http://localhost.evil:1")))
-                .is_err()
-        );
-    }
-
-    #[test]
-    fn bearers() {
-        let mut h = HeaderMap::new();
-        assert_eq!(bearer(&h), None);
-        h.insert(AUTHORIZATION, HeaderValue::from_static("Bearer cap_abc "));
-        assert_eq!(bearer(&h), Some("cap_abc"));
-        h.insert(AUTHORIZATION, HeaderValue::from_static("Basic x"));
-        assert_eq!(bearer(&h), None);
     }
 }

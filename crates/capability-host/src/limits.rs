@@ -100,28 +100,3 @@ impl Drop for CallSlot<'_> {
         }
     }
 }
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn calls_per_principal_are_limited() {
-        let calls = CallLimits::new(Some(1));
-        let held = calls.acquire(&Actor::agent("p")).unwrap();
-        assert_eq!(calls.in_flight(), 1);
-        let refused = calls.acquire(&Actor::agent("p")).unwrap_err();
-        assert_eq!(refused.principal(), "p");
-        assert!(calls.acquire(&Actor::agent("q")).is_ok());
-        drop(held);
-        assert!(calls.acquire(&Actor::agent("p")).is_ok());
-        assert_eq!(calls.in_flight(), 0);
-        let unlimited = CallLimits::new(None);
-        let slots: Vec<_> = (0..100)
-            .map(|_| unlimited.acquire(&Actor::agent("p")).unwrap())
-            .collect();
-        assert_eq!(unlimited.in_flight(), 100);
-        drop(slots);
-    }
-}

@@ -199,21 +199,3 @@ impl Principal {
         }
     }
 }
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn roles_and_tenants() {
-        let op = Principal::operator("alice");
-        assert_eq!(op.id(), "operator:alice");
-        assert!(op.may(Access::Decide) && op.may(Access::Read));
-        assert!(op.sees_tenant(Some("t")) && op.sees_tenant(None));
-        let bot = Principal::agent(&Actor::agent("bot"));
-        assert_eq!(bot.id(), "agent:bot");
-        assert!(bot.may(Access::Call) && !bot.may(Access::Decide) && !bot.may(Access::Read));
-        assert_eq!(bot.actor().agent_id.as_deref(), Some("bot"));
-    }
-}

@@ -218,35 +218,3 @@ impl Host {
         }
     }
 }
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hmac_matches_rfc_4231() {
-        // RFC 4231 test case 2: key "Jefe", data "what do ya want for nothing?"; here the
-        // data is "<timestamp>.<body>", so split it at a dot-free boundary instead.
-        let mut mac = Hmac::<Sha256>::new_from_slice(b"Jefe").unwrap();
-        mac.update(b"what do ya want for nothing?");
-        assert_eq!(
-            hex::encode(mac.finalize().into_bytes()),
-            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
-        );
-        let a = signature(b"k", 1, b"{}");
-        assert!(a.starts_with("sha256=") && a.len() == 7 + 64);
-        assert_ne!(a, signature(b"k", 2, b"{}"));
-        assert_ne!(a, signature(b"j", 1, b"{}"));
-    }
-
-    #[test]
-    fn only_http_and_https_urls() {
-        assert!(Webhook::new("http://127.0.0.1:9/hook", "s").is_ok());
-        assert!(Webhook::new("https://example.com/hook", "s").is_ok());
-        assert!(Webhook::new("ftp://example.com/hook", "s").is_err());
-        assert!(Webhook::new("file:///tmp/hook", "s").is_err());
-        assert!(Webhook::new("not a url", "s").is_err());
-        assert!(Webhook::new("http://127.0.0.1:9/hook", "").is_err());
-    }
-}

@@ -10,7 +10,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError, mpsc};
 
 use capability_exec::{Grants, Limits, SandboxReport};
 
-use crate::error::SandboxError;
+use crate::error::{ChildrenUnavailable, InterpreterError, SandboxError};
 use crate::linux::host::{self, RunCgroup};
 use crate::linux::{spawn, sys};
 use crate::process::{Contents, ProcessSandbox, Target, check_limits};
@@ -355,8 +355,8 @@ type Started = Result<((OwnedFd, OwnedFd, OwnedFd), OwnedFd, SandboxReport), San
 impl ProcessSandbox {
     /// Whether this host can run sandboxed children (and processes: user, mount and pid
     /// namespaces can be created); probed once, in a few milliseconds.
-    pub fn check_children() -> Result<(), String> {
-        static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
+    pub fn check_children() -> Result<(), ChildrenUnavailable> {
+        static PROBE: OnceLock<Result<(), ChildrenUnavailable>> = OnceLock::new();
         PROBE
             .get_or_init(|| {
                 let probe = crate::doctor::probe_clone(
@@ -366,11 +366,7 @@ impl ProcessSandbox {
                 if probe.ok {
                     Ok(())
                 } else {
-                    Err(format!(
-                        "the process sandbox is unavailable: user, mount and pid namespaces \
-                         cannot be created here ({})",
-                        probe.detail
-                    ))
+                    Err(ChildrenUnavailable::new(probe.detail))
                 }
             })
             .clone()
@@ -383,7 +379,7 @@ impl ProcessSandbox {
     pub fn spawn_child(&self, spec: &ChildSpec) -> Result<SandboxedChild, SandboxError> {
         ProcessSandbox::check_children().map_err(|reason| SandboxError::Unavailable {
             boundary: "process-sandbox",
-            reason,
+            reason: reason.to_string(),
         })?;
         let defaults = Limits::<ProcessLimits>::default();
         let limits = Limits {
@@ -480,9 +476,9 @@ impl ProcessSandbox {
             .canonicalize()
             .map_err(|e| invalid(format!("{}: {e}", spec.program.display())))?;
         let kind = runtime_of(&real);
-        let unavailable = |reason: String| SandboxError::Unavailable {
+        let unavailable = |reason: InterpreterError| SandboxError::Unavailable {
             boundary: "process-sandbox",
-            reason,
+            reason: reason.to_string(),
         };
         let head = script_head(&real);
         let mut program = spec.program.clone();

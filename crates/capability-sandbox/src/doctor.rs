@@ -157,7 +157,7 @@ pub fn doctor(sandbox: &ProcessSandbox) -> DoctorReport {
         .and_then(|i| Ok((host::node_version(&i.path)?, i)))
     {
         Ok((version, i)) => Probe::ok(format!("{version} at {}", i.path.display())),
-        Err(e) => Probe::fail(e),
+        Err(e) => Probe::fail(e.to_string()),
     };
     let python = match sandbox.python() {
         Ok(i) => Probe::ok(format!(
@@ -165,7 +165,7 @@ pub fn doctor(sandbox: &ProcessSandbox) -> DoctorReport {
             i.version.as_deref().unwrap_or("python"),
             i.path.display()
         )),
-        Err(e) => Probe::fail(e),
+        Err(e) => Probe::fail(e.to_string()),
     };
     let process_sandbox = probe_full_run(sandbox);
     let EngineProbes { docker, podman } = engines.join().unwrap_or_else(|_| EngineProbes {
@@ -221,7 +221,7 @@ pub fn probe_engines(search_path: Option<&OsStr>) -> EngineProbes {
                     e.program.display()
                 ))
             }
-            Err(reason) => Probe::fail(reason),
+            Err(reason) => Probe::fail(reason.to_string()),
         });
     EngineProbes { docker, podman }
 }
@@ -396,14 +396,12 @@ fn probe_full_run(sandbox: &ProcessSandbox) -> Probe {
     else {
         return Probe::fail("no temp dir");
     };
-    let result = (|| -> Result<String, String> {
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let result = (|| -> Result<String, FullRunError> {
+        std::fs::create_dir_all(&dir)?;
         let script = dir.join("probe");
-        std::fs::write(&script, "#!/bin/sh\necho '{\"output\":\"sandboxed\"}'\n")
-            .map_err(|e| e.to_string())?;
+        std::fs::write(&script, "#!/bin/sh\necho '{\"output\":\"sandboxed\"}'\n")?;
         use std::os::unix::fs::PermissionsExt as _;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))
-            .map_err(|e| e.to_string())?;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755))?;
         let spec = ModuleSpec {
             package_root: dir.clone(),
             install_root: None,
@@ -415,14 +413,12 @@ fn probe_full_run(sandbox: &ProcessSandbox) -> Probe {
             timeout: Duration::from_secs(10),
             ..Limits::default()
         };
-        let out = sandbox
-            .run(
-                &spec,
-                &Invocation::execute(json!({})),
-                &Grants::none(),
-                &limits,
-            )
-            .map_err(|e| e.to_string())?;
+        let out = sandbox.run(
+            &spec,
+            &Invocation::execute(json!({})),
+            &Grants::none(),
+            &limits,
+        )?;
         match out.result {
             Ok(v) if v == json!("sandboxed") => Ok(format!(
                 "ok in {} ms ({}, landlock {}, seccomp {})",
@@ -431,13 +427,24 @@ fn probe_full_run(sandbox: &ProcessSandbox) -> Probe {
                 out.boundary.landlock,
                 if out.boundary.seccomp { "on" } else { "off" }
             )),
-            Ok(v) => Err(format!("unexpected output {v}")),
-            Err(e) => Err(e.to_string()),
+            Ok(output) => Err(FullRunError::Unexpected { output }),
+            Err(e) => Err(e.into()),
         }
     })();
     let _ = std::fs::remove_dir_all(&dir);
     match result {
         Ok(d) => Probe::ok(d),
-        Err(e) => Probe::fail(e),
+        Err(e) => Probe::fail(e.to_string()),
     }
+}
+
+/// Why the full-run probe failed: writing its script, the run, or what the script answered.
+#[derive(Debug, thiserror::Error)]
+enum FullRunError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Run(#[from] SandboxError),
+    #[error("unexpected output {output}")]
+    Unexpected { output: serde_json::Value },
 }

@@ -1,6 +1,16 @@
-//! The one error type of this crate.
+//! The errors of this crate.
+//!
+//! [`SandboxError`] is what a run (or a child's start) fails with. The host facts probed
+//! before any run have small errors of their own (cedar's style: private fields behind
+//! accessors, lowercase one-line messages that quote what was probed): [`InterpreterError`]
+//! (node or python3 cannot be used), [`LandlockUnavailable`] and [`ChildrenUnavailable`] (no
+//! namespaces for a sandboxed child). They are `Clone`, since the sandbox probes each fact
+//! once and keeps the answer (an underlying io error is shared behind an `Arc`).
+//! [`EngineError`] says why a container engine (docker, podman) did not answer its probe.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::sync::Arc;
 use std::time::Duration;
 
 use capability_exec::GuestError;
@@ -167,5 +177,172 @@ impl SandboxError {
             context: context.into(),
             source,
         }
+    }
+}
+
+/// Why an interpreter (node or python3) cannot be used: it is not on `PATH`, or not an
+/// executable, or it did not answer (python's probe, `node --version` for `doctor`).
+#[derive(Clone, Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct InterpreterError {
+    fault: InterpreterFault,
+}
+
+#[derive(Clone, Debug, thiserror::Error)]
+pub(crate) enum InterpreterFault {
+    #[error("{program} was not found on PATH")]
+    NotOnPath { program: &'static str },
+    /// The path could not be resolved (canonicalised).
+    #[error("{runtime} at {}: {source}", path.display())]
+    Unresolved {
+        runtime: &'static str,
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("{runtime} at {} is not an executable file", path.display())]
+    NotExecutable {
+        runtime: &'static str,
+        path: PathBuf,
+    },
+    #[error("{} did not answer", path.display())]
+    NoAnswer { path: PathBuf },
+    #[error("{} did not report sys.executable", path.display())]
+    NoExecutable { path: PathBuf },
+    #[error("{} --version failed", path.display())]
+    NoVersion { path: PathBuf },
+}
+
+impl From<InterpreterFault> for InterpreterError {
+    fn from(fault: InterpreterFault) -> Self {
+        InterpreterError { fault }
+    }
+}
+
+impl InterpreterError {
+    /// The interpreter at fault, unless none was found.
+    pub fn path(&self) -> Option<&Path> {
+        match &self.fault {
+            InterpreterFault::NotOnPath { .. } => None,
+            InterpreterFault::Unresolved { path, .. }
+            | InterpreterFault::NotExecutable { path, .. }
+            | InterpreterFault::NoAnswer { path }
+            | InterpreterFault::NoExecutable { path }
+            | InterpreterFault::NoVersion { path } => Some(path),
+        }
+    }
+
+    /// True when no interpreter was found on `PATH` (none was configured).
+    pub fn not_found(&self) -> bool {
+        matches!(self.fault, InterpreterFault::NotOnPath { .. })
+    }
+}
+
+/// Why landlock cannot be used here: the kernel's answer to the ABI query (`ENOSYS` without
+/// landlock, `EOPNOTSUPP` when it is disabled at boot), rendered as the io error renders.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct LandlockUnavailable {
+    source: Arc<std::io::Error>,
+}
+
+impl LandlockUnavailable {
+    pub(crate) fn new(error: std::io::Error) -> Self {
+        LandlockUnavailable {
+            source: Arc::new(error),
+        }
+    }
+
+    /// The errno of the query, when the kernel gave one.
+    pub fn errno(&self) -> Option<i32> {
+        self.source.raw_os_error()
+    }
+
+    /// The query's error.
+    pub fn io_error(&self) -> &std::io::Error {
+        &self.source
+    }
+}
+
+/// Why sandboxed children cannot run here: the user, mount and pid namespaces they need
+/// cannot be created (the probe's verdict is quoted).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the process sandbox is unavailable: user, mount and pid namespaces cannot be created here ({probe})"
+)]
+pub struct ChildrenUnavailable {
+    probe: String,
+}
+
+impl ChildrenUnavailable {
+    pub(crate) fn new(probe: impl Into<String>) -> Self {
+        ChildrenUnavailable {
+            probe: probe.into(),
+        }
+    }
+
+    /// What the namespace probe reported.
+    pub fn probe(&self) -> &str {
+        &self.probe
+    }
+}
+
+/// Why a container engine CLI (docker, podman) cannot be used: it is not on `PATH`, it could
+/// not be run, it did not answer `version` in time (it was killed, with its process group),
+/// or it answered with a failure. [`crate::probe_engine`], [`crate::probe_cli`] and
+/// [`crate::detect_engine`] return it; [`crate::OciExecutor::detect`] and `doctor` show its
+/// message. `command` is the command line that was run (`<cli> version --format ...`).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    #[error("{cli} not found on PATH")]
+    NotFound { cli: String },
+    #[error("{command} could not be started: {source}")]
+    Start {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{command} did not answer within {} ms (killed)", budget.as_millis())]
+    Timeout { command: String, budget: Duration },
+    #[error("{command}: waiting for it failed: {source}")]
+    Wait {
+        command: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The CLI succeeded but printed no version (no engine behind it).
+    #[error("{command} reported no engine version")]
+    NoVersion { command: String },
+    /// The CLI failed; `message` is the last line of its stderr (shortened), possibly empty.
+    #[error("{command} failed ({status}){}", failure_tail(message))]
+    Failed {
+        command: String,
+        status: ExitStatus,
+        message: String,
+    },
+    /// The probe's thread panicked.
+    #[error("the {cli} probe panicked")]
+    Panicked { cli: &'static str },
+    /// The engine named by [`crate::OCI_ENGINE_ENV`] (`value`) did not answer.
+    #[error("{}={value}: {error}", crate::oci::OCI_ENGINE_ENV)]
+    Chosen {
+        value: String,
+        #[source]
+        error: Box<EngineError>,
+    },
+    /// Neither docker nor podman answered: each one's reason.
+    #[error("{docker}; {podman}")]
+    NoneAnswers {
+        docker: Box<EngineError>,
+        podman: Box<EngineError>,
+    },
+}
+
+fn failure_tail(message: &str) -> String {
+    if message.is_empty() {
+        " and printed nothing".into()
+    } else {
+        format!(": {message}")
     }
 }

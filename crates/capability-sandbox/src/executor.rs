@@ -42,13 +42,22 @@ pub struct ModuleExecutor {
     host: HostGrants,
     limits: Limits<ProcessLimits>,
     process: &'static ProcessSandbox,
-    oci: Result<OciExecutor, String>,
+    oci: Result<OciExecutor, NoOci>,
     wasm: Option<WasmExecutor>,
     /// Sessions whose `plan` ran without grants, kept for the `execute` of the same run when
     /// it needs no grants either (see [`ModuleExecutor::plan`]).
     parked: Mutex<Vec<Parked>>,
     /// Pre-started single-use sandboxes for grant-less runs ([`ModuleExecutor::with_pool`]).
     pool: Option<SandboxPool>,
+}
+
+/// Why OCI runs are refused: no engine was configured, or none answered.
+#[derive(Debug, thiserror::Error)]
+enum NoOci {
+    #[error("no OCI engine was configured (ModuleExecutor::with_oci)")]
+    NotConfigured,
+    #[error(transparent)]
+    Detect(SandboxError),
 }
 
 /// A session parked between `plan` and `execute`.
@@ -130,7 +139,7 @@ impl ModuleExecutor {
             host: HostGrants::default(),
             limits: Limits::<ProcessLimits>::default(),
             process: ProcessSandbox::global(),
-            oci: Err("no OCI engine was configured (ModuleExecutor::with_oci)".into()),
+            oci: Err(NoOci::NotConfigured),
             wasm: None,
             parked: Mutex::new(Vec::new()),
             pool: None,
@@ -210,7 +219,7 @@ impl ModuleExecutor {
     /// Uses an OCI engine (when one answers) with these pinned images; when none does, OCI runs
     /// are refused with the engines' reasons.
     pub fn with_oci(mut self, images: OciImages) -> Self {
-        self.oci = OciExecutor::detect(images).map_err(|e| e.to_string());
+        self.oci = OciExecutor::detect(images).map_err(NoOci::Detect);
         self
     }
 

@@ -285,7 +285,9 @@ pub use child::{ChildExit, ChildLimits, ChildSpec, ChildStdin, SandboxedChild};
 pub use doctor::{
     Boundary, DoctorReport, EngineProbes, Probe, doctor, probe_engines, select_boundary,
 };
-pub use error::SandboxError;
+pub use error::{
+    ChildrenUnavailable, EngineError, InterpreterError, LandlockUnavailable, SandboxError,
+};
 pub use executor::{ModuleExecutor, hook_error};
 pub use oci::{
     ENGINE_PROBE_TIMEOUT, OCI_ENGINE_ENV, OCI_WORKSPACE, OciEngine, OciExecutor, OciImages, OciRun,

@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use capability_exec::{AppliedLimit, Grants, Invocation, Limits, SandboxReport, effects};
 
-use crate::error::SandboxError;
+use crate::error::{EngineError, SandboxError};
 use crate::linux::sys;
 use crate::package::{ResolvedModule, resolve_module_limited};
 use crate::protocol::{self, Response};
@@ -127,22 +127,29 @@ fn drain(mut pipe: impl Read + Send + 'static, cap: u64) -> mpsc::Receiver<Vec<u
 }
 
 /// Runs `program args` with stdin closed and the host's environment, in its own process group,
-/// until `deadline`: past it the whole group is killed. `Err` is the reason, for a human.
+/// until `deadline`: past it the whole group is killed (`budget` is what the error quotes).
 fn run_bounded(
     program: &Path,
     args: &[&str],
     deadline: Instant,
     budget: Duration,
-) -> Result<Captured, String> {
-    let line = command_line(program, args);
-    let mut child = Command::new(program)
+) -> Result<Captured, EngineError> {
+    let mut child = match Command::new(program)
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("{line} could not be started: {e}"))?;
+    {
+        Ok(child) => child,
+        Err(source) => {
+            return Err(EngineError::Start {
+                command: command_line(program, args),
+                source,
+            });
+        }
+    };
     let out = child.stdout.take().map(|p| drain(p, PROBE_OUTPUT_CAP));
     let err = child.stderr.take().map(|p| drain(p, PROBE_OUTPUT_CAP));
     let status = loop {
@@ -151,14 +158,17 @@ fn run_bounded(
             Ok(None) if Instant::now() < deadline => std::thread::sleep(POLL),
             Ok(None) => {
                 kill_tree(&mut child);
-                return Err(format!(
-                    "{line} did not answer within {} ms (killed)",
-                    budget.as_millis()
-                ));
+                return Err(EngineError::Timeout {
+                    command: command_line(program, args),
+                    budget,
+                });
             }
-            Err(e) => {
+            Err(source) => {
                 kill_tree(&mut child);
-                return Err(format!("{line}: waiting for it failed: {e}"));
+                return Err(EngineError::Wait {
+                    command: command_line(program, args),
+                    source,
+                });
             }
         }
     };
@@ -199,7 +209,7 @@ fn last_line(stderr: &str) -> String {
 /// `version` rather than `info`: docker's needs the daemon all the same, and podman's still
 /// loads its configuration and checks that the OCI runtime exists, while `podman info` also
 /// inspects storage and networks and takes over a second on a loaded machine.
-pub fn probe_engine(program: &Path, timeout: Duration) -> Result<OciEngine, String> {
+pub fn probe_engine(program: &Path, timeout: Duration) -> Result<OciEngine, EngineError> {
     let deadline = Instant::now() + timeout;
     let named_podman = [
         program.to_path_buf(),
@@ -220,12 +230,13 @@ pub fn probe_engine(program: &Path, timeout: Duration) -> Result<OciEngine, Stri
         };
         let args = ["version", "--format", template];
         let out = run_bounded(program, &args, deadline, timeout)?;
-        let line = command_line(program, &args);
         if out.status.success() {
             let answer = out.stdout.trim();
             let version = answer.rsplit('|').next().unwrap_or_default().trim();
             if version.is_empty() || version == "<no value>" {
-                return Err(format!("{line} reported no engine version"));
+                return Err(EngineError::NoVersion {
+                    command: command_line(program, &args),
+                });
             }
             return Ok(OciEngine {
                 program: program.to_path_buf(),
@@ -237,17 +248,16 @@ pub fn probe_engine(program: &Path, timeout: Duration) -> Result<OciEngine, Stri
             name = "podman";
             continue;
         }
-        let message = last_line(&out.stderr);
-        return Err(if message.is_empty() {
-            format!("{line} failed ({}) and printed nothing", out.status)
-        } else {
-            format!("{line} failed ({}): {message}", out.status)
+        return Err(EngineError::Failed {
+            command: command_line(program, &args),
+            status: out.status,
+            message: last_line(&out.stderr),
         });
     }
 }
 
 /// `name` on `search_path` (a `PATH`-style list), or why not.
-fn find_cli(name: &str, search_path: Option<&OsStr>) -> Result<PathBuf, String> {
+fn find_cli(name: &str, search_path: Option<&OsStr>) -> Result<PathBuf, EngineError> {
     let path = match search_path {
         Some(p) => p.to_os_string(),
         None => std::env::var_os("PATH").unwrap_or_default(),
@@ -255,7 +265,9 @@ fn find_cli(name: &str, search_path: Option<&OsStr>) -> Result<PathBuf, String> 
     std::env::split_paths(&path)
         .map(|d| d.join(name))
         .find(|p| crate::linux::host::is_executable(p))
-        .ok_or_else(|| format!("{name} not found on PATH"))
+        .ok_or_else(|| EngineError::NotFound {
+            cli: name.to_string(),
+        })
 }
 
 /// Finds the `name` CLI on `search_path` (the host's `PATH` when `None`) and probes it within
@@ -264,7 +276,7 @@ pub fn probe_cli(
     name: &str,
     search_path: Option<&OsStr>,
     timeout: Duration,
-) -> Result<OciEngine, String> {
+) -> Result<OciEngine, EngineError> {
     probe_engine(&find_cli(name, search_path)?, timeout)
 }
 
@@ -272,20 +284,22 @@ pub fn probe_cli(
 pub(crate) fn probe_both(
     search_path: Option<&OsStr>,
     timeout: Duration,
-) -> [Result<OciEngine, String>; 2] {
+) -> [Result<OciEngine, EngineError>; 2] {
     std::thread::scope(|s| {
         let podman = s.spawn(|| probe_cli("podman", search_path, timeout));
         let docker = probe_cli("docker", search_path, timeout);
         let podman = podman
             .join()
-            .unwrap_or_else(|_| Err("the podman probe panicked".into()));
+            .unwrap_or(Err(EngineError::Panicked { cli: "podman" }));
         [docker, podman]
     })
 }
 
 /// The engine to use: the one named by [`OCI_ENGINE_ENV`] when set, else the first of docker
-/// and podman (on PATH, probed in parallel) that answers within `timeout`.
-pub fn detect_engine(timeout: Duration) -> Result<OciEngine, String> {
+/// and podman (on PATH, probed in parallel) that answers within `timeout`. When none answers
+/// the error is [`EngineError::Chosen`] (the chosen engine's reason) or
+/// [`EngineError::NoneAnswers`] (docker's and podman's).
+pub fn detect_engine(timeout: Duration) -> Result<OciEngine, EngineError> {
     if let Some(chosen) = std::env::var_os(OCI_ENGINE_ENV).filter(|v| !v.is_empty()) {
         let chosen_path = Path::new(&chosen);
         let result = if chosen_path.components().count() > 1 {
@@ -293,12 +307,18 @@ pub fn detect_engine(timeout: Duration) -> Result<OciEngine, String> {
         } else {
             probe_cli(&chosen.to_string_lossy(), None, timeout)
         };
-        return result.map_err(|e| format!("{OCI_ENGINE_ENV}={}: {e}", chosen.to_string_lossy()));
+        return result.map_err(|e| EngineError::Chosen {
+            value: chosen.to_string_lossy().into_owned(),
+            error: Box::new(e),
+        });
     }
     let [docker, podman] = probe_both(None, timeout);
     match (docker, podman) {
         (Ok(engine), _) | (_, Ok(engine)) => Ok(engine),
-        (Err(d), Err(p)) => Err(format!("{d}; {p}")),
+        (Err(docker), Err(podman)) => Err(EngineError::NoneAnswers {
+            docker: Box::new(docker),
+            podman: Box::new(podman),
+        }),
     }
 }
 
@@ -607,9 +627,9 @@ impl OciExecutor {
     /// with every probe's reason when none answers.
     pub fn detect(images: OciImages) -> Result<OciExecutor, SandboxError> {
         let engine =
-            detect_engine(ENGINE_PROBE_TIMEOUT).map_err(|reason| SandboxError::Unavailable {
+            detect_engine(ENGINE_PROBE_TIMEOUT).map_err(|e| SandboxError::Unavailable {
                 boundary: "oci",
-                reason,
+                reason: e.to_string(),
             })?;
         Ok(OciExecutor { engine, images })
     }

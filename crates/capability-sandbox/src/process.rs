@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use capability_exec::{Grants, GuestError, Invocation, Limits, SandboxReport, effects};
 
-use crate::error::SandboxError;
-use crate::linux::host::{self, CgroupInfo, CgroupParent, Interpreter, RunCgroup};
+use crate::error::{InterpreterError, LandlockUnavailable, SandboxError};
+use crate::linux::host::{self, CgroupError, CgroupInfo, CgroupParent, Interpreter, RunCgroup};
 use crate::linux::landlock::LandlockPlan;
 use crate::linux::seccomp;
 use crate::linux::spawn::{self, ChildPlan, End, Exchange};
@@ -61,10 +61,10 @@ pub struct SandboxConfig {
 #[derive(Debug, Default)]
 pub struct ProcessSandbox {
     config: SandboxConfig,
-    node: OnceLock<Result<Interpreter, String>>,
-    python: OnceLock<Result<Interpreter, String>>,
-    landlock: OnceLock<Result<u32, String>>,
-    cgroup: OnceLock<Result<CgroupParent, String>>,
+    node: OnceLock<Result<Interpreter, InterpreterError>>,
+    python: OnceLock<Result<Interpreter, InterpreterError>>,
+    landlock: OnceLock<Result<u32, LandlockUnavailable>>,
+    cgroup: OnceLock<Result<CgroupParent, CgroupError>>,
     /// Sandboxes started by this instance.
     starts: std::sync::atomic::AtomicU64,
 }
@@ -132,7 +132,7 @@ impl ProcessSandbox {
     }
 
     /// The node interpreter, or why there is none.
-    pub fn node(&self) -> Result<&Interpreter, String> {
+    pub fn node(&self) -> Result<&Interpreter, InterpreterError> {
         self.node
             .get_or_init(|| host::find_node(self.config.node.as_deref()))
             .as_ref()
@@ -140,7 +140,7 @@ impl ProcessSandbox {
     }
 
     /// The python interpreter, or why there is none.
-    pub fn python(&self) -> Result<&Interpreter, String> {
+    pub fn python(&self) -> Result<&Interpreter, InterpreterError> {
         self.python
             .get_or_init(|| host::find_python(self.config.python.as_deref()))
             .as_ref()
@@ -148,17 +148,17 @@ impl ProcessSandbox {
     }
 
     /// The landlock ABI, or why landlock is unavailable.
-    pub fn landlock_abi(&self) -> Result<u32, String> {
+    pub fn landlock_abi(&self) -> Result<u32, LandlockUnavailable> {
         self.landlock
-            .get_or_init(|| sys::landlock_abi().map_err(|e| e.to_string()))
+            .get_or_init(|| sys::landlock_abi().map_err(LandlockUnavailable::new))
             .clone()
     }
 
     /// Where per-run cgroups are made, or why none is used: a delegated cgroup v2 directory
     /// (pids + memory), else writable cgroup v1 `pids` and/or `memory` groups.
-    pub(crate) fn cgroup_parent(&self) -> Result<CgroupParent, String> {
+    pub(crate) fn cgroup_parent(&self) -> Result<CgroupParent, CgroupError> {
         if self.config.disable_cgroup {
-            return Err("cgroups disabled by configuration".into());
+            return Err(CgroupError::Disabled);
         }
         self.cgroup
             .get_or_init(|| {
@@ -169,7 +169,11 @@ impl ProcessSandbox {
                             host::v1_controller_dir("pids"),
                             host::v1_controller_dir("memory"),
                         ) {
-                            (Err(p), Err(m)) => Err(format!("{v2}; {p}; {m}")),
+                            (Err(pids), Err(memory)) => Err(CgroupError::Unavailable {
+                                v2: Box::new(v2),
+                                pids: Box::new(pids),
+                                memory: Box::new(memory),
+                            }),
                             (pids, memory) => Ok(CgroupParent::V1 {
                                 pids: pids.ok(),
                                 memory: memory.ok(),
@@ -314,9 +318,9 @@ impl ProcessSandbox {
         inside_module: &Path,
         limits: &Limits<ProcessLimits>,
     ) -> Result<Target, SandboxError> {
-        let unavailable = |reason: String| SandboxError::Unavailable {
+        let unavailable = |reason: InterpreterError| SandboxError::Unavailable {
             boundary: "process-sandbox",
-            reason,
+            reason: reason.to_string(),
         };
         let module_arg = inside_module.as_os_str().as_bytes().to_vec();
         match kind {

@@ -42,7 +42,7 @@ pub use console::render_pending_page;
 pub use error::status_of;
 
 use state::AppState;
-pub use state::{ServerOptions, is_loopback};
+pub use state::ServerOptions;
 
 /// The HTTP API and console over one host.
 #[derive(Clone)]

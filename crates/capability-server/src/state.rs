@@ -9,21 +9,6 @@ use capability_host::Host;
 use capability_host::guard::HttpGuard;
 use capability_host::webhook::Webhook;
 
-/// Whether `listen` (`host:port`, `[v6]:port`, or a host alone) is on this machine only: a
-/// loopback address or `localhost`. Loopback listeners serve plain HTTP to this machine, so
-/// session cookies cannot be `Secure` there ([`ServerOptions::secure_cookies`]); anywhere
-/// else they are (put TLS in front).
-pub fn is_loopback(listen: &str) -> bool {
-    let host = match listen.rsplit_once(':') {
-        Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
-        None => listen,
-    };
-    host == "localhost"
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
 /// How the server runs.
 #[derive(Clone, Debug)]
 pub struct ServerOptions {

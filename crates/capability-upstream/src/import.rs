@@ -25,7 +25,7 @@ pub fn import_stdio(
     let timeout = Duration::from_secs(30);
     let session = match sandbox {
         Some(effects) => {
-            ProcessSandbox::check_children().map_err(UpstreamError::Spawn)?;
+            ProcessSandbox::check_children().map_err(|e| UpstreamError::Spawn(e.to_string()))?;
             let spec = sandbox_spec(command, args, &BTreeMap::new(), effects, &[], &[])?;
             StdioSession::start_sandboxed(&spec, timeout)
         }

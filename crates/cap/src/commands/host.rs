@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use capability_core::authorization::Preset;
 use capability_host::Environment;
+use capability_host::guard::HttpGuard;
 use capability_host::upstream::GatewayConfig;
 use capability_host::{
     Actor, Caller, CapabilitySource, ExecutorChoice, Host, HostConfig, HostGrants, OciImages,
@@ -126,9 +127,38 @@ pub struct RunOptions {
     pub allow_env: Vec<String>,
     #[command(flatten)]
     pub home: HomeArg,
-    /// Set by a long-running surface from its own flag (`--max-calls-per-principal`).
-    #[arg(skip)]
-    pub max_calls_per_principal: Option<usize>,
+}
+
+/// The options of every long-running surface (`serve`, `mcp-serve`, `mcp-gateway`): the
+/// host's HTTP guard and its limit of calls per principal.
+#[derive(Args, Debug, Clone)]
+pub struct ServingOptions {
+    /// A Host header value accepted besides loopback names (repeatable).
+    #[arg(long = "allow-host")]
+    pub allow_hosts: Vec<String>,
+    /// A browser Origin accepted besides the server's own (and, for MCP surfaces, browser
+    /// tools on this machine), e.g. `https://console.example` (repeatable; others refused).
+    #[arg(long = "allow-origin")]
+    pub allow_origins: Vec<String>,
+    /// Largest HTTP request body, in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+    /// Most calls in flight per principal; more are refused and audited (`rate_limited`).
+    #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_calls_per_principal: u32,
+}
+
+impl ServingOptions {
+    /// The host's HTTP guard with these hosts, origins and body limit; `loopback_origins`
+    /// for surfaces that browser tools on this machine call (the MCP Inspector).
+    pub fn guard(&self, loopback_origins: bool) -> HttpGuard {
+        HttpGuard {
+            allowed_hosts: self.allow_hosts.clone(),
+            allowed_origins: self.allow_origins.clone(),
+            loopback_origins,
+            max_body_bytes: self.max_body_bytes,
+        }
+    }
 }
 
 fn parse_environment(s: &str) -> Result<Environment, String> {
@@ -171,7 +201,6 @@ impl Default for RunOptions {
             allow_write: Vec::new(),
             allow_env: Vec::new(),
             home: HomeArg::default(),
-            max_calls_per_principal: None,
         }
     }
 }
@@ -232,7 +261,6 @@ impl RunOptions {
             },
             oci_images: images,
             sources,
-            max_calls_per_principal: self.max_calls_per_principal,
             ..HostConfig::default()
         })
     }
@@ -243,15 +271,18 @@ impl RunOptions {
     }
 
     /// Opens the host of a long-running surface: as [`RunOptions::open`] (with the MCP
-    /// upstreams of `gateway`), with the sandbox pool (`--sandbox-pool`, default
-    /// [`DEFAULT_SANDBOX_POOL`]) warmed for the module capabilities it serves.
+    /// upstreams of `gateway`), with the limit of calls per principal of `serving`, and the
+    /// sandbox pool (`--sandbox-pool`, default [`DEFAULT_SANDBOX_POOL`]) warmed for the
+    /// module capabilities it serves.
     pub fn open_serving(
         &self,
+        serving: &ServingOptions,
         sources: Vec<Arc<dyn CapabilitySource>>,
         gateway: Option<GatewayConfig>,
     ) -> Result<Host, String> {
         let config = HostConfig {
             sandbox_pool: self.sandbox_pool.unwrap_or(DEFAULT_SANDBOX_POOL),
+            max_calls_per_principal: usize::try_from(serving.max_calls_per_principal).ok(),
             gateway,
             ..self.config(sources)?
         };

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use capability_host::guard::HttpGuard;
+use capability_host::guard::is_loopback_listener;
 use capability_host::tokens::{now_ms, parse_duration};
 use capability_host::upstream::GatewayConfig;
 use capability_host::{Builtins, CapabilitySource, FileStamp, LocalPackage, Role, TokenSpec};
@@ -12,7 +12,7 @@ use capability_mcp::{HttpLimits, McpServer, ServeOptions};
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use crate::commands::host::{HomeArg, RunOptions, open_home};
+use crate::commands::host::{HomeArg, RunOptions, ServingOptions, open_home};
 use crate::output::print_json;
 
 #[derive(Args, Debug)]
@@ -35,15 +35,6 @@ pub struct McpServeArgs {
     /// their own calls).
     #[arg(long)]
     pub allow_agent_approval: bool,
-    /// A Host header value accepted besides loopback names (repeatable).
-    #[arg(long = "allow-host")]
-    pub allow_hosts: Vec<String>,
-    /// A browser Origin accepted, e.g. `http://localhost:*` (repeatable; others refused).
-    #[arg(long = "allow-origin")]
-    pub allow_origins: Vec<String>,
-    /// Largest HTTP request body, in bytes.
-    #[arg(long, default_value_t = 1 << 20)]
-    pub max_body_bytes: usize,
     /// Most MCP sessions open at once.
     #[arg(long, default_value_t = 256)]
     pub max_sessions: usize,
@@ -51,9 +42,8 @@ pub struct McpServeArgs {
     /// for local clients that cannot send a token, such as the conformance suite).
     #[arg(long)]
     pub anonymous_agent: Option<String>,
-    /// Most tool calls in flight per principal.
-    #[arg(long, default_value_t = 64)]
-    pub max_calls_per_principal: usize,
+    #[command(flatten)]
+    pub serving: ServingOptions,
     #[command(flatten)]
     pub options: RunOptions,
 }
@@ -97,9 +87,8 @@ pub fn mcp_serve(args: McpServeArgs) -> Result<i32, String> {
         );
     }
     check_anonymous(&args.anonymous_agent, &args.listen).map_err(|e| format!("mcp-serve: {e}"))?;
-    let mut run_options = args.options.clone();
-    run_options.max_calls_per_principal = Some(args.max_calls_per_principal.max(1));
-    let host = Arc::new(run_options.open_serving(sources(&args.packages)?, None)?);
+    let run_options = args.options.clone();
+    let host = Arc::new(run_options.open_serving(&args.serving, sources(&args.packages)?, None)?);
     let options = ServeOptions {
         expose: args.expose.clone(),
         expose_all: args.expose_installed,
@@ -110,7 +99,7 @@ pub fn mcp_serve(args: McpServeArgs) -> Result<i32, String> {
             .clone()
             .map(capability_host::Actor::agent),
         http: HttpLimits {
-            guard: http_guard(&args.allow_hosts, &args.allow_origins, args.max_body_bytes),
+            guard: args.serving.guard(true),
             max_sessions: args.max_sessions,
             ..HttpLimits::default()
         },
@@ -118,10 +107,11 @@ pub fn mcp_serve(args: McpServeArgs) -> Result<i32, String> {
     let server = McpServer::new(host, options);
     let watcher = server.clone();
     let packages = args.packages.clone();
+    let serving = args.serving.clone();
     serve_surface(
         "mcp-serve",
         args.listen.as_deref(),
-        move || watch_packages(watcher, packages, run_options),
+        move || watch_packages(watcher, packages, run_options, serving),
         || async { server.serve_stdio().await },
         |listener| async { server.serve_http(listener, shutdown_signal()).await },
     )
@@ -129,7 +119,12 @@ pub fn mcp_serve(args: McpServeArgs) -> Result<i32, String> {
 
 /// Reopens the host when a served package.json changes (the server then tells its clients
 /// the tools changed); a package that does not read keeps the current host.
-fn watch_packages(server: McpServer, packages: Vec<PathBuf>, run_options: RunOptions) {
+fn watch_packages(
+    server: McpServer,
+    packages: Vec<PathBuf>,
+    run_options: RunOptions,
+    serving: ServingOptions,
+) {
     if packages.is_empty() {
         return;
     }
@@ -142,7 +137,7 @@ fn watch_packages(server: McpServer, packages: Vec<PathBuf>, run_options: RunOpt
                 continue;
             }
             seen = now;
-            match sources(&packages).and_then(|s| run_options.open_serving(s, None)) {
+            match sources(&packages).and_then(|s| run_options.open_serving(&serving, s, None)) {
                 Ok(host) => {
                     server.set_host(Arc::new(host)).await;
                 }
@@ -318,43 +313,19 @@ pub struct McpGatewayArgs {
     /// HTTP requests without a bearer token act as this agent (loopback listeners only).
     #[arg(long)]
     pub anonymous_agent: Option<String>,
-    /// A Host header value accepted besides loopback names (repeatable).
-    #[arg(long = "allow-host")]
-    pub allow_hosts: Vec<String>,
-    /// A browser Origin accepted besides loopback ones (repeatable).
-    #[arg(long = "allow-origin")]
-    pub allow_origins: Vec<String>,
-    /// Most tool calls in flight per principal.
-    #[arg(long, default_value_t = 64)]
-    pub max_calls_per_principal: usize,
-    /// Largest HTTP request body, in bytes.
-    #[arg(long, default_value_t = 1 << 20)]
-    pub max_body_bytes: usize,
+    #[command(flatten)]
+    pub serving: ServingOptions,
     #[command(flatten)]
     pub options: RunOptions,
 }
 
-/// The host's HTTP guard of an MCP surface: browser tools on this machine are accepted
-/// (the MCP Inspector), and the hosts and origins given.
-fn http_guard(hosts: &[String], origins: &[String], max_body_bytes: usize) -> HttpGuard {
-    HttpGuard {
-        allowed_hosts: hosts.to_vec(),
-        allowed_origins: origins.to_vec(),
-        loopback_origins: true,
-        max_body_bytes,
-    }
-}
-
 fn check_anonymous(anonymous: &Option<String>, listen: &Option<String>) -> Result<(), String> {
-    if let (Some(_), Some(addr)) = (anonymous, listen) {
-        let loopback = addr
-            .parse::<std::net::SocketAddr>()
-            .is_ok_and(|a| a.ip().is_loopback());
-        if !loopback {
-            return Err(format!(
-                "--anonymous-agent needs a loopback --listen address, not {addr}"
-            ));
-        }
+    if let (Some(_), Some(addr)) = (anonymous, listen)
+        && !is_loopback_listener(addr)
+    {
+        return Err(format!(
+            "--anonymous-agent needs a loopback --listen address, not {addr}"
+        ));
     }
     Ok(())
 }
@@ -364,9 +335,11 @@ pub fn mcp_gateway(args: McpGatewayArgs) -> Result<i32, String> {
     check_anonymous(&args.anonymous_agent, &args.listen)
         .map_err(|e| format!("mcp-gateway: {e}"))?;
     let config = GatewayConfig::load(&args.config).map_err(|e| e.to_string())?;
-    let mut options = args.options.clone();
-    options.max_calls_per_principal = Some(args.max_calls_per_principal.max(1));
-    let host = Arc::new(options.open_serving(vec![Arc::new(Builtins)], Some(config))?);
+    let host = Arc::new(args.options.open_serving(
+        &args.serving,
+        vec![Arc::new(Builtins)],
+        Some(config),
+    )?);
     for (what, problem) in host.upstream_problems() {
         eprintln!("mcp-gateway: upstream {what}: {problem}");
     }
@@ -377,7 +350,7 @@ pub fn mcp_gateway(args: McpGatewayArgs) -> Result<i32, String> {
             .clone()
             .map(capability_host::Actor::agent),
         http: HttpLimits {
-            guard: http_guard(&args.allow_hosts, &args.allow_origins, args.max_body_bytes),
+            guard: args.serving.guard(true),
             ..HttpLimits::default()
         },
         ..ServeOptions::default()

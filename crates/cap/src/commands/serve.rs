@@ -4,24 +4,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use capability_host::Builtins;
-use capability_host::guard::HttpGuard;
+use capability_host::guard::is_loopback_listener;
 use capability_host::webhook::Webhook;
-use capability_server::{Server, ServerOptions, is_loopback};
+use capability_server::{Server, ServerOptions};
 use clap::Args;
 
-use crate::commands::host::RunOptions;
+use crate::commands::host::{RunOptions, ServingOptions};
 
 #[derive(Args, Debug)]
 pub struct ServeArgs {
     /// Where to listen, host:port (port 0 picks one; the address is printed on stderr).
     #[arg(long, default_value = "127.0.0.1:8470")]
     pub listen: String,
-    /// A Host header value accepted besides loopback names (repeatable).
-    #[arg(long = "allow-host")]
-    pub allow_hosts: Vec<String>,
-    /// A browser Origin accepted besides the server's own (repeatable).
-    #[arg(long = "allow-origin")]
-    pub allow_origins: Vec<String>,
     /// Policy fixtures the console's policies page tests the --policy files against.
     #[arg(long)]
     pub policy_fixtures: Option<PathBuf>,
@@ -31,9 +25,8 @@ pub struct ServeArgs {
     /// The file holding the webhook's HMAC secret (default: $CAP_WEBHOOK_SECRET).
     #[arg(long, requires = "webhook")]
     pub webhook_secret_file: Option<PathBuf>,
-    /// Largest request body, in bytes.
-    #[arg(long, default_value_t = 1 << 20)]
-    pub max_body_bytes: usize,
+    #[command(flatten)]
+    pub serving: ServingOptions,
     #[command(flatten)]
     pub options: RunOptions,
 }
@@ -61,13 +54,10 @@ pub fn serve(args: ServeArgs) -> Result<i32, String> {
         return Err("serve: --approve and --approval do not apply to a server".into());
     }
     let options = ServerOptions {
-        guard: HttpGuard {
-            allowed_hosts: args.allow_hosts.clone(),
-            allowed_origins: args.allow_origins.clone(),
-            loopback_origins: false,
-            max_body_bytes: args.max_body_bytes,
-        },
-        secure_cookies: !is_loopback(&args.listen),
+        guard: args.serving.guard(false),
+        // Loopback listeners serve plain HTTP to this machine: session cookies cannot be
+        // `Secure` there. Anywhere else they are (put TLS in front).
+        secure_cookies: !is_loopback_listener(&args.listen),
         policy_fixtures: args.policy_fixtures.clone(),
         webhook: webhook(&args).map_err(|e| format!("serve: {e}"))?,
         ..ServerOptions::default()
@@ -78,7 +68,7 @@ pub fn serve(args: ServeArgs) -> Result<i32, String> {
         .iter()
         .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
         .collect();
-    let host = Arc::new(run_options.open_serving(vec![Arc::new(Builtins)], None)?);
+    let host = Arc::new(run_options.open_serving(&args.serving, vec![Arc::new(Builtins)], None)?);
     host.tokens().map_err(|e| format!("serve: {e}"))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -3,8 +3,10 @@
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use crate::error::{InterpreterError, InterpreterFault};
 
 /// An interpreter found on the host.
 #[derive(Clone, Debug)]
@@ -100,19 +102,24 @@ pub fn is_executable(p: &Path) -> bool {
 
 /// Locates node: `configured`, else `node` on PATH. Nothing is run: the run path starts node
 /// only inside the sandbox (its version comes from the shim's handshake).
-pub fn find_node(configured: Option<&Path>) -> Result<Interpreter, String> {
+pub fn find_node(configured: Option<&Path>) -> Result<Interpreter, InterpreterError> {
     let found = match configured {
         Some(p) => p.to_path_buf(),
-        None => which("node").ok_or("node was not found on PATH")?,
+        None => which("node").ok_or(InterpreterFault::NotOnPath { program: "node" })?,
     };
     let path = found
         .canonicalize()
-        .map_err(|e| format!("node at {}: {e}", found.display()))?;
+        .map_err(|e| InterpreterFault::Unresolved {
+            runtime: "node",
+            path: found,
+            source: Arc::new(e),
+        })?;
     if !is_executable(&path) {
-        return Err(format!(
-            "node at {} is not an executable file",
-            path.display()
-        ));
+        return Err(InterpreterFault::NotExecutable {
+            runtime: "node",
+            path,
+        }
+        .into());
     }
     let mut extra_roots = Vec::new();
     if !under_system_dirs(&path)
@@ -128,32 +135,43 @@ pub fn find_node(configured: Option<&Path>) -> Result<Interpreter, String> {
 }
 
 /// Runs `node --version` on the host, unsandboxed (for `doctor`; the run path never does).
-pub fn node_version(path: &Path) -> Result<String, String> {
+pub fn node_version(path: &Path) -> Result<String, InterpreterError> {
     run_capture(path, &["--version"], Duration::from_secs(10))
         .map(|v| v.trim().to_string())
-        .ok_or_else(|| format!("{} --version failed", path.display()))
+        .ok_or_else(|| {
+            InterpreterFault::NoVersion {
+                path: path.to_path_buf(),
+            }
+            .into()
+        })
 }
 
 /// Locates python3: `configured`, else `python3` on PATH. Wrapper scripts (pyenv shims) are
 /// resolved by asking the interpreter for `sys.executable`.
-pub fn find_python(configured: Option<&Path>) -> Result<Interpreter, String> {
+pub fn find_python(configured: Option<&Path>) -> Result<Interpreter, InterpreterError> {
     let found = match configured {
         Some(p) => p.to_path_buf(),
-        None => which("python3").ok_or("python3 was not found on PATH")?,
+        None => which("python3").ok_or(InterpreterFault::NotOnPath { program: "python3" })?,
     };
     let script = "import sys;print(sys.executable);print(sys.base_prefix);print('%d.%d.%d' % sys.version_info[:3])";
-    let out = run_capture(&found, &["-I", "-S", "-c", script], Duration::from_secs(20))
-        .ok_or_else(|| format!("{} did not answer", found.display()))?;
+    let Some(out) = run_capture(&found, &["-I", "-S", "-c", script], Duration::from_secs(20))
+    else {
+        return Err(InterpreterFault::NoAnswer { path: found }.into());
+    };
     let mut lines = out.lines();
     let exe = lines.next().unwrap_or("").trim();
     let prefix = lines.next().unwrap_or("").trim();
     let version = lines.next().unwrap_or("").trim().to_string();
     if exe.is_empty() {
-        return Err(format!("{} did not report sys.executable", found.display()));
+        return Err(InterpreterFault::NoExecutable { path: found }.into());
     }
     let path = Path::new(exe)
         .canonicalize()
-        .map_err(|e| format!("python at {exe}: {e}"))?;
+        .map_err(|e| InterpreterFault::Unresolved {
+            runtime: "python",
+            path: PathBuf::from(exe),
+            source: Arc::new(e),
+        })?;
     let mut extra_roots = Vec::new();
     if !prefix.is_empty() {
         let prefix = Path::new(prefix);
@@ -301,42 +319,38 @@ impl CgroupInfo {
     }
 
     /// The directory under which per-run cgroups can be made, or why not.
-    pub fn usable_parent(&self, configured: Option<&Path>) -> Result<PathBuf, String> {
+    pub fn usable_parent(&self, configured: Option<&Path>) -> Result<PathBuf, CgroupError> {
         let Some(mount) = &self.mount else {
-            return Err("no cgroup v2 mount".into());
+            return Err(CgroupError::NoV2Mount);
         };
         let parent = match configured {
             Some(p) => p.to_path_buf(),
-            None => self
-                .own
-                .clone()
-                .ok_or_else(|| "this process has no cgroup v2 membership".to_string())?,
+            None => self.own.clone().ok_or(CgroupError::NoV2Membership)?,
         };
         let subtree: Vec<String> = std::fs::read_to_string(parent.join("cgroup.subtree_control"))
             .map(|s| s.split_whitespace().map(str::to_string).collect())
             .unwrap_or_default();
-        let missing: Vec<&str> = ["pids", "memory"]
+        let missing: Vec<&'static str> = ["pids", "memory"]
             .into_iter()
             .filter(|c| !subtree.iter().any(|s| s == c))
             .collect();
         if !missing.is_empty() {
-            return Err(format!(
-                "cgroup v2 at {} does not delegate the {} controller(s) to {} (available: {})",
-                mount.display(),
-                missing.join(" and "),
-                parent.display(),
-                if self.controllers.is_empty() {
+            return Err(CgroupError::NotDelegated {
+                mount: mount.clone(),
+                missing,
+                parent,
+                available: if self.controllers.is_empty() {
                     "none".to_string()
                 } else {
                     self.controllers.join(" ")
-                }
-            ));
+                },
+            });
         }
         let c = std::ffi::CString::new(parent.as_os_str().as_encoded_bytes())
-            .map_err(|_| "bad cgroup path".to_string())?;
+            .map_err(|_| CgroupError::BadPath)?;
         // SAFETY: access(2) on a NUL-terminated path.
         if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
-            return Err(format!("cgroup {} is not writable", parent.display()));
+            return Err(CgroupError::NotWritable { dir: parent });
         }
         Ok(parent)
     }
@@ -344,8 +358,14 @@ impl CgroupInfo {
 
 /// The cgroup v1 hierarchy directory of this process for `controller` (`pids`, `memory`), when
 /// that controller is mounted as v1 and the directory is writable (typically only for root).
-pub fn v1_controller_dir(controller: &str) -> Result<PathBuf, String> {
-    let mi = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| e.to_string())?;
+pub fn v1_controller_dir(controller: &'static str) -> Result<PathBuf, CgroupError> {
+    let proc_file = |file: &'static str| {
+        std::fs::read_to_string(file).map_err(|e| CgroupError::Proc {
+            file,
+            source: Arc::new(e),
+        })
+    };
+    let mi = proc_file("/proc/self/mountinfo")?;
     let mount = mi
         .lines()
         .find_map(|line| {
@@ -356,8 +376,8 @@ pub fn v1_controller_dir(controller: &str) -> Result<PathBuf, String> {
             (fstype == "cgroup" && opts.split(',').any(|o| o == controller))
                 .then(|| left.split_whitespace().nth(4).map(PathBuf::from))?
         })
-        .ok_or_else(|| format!("no cgroup v1 {controller} hierarchy"))?;
-    let cg = std::fs::read_to_string("/proc/self/cgroup").map_err(|e| e.to_string())?;
+        .ok_or(CgroupError::NoV1Hierarchy { controller })?;
+    let cg = proc_file("/proc/self/cgroup")?;
     let rel = cg
         .lines()
         .find_map(|l| {
@@ -370,18 +390,89 @@ pub fn v1_controller_dir(controller: &str) -> Result<PathBuf, String> {
                 .any(|c| c == controller)
                 .then(|| path.to_string())
         })
-        .ok_or_else(|| format!("this process is in no cgroup v1 {controller} group"))?;
+        .ok_or(CgroupError::NoV1Group { controller })?;
     let dir = mount.join(rel.trim_start_matches('/'));
     let c = std::ffi::CString::new(dir.as_os_str().as_encoded_bytes())
-        .map_err(|_| "bad cgroup path".to_string())?;
+        .map_err(|_| CgroupError::BadPath)?;
     // SAFETY: access(2) on a NUL-terminated path.
     if unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0 {
-        return Err(format!(
-            "cgroup v1 {controller} group {} is not writable",
-            dir.display()
-        ));
+        return Err(CgroupError::V1NotWritable { controller, dir });
     }
     Ok(dir)
+}
+
+/// Why no per-run cgroup is used (the run then relies on rlimits), in one line for the
+/// boundary report's notes and `doctor`: cgroups are disabled, neither v2 nor v1 offers a
+/// writable group, or making the run's group failed. `Clone` because the parent's verdict is
+/// kept; an io error is shared behind an `Arc`.
+#[derive(Clone, Debug, thiserror::Error)]
+pub(crate) enum CgroupError {
+    #[error("cgroups disabled by configuration")]
+    Disabled,
+    #[error("no cgroup v2 mount")]
+    NoV2Mount,
+    #[error("this process has no cgroup v2 membership")]
+    NoV2Membership,
+    #[error(
+        "cgroup v2 at {} does not delegate the {} controller(s) to {} (available: {available})",
+        mount.display(),
+        missing.join(" and "),
+        parent.display()
+    )]
+    NotDelegated {
+        mount: PathBuf,
+        missing: Vec<&'static str>,
+        parent: PathBuf,
+        /// The controllers of this process's cgroup, or `none`.
+        available: String,
+    },
+    /// A cgroup path with a NUL byte (the kernel's paths have none).
+    #[error("bad cgroup path")]
+    BadPath,
+    #[error("cgroup {} is not writable", dir.display())]
+    NotWritable { dir: PathBuf },
+    /// Reading `/proc/self/mountinfo` or `/proc/self/cgroup` failed (the message is the io
+    /// error's alone).
+    #[error("{source}")]
+    Proc {
+        file: &'static str,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("no cgroup v1 {controller} hierarchy")]
+    NoV1Hierarchy { controller: &'static str },
+    #[error("this process is in no cgroup v1 {controller} group")]
+    NoV1Group { controller: &'static str },
+    #[error("cgroup v1 {controller} group {} is not writable", dir.display())]
+    V1NotWritable {
+        controller: &'static str,
+        dir: PathBuf,
+    },
+    /// Neither a v2 directory nor a v1 group: each reason.
+    #[error("{v2}; {pids}; {memory}")]
+    Unavailable {
+        v2: Box<CgroupError>,
+        pids: Box<CgroupError>,
+        memory: Box<CgroupError>,
+    },
+    #[error("{file}: {source}")]
+    Write {
+        file: &'static str,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("mkdir {}: {source}", dir.display())]
+    Mkdir {
+        dir: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("open {}: {source}", path.display())]
+    Open {
+        path: PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
 }
 
 /// Where per-run cgroups are made.
@@ -422,13 +513,16 @@ pub struct RunCgroup {
 }
 
 impl RunCgroup {
-    pub fn create(parent: &CgroupParent, memory: u64, pids: u32) -> Result<RunCgroup, String> {
+    pub fn create(parent: &CgroupParent, memory: u64, pids: u32) -> Result<RunCgroup, CgroupError> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static COUNTER: AtomicU64 = AtomicU64::new(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
         let name = format!("capability-sandbox-{}-{n}", std::process::id());
-        let write = |dir: &Path, file: &str, value: String| -> Result<(), String> {
-            std::fs::write(dir.join(file), value).map_err(|e| format!("{file}: {e}"))
+        let write = |dir: &Path, file: &'static str, value: String| -> Result<(), CgroupError> {
+            std::fs::write(dir.join(file), value).map_err(|e| CgroupError::Write {
+                file,
+                source: Arc::new(e),
+            })
         };
         let mut cg = RunCgroup {
             version: 0,
@@ -439,9 +533,12 @@ impl RunCgroup {
             dir_fd: None,
             procs_fds: Vec::new(),
         };
-        let mkdir = |cg: &mut RunCgroup, base: &Path| -> Result<PathBuf, String> {
+        let mkdir = |cg: &mut RunCgroup, base: &Path| -> Result<PathBuf, CgroupError> {
             let dir = base.join(&name);
-            std::fs::create_dir(&dir).map_err(|e| format!("mkdir {}: {e}", dir.display()))?;
+            std::fs::create_dir(&dir).map_err(|e| CgroupError::Mkdir {
+                dir: dir.clone(),
+                source: Arc::new(e),
+            })?;
             cg.dirs.push(dir.clone());
             Ok(dir)
         };
@@ -453,8 +550,10 @@ impl RunCgroup {
                 write(&dir, "memory.max", memory.to_string())?;
                 // Swap may not be configured; that is fine.
                 let _ = write(&dir, "memory.swap.max", "0".into());
-                let f = std::fs::File::open(&dir)
-                    .map_err(|e| format!("open {}: {e}", dir.display()))?;
+                let f = std::fs::File::open(&dir).map_err(|e| CgroupError::Open {
+                    path: dir.clone(),
+                    source: Arc::new(e),
+                })?;
                 cg.dir_fd = Some(f.into());
                 cg.pids_dir = Some(dir.clone());
                 cg.memory_dir = Some(dir);
@@ -484,10 +583,14 @@ impl RunCgroup {
                     cg.memory = CgroupMemory::V1 { memsw };
                 }
                 for dir in &cg.dirs {
+                    let procs = dir.join("cgroup.procs");
                     let f = std::fs::OpenOptions::new()
                         .write(true)
-                        .open(dir.join("cgroup.procs"))
-                        .map_err(|e| format!("open {}/cgroup.procs: {e}", dir.display()))?;
+                        .open(&procs)
+                        .map_err(|e| CgroupError::Open {
+                            path: procs,
+                            source: Arc::new(e),
+                        })?;
                     cg.procs_fds.push(f.into());
                 }
             }

@@ -168,7 +168,7 @@ fn an_engine_cli_that_hangs_is_reported_unavailable_with_the_reason() {
     // What doctor says is what the OCI executor (and the OCI tests) say.
     let _ = hanging_cli(dir.path(), "podman");
     let direct = probe_cli("podman", Some(dir.path().as_os_str()), ENGINE_PROBE_TIMEOUT);
-    assert_eq!(direct.unwrap_err(), podman.detail);
+    assert_eq!(direct.unwrap_err().to_string(), podman.detail);
     // No CLI at all.
     let empty = tempfile::tempdir().unwrap();
     let none = probe_engines(Some(empty.path().as_os_str()));

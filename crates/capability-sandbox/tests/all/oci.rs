@@ -171,7 +171,9 @@ fn engine_detection_needs_an_answering_engine() {
         "docker-down",
         "echo 'Cannot connect to the Docker daemon' >&2; exit 1",
     );
-    let reason = probe_engine(&no_daemon, Duration::from_secs(5)).unwrap_err();
+    let reason = probe_engine(&no_daemon, Duration::from_secs(5))
+        .unwrap_err()
+        .to_string();
     assert!(
         reason.contains("failed (exit status: 1): Cannot connect to the Docker daemon"),
         "{reason}"
@@ -342,7 +344,7 @@ fn run_ok(cmd: &mut Command) -> Result<String, String> {
 fn fixture() -> Option<&'static Fixture> {
     static FIXTURE: OnceLock<Result<Fixture, String>> = OnceLock::new();
     let built = FIXTURE.get_or_init(|| {
-        let engine = probe_cli("podman", None, ENGINE_PROBE_TIMEOUT)?;
+        let engine = probe_cli("podman", None, ENGINE_PROBE_TIMEOUT).map_err(|e| e.to_string())?;
         let dir = std::env::temp_dir().join(format!("capability-oci-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let cc = run_ok(

@@ -178,13 +178,3 @@ async fn console_sessions_csrf_host_and_origin() {
         .await;
     assert_eq!(a.status, StatusCode::SEE_OTHER);
 }
-
-/// Session cookies are `Secure` except on a loopback listener (plain HTTP to this machine).
-#[test]
-fn loopback_listeners() {
-    assert!(capability_server::is_loopback("127.0.0.1:0"));
-    assert!(capability_server::is_loopback("[::1]:8080"));
-    assert!(capability_server::is_loopback("localhost:1"));
-    assert!(!capability_server::is_loopback("0.0.0.0:8080"));
-    assert!(!capability_server::is_loopback("192.168.1.2:80"));
-}

@@ -1,6 +1,5 @@
-//! The host's public API: outcomes, resumption, one database writer, a new home shared by
+//! Invoke and resume: outcomes, resumption, one database writer, a new home shared by
 //! several openers at once.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
 use std::sync::{Arc, Barrier};
@@ -13,18 +12,7 @@ use capability_host::{
 use capability_policy::HostKey;
 use serde_json::json;
 
-fn host_with(home: &Path, policy: Option<&str>) -> Host {
-    let mut config = HostConfig {
-        home: Some(home.join("home")),
-        ..HostConfig::default()
-    };
-    if let Some(text) = policy {
-        let file = home.join("policy.cedar");
-        std::fs::write(&file, text).unwrap();
-        config.policies = vec![file];
-    }
-    Host::open(config).unwrap()
-}
+use crate::host_with;
 
 #[test]
 fn invoke_tells_completed_pending_and_failed_apart() {
@@ -203,7 +191,7 @@ fn one_database_and_one_writer_serve_every_store() {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "one_database_and_one_writer_serve_every_store",
+                "invoke::one_database_and_one_writer_serve_every_store",
                 "--nocapture",
             ])
             .env("HOST_WRITER_CHILD", "1")
