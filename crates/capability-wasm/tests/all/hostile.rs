@@ -195,7 +195,7 @@ fn host_environment_never_reaches_the_guest() {
     if std::env::var(SECRET_VAR).is_err() {
         let child = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
-                "host_environment_never_reaches_the_guest",
+                "hostile::host_environment_never_reaches_the_guest",
                 "--exact",
                 "--test-threads=1",
             ])
