@@ -1164,6 +1164,3 @@ fn identity(leaf: &x509_parser::certificate::X509Certificate<'_>) -> Identity {
 
 #[cfg(any(test, feature = "test-support"))]
 pub mod testing;
-
-#[cfg(test)]
-mod tests;

@@ -273,23 +273,3 @@ fn symlink(_link: &Path, at: &Path) -> Result<(), AcquireError> {
     }
     .into())
 }
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn links_are_checked_lexically() {
-        assert!(link_inside(Path::new("lib/a.js"), Path::new("b.js")));
-        assert!(link_inside(Path::new("lib/a.js"), Path::new("../index.js")));
-        assert!(!link_inside(Path::new("lib/a.js"), Path::new("../../x")));
-        assert!(!link_inside(Path::new("a"), Path::new("/etc/passwd")));
-        assert_eq!(relative(Path::new("package")).unwrap(), None);
-        assert_eq!(
-            relative(Path::new("package/./lib/x.js")).unwrap(),
-            Some(PathBuf::from("lib/x.js"))
-        );
-        assert!(relative(Path::new("package/../x")).is_err());
-    }
-}

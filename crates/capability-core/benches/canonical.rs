@@ -4,10 +4,10 @@
 //! benchmark prints p50/p99 over individually timed iterations.
 
 use std::hint::black_box;
-use std::time::Instant;
 
 use capability_core::json::{canonical_hash, canonical_text, parse_str};
 use capability_core::plan::{CapabilityRef, Plan, new_plan_id};
+use capability_test_support::measure::measure;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 
@@ -24,23 +24,6 @@ fn large_doc() -> Value {
         .map(|i| json!({"id": format!("item/{i}"), "score": i as f64 * 1.5, "tags": ["a", "b", "c"], "ok": i % 2 == 0, "n": null, "text": "Lorem ipsum dolor sit amet, consectetur adipiscing elit"}))
         .collect();
     json!({"packages": items, "generatedAt": "2026-01-01T00:00:00.000Z", "10": 1, "2": 2})
-}
-
-/// Times each call separately and prints p50/p99.
-fn percentiles(name: &str, mut f: impl FnMut()) {
-    for _ in 0..2_000 {
-        f();
-    }
-    let mut samples: Vec<u128> = (0..20_000)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_nanos()
-        })
-        .collect();
-    samples.sort_unstable();
-    let p = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
-    println!("{name}: p50 {} ns, p99 {} ns", p(0.50), p(0.99));
 }
 
 fn bench(c: &mut Criterion) {
@@ -78,13 +61,13 @@ fn bench(c: &mut Criterion) {
     };
     c.bench_function("plan/create", |b| b.iter(|| black_box(make_plan())));
 
-    percentiles("canonical_hash/200B", || {
+    measure("canonical_hash/200B", 2_000, 20_000, || {
         black_box(canonical_hash(black_box(&small)));
     });
-    percentiles("canonical_hash/20KB", || {
+    measure("canonical_hash/20KB", 2_000, 20_000, || {
         black_box(canonical_hash(black_box(&large)));
     });
-    percentiles("plan/create", || {
+    measure("plan/create", 2_000, 20_000, || {
         black_box(make_plan());
     });
 }

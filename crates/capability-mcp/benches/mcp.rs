@@ -31,6 +31,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use capability_test_support::http::{announced_url, authority, free_port};
+use capability_test_support::mcp::everything;
+use capability_test_support::measure::Percentiles;
+use capability_test_support::process::Running;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use serde_json::{Value, json};
@@ -47,19 +51,6 @@ fn cap_bin() -> PathBuf {
         bin.display()
     );
     bin
-}
-
-/// Prints n, p50 and p99; returns the p50 in µs.
-fn report(name: &str, samples: &mut [u128]) -> f64 {
-    samples.sort_unstable();
-    let p = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
-    println!(
-        "{name}: n {}, p50 {:.1} µs, p99 {:.1} µs",
-        samples.len(),
-        p(0.50) as f64 / 1000.0,
-        p(0.99) as f64 / 1000.0
-    );
-    p(0.50) as f64 / 1000.0
 }
 
 /// The call a bench repeats and how its answer is checked.
@@ -190,7 +181,7 @@ fn stdio(name: &str, command: &mut Command, call: Call) -> f64 {
         client.call(call);
     }
     let mut samples: Vec<u128> = (0..5_000).map(|_| client.call(call)).collect();
-    report(name, &mut samples)
+    Percentiles::of(&mut samples).print(name).p50 / 1000.0
 }
 
 /// The latency `through` adds to `direct` over stdio: both servers run at once and their
@@ -234,8 +225,14 @@ fn added(
         db.push(y);
         diff.push(y as i128 - x as i128);
     }
-    let pa = report(&format!("{name}: direct"), &mut da);
-    let pb = report(&format!("{name}: through"), &mut db);
+    let pa = Percentiles::of(&mut da)
+        .print(&format!("{name}: direct"))
+        .p50
+        / 1000.0;
+    let pb = Percentiles::of(&mut db)
+        .print(&format!("{name}: through"))
+        .p50
+        / 1000.0;
     diff.sort_unstable();
     println!(
         "{name}: added p50 {:.1} µs (difference of the medians), {:.1} µs (median of the paired differences)",
@@ -245,15 +242,8 @@ fn added(
 }
 
 struct Server {
-    child: Child,
+    _child: Running,
     addr: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn http_server(command: &mut Command) -> Server {
@@ -262,23 +252,11 @@ fn http_server(command: &mut Command) -> Server {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .rsplit("http://")
-        .next()
-        .unwrap()
-        .trim_end_matches("/mcp")
-        .to_string();
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        while stderr.read_line(&mut sink).unwrap_or(0) > 0 {
-            sink.clear();
-        }
-    });
-    Server { child, addr }
+    let addr = authority(&announced_url(&mut child));
+    Server {
+        _child: Running(child),
+        addr,
+    }
 }
 
 /// One HTTP/1.1 connection with an MCP session.
@@ -364,13 +342,17 @@ impl Session {
 
 /// A bearer token for an agent `bench`, added to `home`.
 fn token(home: &std::path::Path) -> String {
-    let out = Command::new(cap_bin())
-        .args(["tokens", "add", "--agent", "bench", "--home"])
-        .arg(home)
-        .output()
+    let host = capability_host::Host::open(capability_host::HostConfig {
+        home: Some(home.to_path_buf()),
+        ..Default::default()
+    })
+    .unwrap();
+    let (_, secret) = host
+        .tokens()
+        .unwrap()
+        .add(&capability_host::TokenSpec::agent("bench"))
         .unwrap();
-    let doc: Value = serde_json::from_slice(&out.stdout).unwrap();
-    doc["token"].as_str().unwrap().to_string()
+    secret
 }
 
 /// One call of `call` in `session`, checked: its round trip in ns.
@@ -396,7 +378,7 @@ async fn http(name: &str, home: &std::path::Path, command: &mut Command, call: C
     for _ in 0..3_000 {
         samples.push(timed(&mut one, call).await);
     }
-    report(&format!("{name} over HTTP (one client)"), &mut samples);
+    Percentiles::of(&mut samples).print(&format!("{name} over HTTP (one client)"));
 
     let clients = 64;
     let ok = Arc::new(AtomicU64::new(0));
@@ -439,11 +421,7 @@ async fn http(name: &str, home: &std::path::Path, command: &mut Command, call: C
         "{name} over HTTP, {clients} concurrent clients: {:.0} calls/s, {ok} ok, {failed} failed",
         ok as f64 / elapsed
     );
-    report("  latency under load", &mut all);
-}
-
-fn tools_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tools/mcp")
+    Percentiles::of(&mut all).print("  latency under load");
 }
 
 fn main() {
@@ -496,8 +474,7 @@ fn serve_bench(
 
 /// The gateway in front of server-everything: the same call direct and through it.
 fn gateway_bench(runtime: &tokio::runtime::Runtime, dir: &std::path::Path, http_too: bool) {
-    let everything =
-        tools_dir().join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    let everything = everything();
     if !everything.exists() {
         println!("gateway: skipped (install tools/mcp: see .ci/run)");
         return;
@@ -552,20 +529,18 @@ fn http_added(
     dir: &std::path::Path,
     everything: &std::path::Path,
 ) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let upstream = Server {
-        child: Command::new("node")
-            .arg(everything)
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
+        _child: Running(
+            Command::new("node")
+                .arg(everything)
+                .arg("streamableHttp")
+                .env("PORT", port.to_string())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        ),
         addr: format!("127.0.0.1:{port}"),
     };
     let started = Instant::now();
@@ -674,8 +649,6 @@ fn gateway_inproc(dir: &std::path::Path) {
         .and_then(|n| n.parse().ok())
         .unwrap_or(20_000);
     let mut samples: Vec<u128> = (0..n).map(|_| once()).collect();
-    report(
-        "Gateway::call in process (instant upstream, durable home)",
-        &mut samples,
-    );
+    Percentiles::of(&mut samples)
+        .print("Gateway::call in process (instant upstream, durable home)");
 }

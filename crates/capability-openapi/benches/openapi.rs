@@ -6,11 +6,8 @@
 //! opens a connection, with a full handshake, per request).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../tests/tls_front/mod.rs"]
-mod tls_front;
-
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use capability_core::authorization::EffectPolicy;
 use capability_openapi::executor::Secrets;
@@ -20,6 +17,9 @@ use capability_openapi::{
 };
 use capability_runtime::capability::Capability;
 use capability_runtime::{CapabilityRuntime, ExecuteOptions};
+use capability_test_support::http;
+use capability_test_support::measure::{measure, paired};
+use capability_test_support::tls::{self, TestCa};
 use serde_json::{Value, json};
 
 /// Peak resident memory of the process (a counting allocator would need `unsafe`, which the
@@ -69,35 +69,17 @@ fn generated(operations: usize, server: &str) -> Value {
             "properties": {"id": {"type": "integer"}, "name": {"type": "string"}, "next": {"$ref": "#/components/schemas/Thing"}}}}}})
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
-
+/// The loopback server the generated document points at: `GET /things0/{id}`.
 fn server() -> std::net::SocketAddr {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            let app = axum::Router::new().route(
-                "/things0/{id}",
-                axum::routing::get(|| async {
-                    (
-                        [(axum::http::header::CONTENT_TYPE, "application/json")],
-                        r#"{"id":1,"name":"x"}"#,
-                    )
-                }),
-            );
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    rx.recv().unwrap()
+    http::spawn(axum::Router::new().route(
+        "/things0/{id}",
+        axum::routing::get(|| async {
+            (
+                [(axum::http::header::CONTENT_TYPE, "application/json")],
+                r#"{"id":1,"name":"x"}"#,
+            )
+        }),
+    ))
 }
 
 fn main() {
@@ -171,39 +153,26 @@ fn main() {
             .invoke("big/getthing0", input.clone(), &options)
             .unwrap()
     };
-    for _ in 0..200 {
-        plain();
-        governed();
-    }
-    let mut a = Vec::with_capacity(n);
-    let mut b = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        plain();
-        a.push(t.elapsed());
-        let t = Instant::now();
-        governed();
-        b.push(t.elapsed());
-    }
-    a.sort();
-    b.sort();
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
-    println!(
-        "plain HTTP request (same client): p50 {:.0} µs, p99 {:.0} µs",
-        us(percentile(&a, 0.5)),
-        us(percentile(&a, 0.99))
+    let (p, g) = paired(
+        ("plain HTTP request (same client)", "governed call"),
+        200,
+        n,
+        || {
+            plain();
+        },
+        || {
+            governed();
+        },
     );
     println!(
-        "governed call: p50 {:.0} µs, p99 {:.0} µs; overhead p50 {:.0} µs, p99 {:.0} µs ({n} calls each)",
-        us(percentile(&b, 0.5)),
-        us(percentile(&b, 0.99)),
-        us(percentile(&b, 0.5)) - us(percentile(&a, 0.5)),
-        us(percentile(&b, 0.99)) - us(percentile(&a, 0.99))
+        "overhead of a governed call: p50 {:.0} µs, p99 {:.0} µs ({n} calls each)",
+        (g.p50 - p.p50) / 1000.0,
+        (g.p99 - p.p99) / 1000.0
     );
 
     // The same request over TLS.
-    let ca = tls_front::TestCa::new("bench CA");
-    let front = tls_front::front(ca.server(&["127.0.0.1"]), addr);
+    let ca = TestCa::new("bench CA");
+    let front = tls::front(ca.server(&["127.0.0.1"]), addr);
     let tls_client = HttpClient::new(
         HttpConfig {
             extra_roots_pem: Some(ca.pem()),
@@ -229,20 +198,14 @@ fn main() {
             )
             .unwrap()
     };
-    for _ in 0..100 {
-        tls();
-    }
-    let mut c: Vec<Duration> = (0..n)
-        .map(|_| {
-            let t = Instant::now();
+    measure(
+        &format!(
+            "https request (handshake per request, through a loopback TLS terminator, {n} requests)"
+        ),
+        100,
+        n,
+        || {
             tls();
-            t.elapsed()
-        })
-        .collect();
-    c.sort();
-    println!(
-        "https request (handshake per request, through a loopback TLS terminator): p50 {:.0} µs, p99 {:.0} µs ({n} requests)",
-        us(percentile(&c, 0.5)),
-        us(percentile(&c, 0.99))
+        },
     );
 }

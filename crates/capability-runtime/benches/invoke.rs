@@ -6,62 +6,22 @@
 
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::Instant;
 
-use capability_core::receipt::Verification;
 use capability_runtime::defaults::builtin_capability;
 use capability_runtime::store::{MemoryReceiptStore, ReceiptStore, SqliteReceiptStore};
-use capability_runtime::{Capability, CapabilityRuntime, ExecuteOptions};
+use capability_runtime::{CapabilityRuntime, ExecuteOptions};
+use capability_test_support::capabilities::add;
+use capability_test_support::measure::measure;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 
-fn add() -> Option<Capability> {
-    Capability::builder(json!({
-        "specVersion": "0.1", "id": "math/add", "version": "1.0.0", "name": "Add",
-        "description": "Adds two numbers.",
-        "input": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}}, "required": ["a", "b"]},
-        "output": {"type": "object", "properties": {"result": {"type": "number"}}, "required": ["result"]},
-        "effects": []
-    }))
-    .execute_json(|input, _| {
-        let a = input["a"].as_f64().unwrap_or(0.0);
-        let b = input["b"].as_f64().unwrap_or(0.0);
-        Ok(json!({"result": a + b}))
-    })
-    .verify(|_, output, _| Ok(Verification { ok: output["result"].is_number(), message: None, data: None }))
-    .build()
-    .ok()
-}
-
 fn runtime(store: Arc<dyn ReceiptStore>) -> CapabilityRuntime {
     let rt = CapabilityRuntime::builder().store(store).build();
-    if let Some(c) = add() {
-        let _ = rt.register(c);
-    }
+    let _ = rt.register(add("math/add", json!([])));
     if let Ok(c) = builtin_capability("text/slugify") {
         let _ = rt.register(c);
     }
     rt
-}
-
-fn percentiles(name: &str, mut f: impl FnMut()) {
-    for _ in 0..2_000 {
-        f();
-    }
-    let mut samples: Vec<u128> = (0..20_000)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_nanos()
-        })
-        .collect();
-    samples.sort_unstable();
-    let p = |q: f64| samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)];
-    println!(
-        "{name}: p50 {:.2} µs, p99 {:.2} µs",
-        p(0.50) as f64 / 1000.0,
-        p(0.99) as f64 / 1000.0
-    );
 }
 
 fn bench(c: &mut Criterion) {
@@ -89,7 +49,7 @@ fn bench(c: &mut Criterion) {
             c.bench_function(&label, |b| {
                 b.iter(|| black_box(rt.invoke(id, input.clone(), &options)))
             });
-            percentiles(&label, || {
+            measure(&label, 2_000, 20_000, || {
                 black_box(rt.invoke(id, input.clone(), &options).ok());
             });
         }

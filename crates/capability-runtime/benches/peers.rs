@@ -15,17 +15,15 @@
 
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::Instant;
 
-use capability_core::authorization::EffectPolicy;
 use capability_policy::audit::JsonlSink;
-use capability_policy::cedar::{CedarPolicies, PolicyFile};
-use capability_policy::{AuditSink, Governor, MemoryStore, PolicyEngine};
+use capability_policy::{AuditSink, MemoryStore};
 use capability_runtime::store::MemoryReceiptStore;
 use capability_runtime::{Caller, CapabilityRuntime, ExecuteOptions};
 use serde_json::json;
 
 use capability_test_support::governed as support;
+use capability_test_support::measure::timed;
 
 /// brane-core's one policy (`deny if a > 107`) as one Cedar policy.
 const ONE_POLICY: &str = r#"@id("limit") @reason("amount too large")
@@ -33,21 +31,7 @@ permit(principal, action, resource) unless { context.input has a && context.inpu
 "#;
 
 fn runtime(policies: &str, audit: Arc<dyn AuditSink>) -> CapabilityRuntime {
-    let cedar = CedarPolicies::from_sources(&[PolicyFile::new("peers.cedar", policies)]).unwrap();
-    let engine = PolicyEngine::new();
-    engine.add_source(Arc::new(cedar));
-    let governor = Governor::new("bench-agent")
-        .engine(Arc::new(engine))
-        .audit(audit);
-    let rt = CapabilityRuntime::builder()
-        .policy(EffectPolicy::read_only())
-        .store(Arc::new(MemoryReceiptStore::new()))
-        .governor(Arc::new(governor))
-        .build();
-    for i in 0..support::CAPABILITIES {
-        rt.register(support::add(&format!("svc/c{i}"))).unwrap();
-    }
-    rt
+    support::governed_by(policies, Arc::new(MemoryReceiptStore::new()), audit)
 }
 
 fn env(name: &str, default: usize) -> usize {
@@ -67,25 +51,17 @@ fn measure(workload: &str, rt: &CapabilityRuntime) {
     let input = json!({"a": 20, "b": 22, "tenant": "acme"});
     let r = rt.invoke("svc/c7", input.clone(), &options).unwrap();
     assert_eq!(r.output, Some(json!({"result": 42})));
-    for _ in 0..env("PEERS_WARMUP", 2_000) {
-        black_box(rt.invoke("svc/c7", input.clone(), &options).ok());
-    }
-    let mut samples: Vec<u128> = (0..env("PEERS_SAMPLES", 20_000))
-        .map(|_| {
-            let t = Instant::now();
+    let p = timed(
+        env("PEERS_WARMUP", 2_000),
+        env("PEERS_SAMPLES", 20_000),
+        || {
             black_box(rt.invoke("svc/c7", input.clone(), &options).ok());
-            t.elapsed().as_nanos()
-        })
-        .collect();
-    samples.sort_unstable();
-    let p = |q: f64| {
-        samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)] as f64 / 1000.0
-    };
-    let mean = samples.iter().sum::<u128>() as f64 / samples.len() as f64 / 1000.0;
+        },
+    );
     println!(
         "{}",
-        json!({"workload": workload, "p50_us": p(0.5), "p99_us": p(0.99), "mean_us": mean,
-               "samples": samples.len()})
+        json!({"workload": workload, "p50_us": p.p50 / 1000.0, "p99_us": p.p99 / 1000.0,
+               "mean_us": p.mean / 1000.0, "samples": p.samples})
     );
 }
 

@@ -13,7 +13,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -26,9 +26,8 @@ use serde_json::{Value, json};
 const NODE_SHIM: &str = include_str!("../src/shims/node.mjs");
 const PYTHON_SHIM: &str = include_str!("../src/shims/python.py");
 
-fn fixtures() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
-}
+/// The fixtures of the tests (`tests/fixtures`).
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 fn native_package() -> (tempfile::TempDir, ModuleSpec) {
     let dir = tempfile::tempdir().unwrap();
@@ -36,7 +35,7 @@ fn native_package() -> (tempfile::TempDir, ModuleSpec) {
     let ok = Command::new("gcc")
         .args(["-O2", "-o"])
         .arg(&bin)
-        .arg(fixtures().join("hostile/hostile.c"))
+        .arg(Path::new(FIXTURES).join("hostile/hostile.c"))
         .status()
         .unwrap()
         .success();
@@ -52,7 +51,7 @@ fn native_package() -> (tempfile::TempDir, ModuleSpec) {
 }
 
 fn node_spec() -> ModuleSpec {
-    let root = fixtures().join("add-package");
+    let root = Path::new(FIXTURES).join("add-package");
     let pkg: Value =
         serde_json::from_slice(&std::fs::read(root.join("package.json")).unwrap()).unwrap();
     ModuleSpec::from_export(
@@ -65,7 +64,7 @@ fn node_spec() -> ModuleSpec {
 
 fn python_spec() -> ModuleSpec {
     ModuleSpec {
-        package_root: fixtures().join("hooks"),
+        package_root: Path::new(FIXTURES).join("hooks"),
         install_root: None,
         module: "./bare.py".into(),
         integrity: None,

@@ -20,36 +20,10 @@ use capability_host::{AuditFilter, Host, HostConfig, Principal, Role, TokenRecor
 use capability_policy::approvals::{ApprovalFilter, ApprovalRecord, ApprovalStore};
 use capability_policy::audit::{AuditEvent, AuditStore};
 use capability_policy::{ApprovalStatus, SqliteStore};
+use capability_test_support::approvals::pending_approval;
+use capability_test_support::measure::measure;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::json;
-
-fn approval(i: usize) -> ApprovalRecord {
-    ApprovalRecord {
-        approval_id: format!("apr_{i:016x}"),
-        status: ApprovalStatus::Pending,
-        plan_fingerprint: Some(format!("sha256:{i:064x}")),
-        action_digest: format!("{i:064x}"),
-        capability: "text/slugify".into(),
-        action_type: "tool_call".into(),
-        agent_id: format!("agent-{}", i % 50),
-        tenant: Some(format!("tenant-{}", i % 10)),
-        environment: "prod".into(),
-        requester: format!("token:tok_{i:012x}"),
-        reason: Some("secrets need a human".into()),
-        policy_ids: vec!["policy0".into(), "secrets-need-approval".into()],
-        input: json!({"text": format!("a secret plan number {i}"), "apiKey": "sk-123", "options": {"separator": "-", "lower": true}}),
-        action_id: format!("act_{i}"),
-        trace_id: format!("trc_{i}"),
-        created_at: 1_700_000_000_000 + i as i64,
-        expires_at: 1_900_000_000_000,
-        decided_by: None,
-        decided_at: None,
-        note: None,
-        token_nonce: None,
-        token_expires_at: None,
-        consumed_at: None,
-    }
-}
 
 fn viewer() -> Principal {
     Principal::from_token(&TokenRecord {
@@ -64,24 +38,6 @@ fn viewer() -> Principal {
         tenants: BTreeSet::new(),
         login: Some("alice".into()),
     })
-}
-
-fn percentiles(name: &str, runs: usize, mut f: impl FnMut()) {
-    f();
-    let mut samples: Vec<u128> = (0..runs)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_micros()
-        })
-        .collect();
-    samples.sort_unstable();
-    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q) as usize] as f64 / 1000.0;
-    println!(
-        "{name}: p50 {:.3} ms, p99 {:.3} ms over {runs} runs",
-        at(0.5),
-        at(0.99)
-    );
 }
 
 fn event_template() -> AuditEvent {
@@ -102,7 +58,7 @@ fn event_template() -> AuditEvent {
 
 fn bench(c: &mut Criterion) {
     // The pending page.
-    let records: Vec<ApprovalRecord> = (0..10_000).map(approval).collect();
+    let records: Vec<ApprovalRecord> = (0..10_000).map(pending_approval).collect();
     let viewer = viewer();
     let page = capability_server::render_pending_page(&records, "csrf-token", &viewer);
     println!(
@@ -110,7 +66,7 @@ fn bench(c: &mut Criterion) {
         records.len(),
         page.len() / 1024
     );
-    percentiles("render pending page (10,000 pending)", 50, || {
+    measure("render pending page (10,000 pending)", 1, 50, || {
         std::hint::black_box(capability_server::render_pending_page(
             &records, "csrf", &viewer,
         ));
@@ -132,7 +88,7 @@ fn bench(c: &mut Criterion) {
         tenant: None,
         limit: Some(10_000),
     };
-    percentiles("list + render pending page (10,000 pending)", 30, || {
+    measure("list + render pending page (10,000 pending)", 1, 30, || {
         let list = host.approvals(&viewer, &filter).unwrap().approvals;
         assert_eq!(list.len(), 10_000);
         std::hint::black_box(capability_server::render_pending_page(
@@ -179,16 +135,18 @@ fn bench(c: &mut Criterion) {
     }
     .query()
     .unwrap();
-    percentiles(
+    measure(
         "audit query by tenant (newest 100 of 1,000,000)",
+        1,
         200,
         || {
             let r = host.audit_query(&viewer, &by_tenant).unwrap();
             assert_eq!(r.events.len(), 100);
         },
     );
-    percentiles(
+    measure(
         "audit query by tenant and agent (newest 100 of 1,000,000)",
+        1,
         200,
         || {
             let r = host.audit_query(&viewer, &by_agent).unwrap();

@@ -256,23 +256,3 @@ fn decode(s: &[u8]) -> String {
     }
     String::from_utf8_lossy(&out).into_owned()
 }
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn forms_decode() {
-        let f = parse_form(b"csrf=a%2Fb&comment=looks+fine%21&x=%zz&empty=");
-        assert_eq!(f["csrf"], "a/b");
-        assert_eq!(f["comment"], "looks fine!");
-        assert_eq!(f["x"], "%zz");
-        assert_eq!(f["empty"], "");
-        assert_eq!(
-            parse_form(b"a=%4"),
-            HashMap::from([("a".into(), "%4".into())])
-        );
-        assert!(same("abc", "abc") && !same("abc", "abd") && !same("abc", "ab"));
-    }
-}

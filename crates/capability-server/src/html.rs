@@ -184,24 +184,3 @@ pub(crate) const SCRIPT: &str = r#"(function () {
   });
 })();
 "#;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escapes_and_redacts() {
-        assert_eq!(
-            esc("<a href=\"x\">&'"),
-            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
-        );
-        assert_eq!(url("text/slugify x"), "text%2Fslugify%20x");
-        let v =
-            serde_json::json!({"text": "hi", "apiKey": "k", "nested": [{"Password": "p", "n": 1}]});
-        let r = redact(&v);
-        assert_eq!(r["text"], "hi");
-        assert_eq!(r["apiKey"], "[REDACTED]");
-        assert_eq!(r["nested"][0]["Password"], "[REDACTED]");
-        assert_eq!(r["nested"][0]["n"], 1);
-    }
-}

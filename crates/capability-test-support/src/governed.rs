@@ -64,20 +64,40 @@ pub fn runtime(
     store: Arc<dyn ReceiptStore>,
     audit: Option<Arc<dyn AuditSink>>,
 ) -> CapabilityRuntime {
-    let mut builder = CapabilityRuntime::builder()
-        .policy(EffectPolicy::read_only())
-        .store(store);
-    if let Some(audit) = audit {
-        let cedar =
-            CedarPolicies::from_sources(&[PolicyFile::new("bench.cedar", policies())]).unwrap();
-        let engine = PolicyEngine::new();
-        engine.add_source(Arc::new(cedar));
-        let governor = Governor::new("bench-agent")
-            .engine(Arc::new(engine))
-            .audit(audit);
-        builder = builder.governor(Arc::new(governor));
+    match audit {
+        Some(audit) => governed_by(&policies(), store, audit),
+        None => with_capabilities(
+            CapabilityRuntime::builder()
+                .policy(EffectPolicy::read_only())
+                .store(store)
+                .build(),
+        ),
     }
-    let rt = builder.build();
+}
+
+/// A runtime with the 48 capabilities, the read-only effect preset, and a governor holding
+/// the Cedar `policies` and auditing to `audit`.
+pub fn governed_by(
+    policies: &str,
+    store: Arc<dyn ReceiptStore>,
+    audit: Arc<dyn AuditSink>,
+) -> CapabilityRuntime {
+    let cedar = CedarPolicies::from_sources(&[PolicyFile::new("bench.cedar", policies)]).unwrap();
+    let engine = PolicyEngine::new();
+    engine.add_source(Arc::new(cedar));
+    let governor = Governor::new("bench-agent")
+        .engine(Arc::new(engine))
+        .audit(audit);
+    with_capabilities(
+        CapabilityRuntime::builder()
+            .policy(EffectPolicy::read_only())
+            .store(store)
+            .governor(Arc::new(governor))
+            .build(),
+    )
+}
+
+fn with_capabilities(rt: CapabilityRuntime) -> CapabilityRuntime {
     for i in 0..CAPABILITIES {
         rt.register(add(&format!("svc/c{i}"))).unwrap();
     }

@@ -3,11 +3,12 @@
 
 use std::time::Instant;
 
-/// The p50 and p99 of a set of samples, in nanoseconds.
+/// The p50, p99 and mean of a set of samples, in nanoseconds.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Percentiles {
     pub p50: f64,
     pub p99: f64,
+    pub mean: f64,
     pub samples: usize,
 }
 
@@ -25,6 +26,7 @@ impl Percentiles {
         Percentiles {
             p50: at(0.50),
             p99: at(0.99),
+            mean: samples.iter().sum::<u128>() as f64 / n as f64,
             samples: samples.len(),
         }
     }
@@ -40,8 +42,8 @@ impl Percentiles {
     }
 }
 
-/// Times `f` `runs` times (after `warmup` untimed calls) and prints its percentiles.
-pub fn measure(name: &str, warmup: usize, runs: usize, mut f: impl FnMut()) -> Percentiles {
+/// Times `f` `runs` times (after `warmup` untimed calls): its percentiles, not printed.
+pub fn timed(warmup: usize, runs: usize, mut f: impl FnMut()) -> Percentiles {
     for _ in 0..warmup {
         f();
     }
@@ -52,7 +54,12 @@ pub fn measure(name: &str, warmup: usize, runs: usize, mut f: impl FnMut()) -> P
             t.elapsed().as_nanos()
         })
         .collect();
-    Percentiles::of(&mut samples).print(name)
+    Percentiles::of(&mut samples)
+}
+
+/// Times `f` `runs` times (after `warmup` untimed calls) and prints its percentiles.
+pub fn measure(name: &str, warmup: usize, runs: usize, f: impl FnMut()) -> Percentiles {
+    timed(warmup, runs, f).print(name)
 }
 
 /// [`measure`] with the workspace's usual counts: 1,000 warm-up calls, 10,000 timed.

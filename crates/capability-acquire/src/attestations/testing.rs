@@ -30,6 +30,11 @@ pub const WORKFLOW: &str =
 pub const ISSUER: &str = "https://token.actions.githubusercontent.com";
 pub const BUILDER: &str = "https://github.com/actions/runner/github-hosted";
 
+/// How many transparency logs and certificate authorities `root` trusts.
+pub fn trusted(root: &TrustedRoot) -> (usize, usize) {
+    (root.tlogs.len(), root.authorities.len())
+}
+
 fn b64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }

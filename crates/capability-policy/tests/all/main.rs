@@ -1,0 +1,16 @@
+//! The integration tests of capability-policy, one binary: one module per behaviour of the
+//! governance layer (decisions, Cedar, approvals, the audit log, Brane parity, scenarios).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod approvals;
+mod audit_log;
+mod brane_parity;
+mod cedar_checks;
+mod cedar_contract;
+mod common;
+mod decisions;
+mod fuzz;
+mod model;
+mod scenarios_cedar;
+mod scenarios_rust;
+mod single_event;

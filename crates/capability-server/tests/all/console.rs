@@ -1,0 +1,180 @@
+//! The web console: sessions, CSRF, and the Host and Origin checks.
+
+use capability_server::ServerOptions;
+use hyper::http::{Method, StatusCode};
+
+use crate::fixture::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn console_sessions_csrf_host_and_origin() {
+    let f = start(|_| ServerOptions::default()).await;
+    let id = f.pending("agent", "console secret").await;
+    // Sign-in without the login CSRF cookie is refused.
+    let a = f
+        .send(
+            Method::POST,
+            "/login",
+            None,
+            Some("login=alice&password=correct+horse+battery&csrf=x"),
+            &[("content-type", "application/x-www-form-urlencoded")],
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::FORBIDDEN);
+    // A wrong password is refused.
+    let form = f.send(Method::GET, "/login", None, None, &[]).await;
+    let c = set_cookie(&form.headers, "cap_login_csrf");
+    let a = f
+        .send(
+            Method::POST,
+            "/login",
+            None,
+            Some(&format!("login=alice&password=wrong&csrf={c}")),
+            &[
+                ("content-type", "application/x-www-form-urlencoded"),
+                ("cookie", &format!("cap_login_csrf={c}")),
+            ],
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+    // Unauthenticated console pages send to the sign-in page.
+    let a = f.send(Method::GET, "/console/audit", None, None, &[]).await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER);
+    let (cookie, csrf) = f.login().await;
+    let page = f
+        .send(
+            Method::GET,
+            "/console/approvals",
+            None,
+            None,
+            &[("cookie", &cookie)],
+        )
+        .await;
+    assert!(page.text.contains(&id) && page.text.contains("console secret"));
+    assert!(
+        page.headers["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("script-src 'self'")
+    );
+    let approve = format!("/console/approvals/{id}/approve");
+    let form_headers = [
+        ("content-type", "application/x-www-form-urlencoded"),
+        ("cookie", cookie.as_str()),
+    ];
+    // No CSRF token, a wrong one: refused, and the approval stays pending.
+    for body in [
+        "comment=ok".to_string(),
+        "comment=ok&csrf=forged".to_string(),
+    ] {
+        let a = f
+            .send(Method::POST, &approve, None, Some(&body), &form_headers)
+            .await;
+        assert_eq!(a.status, StatusCode::FORBIDDEN, "{body}");
+    }
+    let a = f.get(&format!("/api/v1/approvals/{id}"), "auditor").await;
+    assert_eq!(a.json()["approval"]["status"], "pending");
+    // The session on the API: a state change needs the CSRF header.
+    let a = f
+        .send(
+            Method::POST,
+            &format!("/api/v1/approvals/{id}/approve"),
+            None,
+            Some("{}"),
+            &[("cookie", cookie.as_str())],
+        )
+        .await;
+    assert_eq!(
+        (a.status, a.code().as_str()),
+        (StatusCode::FORBIDDEN, "CSRF")
+    );
+    let a = f
+        .send(
+            Method::GET,
+            "/api/v1/whoami",
+            None,
+            None,
+            &[("cookie", cookie.as_str())],
+        )
+        .await;
+    assert_eq!(a.json()["name"], "alice");
+    // A foreign Origin or Host is refused even with the right token.
+    let body = format!("comment=ok&csrf={csrf}");
+    let mut evil = form_headers.to_vec();
+    evil.push(("origin", "http://evil.example"));
+    let a = f
+        .send(Method::POST, &approve, None, Some(&body), &evil)
+        .await;
+    assert_eq!(a.status, StatusCode::FORBIDDEN);
+    let a = f
+        .send(
+            Method::GET,
+            "/api/v1/whoami",
+            Some("alice"),
+            None,
+            &[("host", "evil.example")],
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::FORBIDDEN);
+    // With its token and its own origin, the form approves and shows the agent's token.
+    let mut own = form_headers.to_vec();
+    let origin = f.base.clone();
+    own.push(("origin", origin.as_str()));
+    let a = f
+        .send(Method::POST, &approve, None, Some(&body), &own)
+        .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    assert!(a.text.contains("id=\"approval-token\">capapr1."));
+    let a = f.get(&format!("/api/v1/approvals/{id}"), "auditor").await;
+    assert_eq!(a.json()["approval"]["decidedBy"], "alice");
+    // Every console page renders for the session.
+    for path in [
+        "/console/decided",
+        "/console/audit?tenant=acme",
+        "/console/receipts",
+        "/console/policies",
+        &format!("/console/approvals/{id}"),
+    ] {
+        let a = f
+            .send(
+                Method::GET,
+                path,
+                None,
+                None,
+                &[("cookie", cookie.as_str())],
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::OK, "{path}");
+        assert!(a.text.contains("<main id=\"main\">"), "{path}");
+    }
+    let audit = f
+        .send(
+            Method::GET,
+            "/console/audit",
+            None,
+            None,
+            &[("cookie", cookie.as_str())],
+        )
+        .await;
+    assert!(audit.text.contains("Hash chain verified"));
+    // Logging out ends the session.
+    let a = f
+        .send(
+            Method::POST,
+            "/logout",
+            None,
+            Some(&format!("csrf={csrf}")),
+            &form_headers,
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER);
+    let a = f
+        .send(
+            Method::GET,
+            "/console/approvals",
+            None,
+            None,
+            &[("cookie", cookie.as_str())],
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::SEE_OTHER);
+}
