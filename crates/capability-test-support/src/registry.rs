@@ -238,8 +238,9 @@ pub fn publish_fake(server: &Server, name: &str, version: &str, bytes: &[u8], de
     );
     let mut doc = package_json(name, version);
     doc["dist"] = json!({"integrity": declared, "tarball": tarball});
+    // A scoped name's packument is asked for as `@scope%2Fname`, as npm sends it.
     server.json(
-        &format!("/registry/{name}"),
+        &format!("/registry/{}", name.replace('/', "%2F")),
         &json!({"name": name, "dist-tags": {"latest": version}, "versions": {version: doc}}),
     );
 }

@@ -5,6 +5,7 @@ use std::path::Path;
 
 use capability_host::{Host, HostConfig};
 
+mod acquire;
 mod approval_events;
 mod guard;
 mod invoke;

@@ -7,10 +7,6 @@ use capability_host::tokens::{AuthError, Role, TokenSpec, Tokens, parse_duration
 use capability_host::{Host, HostConfig};
 use rusqlite::Connection;
 
-fn open(dir: &std::path::Path) -> Host {
-    crate::host_with(dir, None)
-}
-
 fn database(host: &Host) -> Connection {
     Connection::open(host.home().database()).unwrap()
 }
@@ -28,7 +24,7 @@ fn durations_are_a_number_and_a_unit() {
 #[test]
 fn a_token_authenticates_until_it_is_revoked_and_only_its_hash_is_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let host = open(dir.path());
+    let host = crate::host_with(dir.path(), None);
     let tokens = host.tokens().unwrap();
     let mut spec = TokenSpec::agent("bot");
     spec.scopes.insert("read".into());
@@ -63,7 +59,7 @@ fn a_token_authenticates_until_it_is_revoked_and_only_its_hash_is_kept() {
 #[test]
 fn an_approver_logs_in_with_an_argon2_password_for_its_tenants() {
     let dir = tempfile::tempdir().unwrap();
-    let host = open(dir.path());
+    let host = crate::host_with(dir.path(), None);
     let tokens = host.tokens().unwrap();
     let mut spec = TokenSpec::agent("alice");
     spec.role = Role::Approver;
@@ -142,7 +138,7 @@ fn a_token_table_of_an_older_home_is_migrated() {
 #[test]
 fn an_expired_token_is_refused_and_listed_as_expired() {
     let dir = tempfile::tempdir().unwrap();
-    let host = open(dir.path());
+    let host = crate::host_with(dir.path(), None);
     let tokens: &Tokens = host.tokens().unwrap();
     let (rec, secret) = tokens.add(&TokenSpec::agent("bot")).unwrap();
     database(&host)

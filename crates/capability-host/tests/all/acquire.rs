@@ -1,0 +1,114 @@
+//! `Host::acquire`: a capability that is in an index but not installed is installed,
+//! assessed and registered in the host that acquires it, so the same host runs it (the
+//! path `cap exec <indexed id>` takes, opening one host); a package the trust policy
+//! refuses leaves nothing behind.
+
+use capability_host::trust::TrustPolicy;
+use capability_host::{HostError, InstallOptions, Outcome, Request};
+use capability_test_support::registry::{Registry, index, index_package, store_entries};
+use serde_json::json;
+
+/// A registry serving the fixture package (`fixture/add`) and an index naming it.
+fn published() -> (Registry, InstallOptions) {
+    let registry = Registry::start();
+    let integrity = registry.add("@fixture/capabilities", "1.0.0");
+    let url = registry.server().json(
+        "/index.json",
+        &index(
+            vec![index_package(
+                "@fixture/capabilities",
+                "1.0.0",
+                Some(&integrity),
+            )],
+            &[],
+        ),
+    );
+    let options = InstallOptions {
+        indexes: vec![url],
+        registry: Some(registry.url()),
+        ..InstallOptions::default()
+    };
+    (registry, options)
+}
+
+#[test]
+fn an_indexed_capability_is_acquired_into_the_host_that_runs_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_registry, options) = published();
+    let host = crate::host_with(dir.path(), None);
+    assert!(host.resolve("fixture/add").is_err(), "not installed yet");
+
+    let trust = TrustPolicy {
+        require_package: true,
+        require_package_integrity: true,
+        ..TrustPolicy::default()
+    };
+    let acquired = host
+        .acquire("fixture/add", &options, &trust)
+        .unwrap()
+        .expect("an index is configured");
+    assert_eq!(acquired.installation.capability_id(), "fixture/add");
+    assert!(acquired.trust.accepted, "{:?}", acquired.trust);
+    assert_eq!(
+        store_entries(&dir.path().join("home")).len(),
+        2,
+        "package + record"
+    );
+
+    // The same host, not a second one, resolves and runs it behind the sandbox.
+    assert_eq!(host.resolve("fixture/add").unwrap(), "fixture/add");
+    let outcome = host.invoke(&Request::new("fixture/add", json!({"a": 2, "b": 3})));
+    let Outcome::Completed(done) = outcome else {
+        panic!("{outcome:?}")
+    };
+    assert_eq!(done.receipt.output, Some(json!({"result": 5})));
+    let receipt = serde_json::to_value(&done.receipt).unwrap();
+    assert_eq!(
+        receipt["provenance"]["packageName"],
+        json!("@fixture/capabilities"),
+        "{receipt}"
+    );
+
+    // Acquiring what is installed again changes nothing.
+    host.acquire("fixture/add", &options, &trust).unwrap();
+    assert_eq!(store_entries(&dir.path().join("home")).len(), 2);
+}
+
+#[test]
+fn a_package_the_trust_policy_refuses_leaves_nothing_and_is_not_registered() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_registry, options) = published();
+    let host = crate::host_with(dir.path(), None);
+    let trust = TrustPolicy {
+        allowed_packages: vec!["@other/*".into()],
+        ..TrustPolicy::default()
+    };
+    let err = host
+        .acquire("fixture/add", &options, &trust)
+        .expect_err("refused by trust");
+    let HostError::Trust(refused) = &err else {
+        panic!("{err:?}")
+    };
+    assert_eq!(refused.capability(), "fixture/add");
+    assert!(err.to_string().contains("nothing was kept"), "{err}");
+    assert!(
+        store_entries(&dir.path().join("home")).is_empty(),
+        "refused package left in the store: {:?}",
+        store_entries(&dir.path().join("home"))
+    );
+    assert!(host.resolve("fixture/add").is_err());
+}
+
+#[test]
+fn without_an_index_there_is_nothing_to_acquire() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = crate::host_with(dir.path(), None);
+    let got = host
+        .acquire(
+            "fixture/add",
+            &InstallOptions::default(),
+            &TrustPolicy::default(),
+        )
+        .unwrap();
+    assert!(got.is_none());
+}
