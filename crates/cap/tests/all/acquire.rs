@@ -38,7 +38,7 @@ fn stderr(out: &Output) -> String {
 /// `cap install` of a refused artifact exits 1 saying why, and leaves nothing in the store
 /// and no lock (every kind of refusal is tested in capability-acquire).
 #[test]
-fn refused_artifacts_leave_nothing_in_the_store() {
+fn cap_install_of_a_refused_artifact_fails_and_writes_no_lock() {
     let server = Server::start();
     let home = tempfile::tempdir().unwrap();
     let registry = format!("{}/registry/", server.base);

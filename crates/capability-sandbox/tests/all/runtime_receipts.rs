@@ -61,13 +61,6 @@ fn runtime(
     rt
 }
 
-fn limits() -> Limits<ProcessLimits> {
-    Limits {
-        timeout: Duration::from_secs(20),
-        ..Limits::default()
-    }
-}
-
 /// Invokes and returns the stored failed receipt of a refused run.
 fn failed_receipt(
     rt: &CapabilityRuntime,
@@ -103,7 +96,7 @@ fn network_and_files_are_closed_without_grants_and_the_receipt_says_why() {
             read_paths: vec![secret.path().into()],
             ..Default::default()
         },
-        limits(),
+        common::limits(),
     );
 
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -219,7 +212,7 @@ fn granted_effects_open_exactly_what_the_host_chose() {
             read_paths: vec![secret.path().into()],
             ..Default::default()
         },
-        limits(),
+        common::limits(),
     );
     // Without approval the permissive policy refuses network.connect: no receipt, no run.
     let err = rt
@@ -317,7 +310,7 @@ fn the_in_process_choice_runs_no_package_module() {
 fn a_guest_error_code_is_the_guests_never_the_runs() {
     for lang in common::ALL {
         let pkg = common::Package::new(lang);
-        let executor = ModuleExecutor::new(ExecutorChoice::Process).with_limits(limits());
+        let executor = ModuleExecutor::new(ExecutorChoice::Process).with_limits(common::limits());
         let rt = CapabilityRuntime::builder()
             .policy(EffectPolicy::permissive())
             .executor(Arc::new(executor))
