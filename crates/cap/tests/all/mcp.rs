@@ -2423,3 +2423,29 @@ when { context.input has a && context.input.a > 100 };"#;
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A call limit of zero would refuse every call: each long-running surface refuses it when it
+/// parses its options, before it opens a home or listens.
+#[test]
+fn every_serving_surface_refuses_a_zero_call_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(&config, "").unwrap();
+    for args in [
+        vec!["serve", "--listen", "127.0.0.1:0"],
+        vec!["mcp-serve", "--listen", "127.0.0.1:0"],
+        vec!["mcp-gateway", "--config", config.to_str().unwrap()],
+    ] {
+        let mut all = args.clone();
+        all.extend(["--max-calls-per-principal", "0"]);
+        let out = cap(&home, &all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains("invalid value '0' for '--max-calls-per-principal"),
+            "{args:?}: {stderr}"
+        );
+        assert!(!home.exists(), "{args:?} opened the home");
+    }
+}
