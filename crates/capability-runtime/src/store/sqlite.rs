@@ -123,14 +123,17 @@ impl Job for Put {
         // this against `put`, which writes the journal and registers the receipt as pending
         // under the same lock.
         // Rotated, not truncated at every batch: see capability_journal's docs.
+        // Only when nothing is pending: under steady traffic a receipt is nearly always
+        // pending, and a fresh journal made only to be removed again costs two file
+        // operations per batch.
         if lock(&shared.dirty).is_none() {
-            let due = lock(&shared.journal)
-                .as_ref()
-                .is_some_and(|j| j.len() >= capability_journal::ROTATE_BYTES);
-            let seed = if due {
-                lock(&shared.journal).as_ref().map(Journal::seed)
-            } else {
-                None
+            let seed = {
+                let journal = lock(&shared.journal);
+                let idle = lock(&shared.pending).is_empty();
+                journal
+                    .as_ref()
+                    .filter(|j| idle && j.len() >= capability_journal::ROTATE_BYTES)
+                    .map(Journal::seed)
             };
             let next = seed.and_then(|s| s.create().ok());
             if let Some(next) = next {
