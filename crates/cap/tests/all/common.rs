@@ -33,6 +33,17 @@ pub fn cap_with_roots(home: &Path, ca_file: Option<&Path>, args: &[&str]) -> Out
     command.args(args).output().unwrap()
 }
 
+/// Asserts that `cap` exited with status 0, showing what it printed otherwise.
+pub fn succeeded(out: &Output) {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The JSON `cap` printed (a record, which may hold accepted values a few levels down), or a
 /// panic showing stdout and stderr.
 pub fn stdout_json(out: &Output) -> Value {

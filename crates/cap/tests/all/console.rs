@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{self, Running, stdout_json};
+use crate::common::{self, Running, stdout_json, succeeded};
 use capability_test_support::http::free_port;
 use fantoccini::{ClientBuilder, Locator};
 use serde_json::json;
@@ -273,12 +273,7 @@ async fn an_approver_approves_an_agents_call_in_the_browser() {
 
     // The agent's retry with the token runs the exact call.
     let out = exec(&["--approval", approval_token.trim()]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    succeeded(&out);
     let receipt = stdout_json(&out)["receipt"].clone();
     assert_eq!(receipt["output"], json!({"slug": "a-secret-plan"}));
     let receipt_id = receipt["receiptId"].as_str().unwrap().to_string();

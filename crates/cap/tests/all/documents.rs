@@ -9,7 +9,7 @@ use capability_core::json;
 use capability_core::published::{PublishedSchema, validate_published};
 use serde_json::{Value, json};
 
-use crate::common::{fixture, stdout_json};
+use crate::common::{fixture, stdout_json, succeeded};
 
 fn cap(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cap"))
@@ -239,12 +239,7 @@ fn emitted_documents_pass_the_published_schemas() {
         index_path.to_str().unwrap(),
         fixture().to_str().unwrap(),
     ]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert_eq!(stdout_json(&out)["capabilities"], 1);
     let index = json::parse(&std::fs::read(&index_path).unwrap()).unwrap();
     assert_eq!(

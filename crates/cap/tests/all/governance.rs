@@ -8,7 +8,7 @@ use crate::common;
 
 use std::path::{Path, PathBuf};
 
-use crate::common::{cap, stdout_json};
+use crate::common::{cap, stdout_json, succeeded};
 use capability_core::json;
 use serde_json::{Value, json};
 
@@ -88,12 +88,7 @@ fn approvals_are_bound_to_the_exact_plan_and_single_use() {
         home.path(),
         &["approvals", "approve", &id, "--approver", "alice"],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let token = stdout_json(&out)["token"].as_str().unwrap().to_string();
 
     // A changed input is refused; so is a forged token.
@@ -147,12 +142,7 @@ fn approvals_are_bound_to_the_exact_plan_and_single_use() {
             &token,
         ],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    succeeded(&out);
     let receipt = stdout_json(&out)["receipt"].clone();
     assert_eq!(receipt["output"], json!({"slug": "top-secret-plan"}));
     assert_eq!(receipt["governance"]["approval"]["approver"], "alice");
@@ -366,12 +356,7 @@ fn policy_schema_and_validation_name_file_and_line() {
     );
     let good = write_policy(home.path());
     let out = cap(home.path(), &["policy", "validate", good.to_str().unwrap()]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    succeeded(&out);
     let bad = home.path().join("bad.cedar");
     std::fs::write(&bad, "permit(principal, action, resource);\n\nforbid(principal, action, resource)\nwhen { context.nosuch == 1 };\n").unwrap();
     let out = cap(home.path(), &["policy", "validate", bad.to_str().unwrap()]);
@@ -459,12 +444,7 @@ fn checkpointed(before: usize, after: usize) -> (tempfile::TempDir, PathBuf, u64
     };
     (0..before).for_each(run);
     let out = cap(&home, &["audit", "checkpoint"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let checkpoint = stdout_json(&out);
     let seq = checkpoint["seq"].as_u64().unwrap();
     assert!(seq >= before as u64, "{checkpoint}");
@@ -847,12 +827,7 @@ fn one_rule_refuses_self_approval_on_every_surface() {
         refused(what, "console", &page);
         // Someone who did not ask decides it.
         let out = cap(h, &["approvals", "approve", &id, "--token", &alice]);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        succeeded(&out);
     }
     // The operator of this machine is refused by name too.
     let id = pending_by_agent(h, p, "erin", "operator secret");

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{self, Running, cap, stdout_json};
+use crate::common::{self, Running, cap, stdout_json, succeeded};
 use capability_test_support::http::{announced_url, authority, free_port};
 use capability_test_support::mcp::{
     clients_present, conformance, everything, inspect, names, post, py_client, python, tools,
@@ -1064,12 +1064,7 @@ fn mcp_import_of_a_real_server() {
             "stdio",
         ],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let doc = stdout_json(&out);
     assert_eq!(doc["server"]["command"], "node");
     let sum = doc["capabilities"]
@@ -1191,12 +1186,7 @@ fn cap_exec_runs_an_upstream_tool_through_a_gateway_config() {
         cap(&home, &args)
     };
     let out = run(r#"{"a": 2, "b": 3}"#, &[]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     // A governed call like any other: a receipt, and an audit event that names it.
     let doc = stdout_json(&out);
     let receipt = &doc["receipt"];
@@ -1255,12 +1245,7 @@ fn cap_exec_runs_an_upstream_tool_through_a_gateway_config() {
     assert_eq!(approved["approval"]["capability"], "mcp.everything.get-sum");
     let token = approved["token"].as_str().unwrap();
     let out = run(r#"{"a": 500, "b": 3}"#, &["--approval", token]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    succeeded(&out);
     assert!(
         stdout_json(&out)["receipt"]["output"]
             .to_string()
@@ -1336,12 +1321,7 @@ forbid(principal, action, resource == Capability::"mcp.everything.get-sum");"#,
     );
     assert_eq!(stdout_json(&acme)["error"]["message"], "acme does not add");
     let beta = sum("beta");
-    assert_eq!(
-        beta.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&beta.stdout)
-    );
+    succeeded(&beta);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1422,12 +1402,7 @@ fn a_sandboxed_server_everything_lists_and_answers_through_the_gateway() {
             "stdio",
         ],
     );
-    assert_eq!(
-        import.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&import.stderr)
-    );
+    succeeded(&import);
     assert!(
         stdout_json(&import)["tools"]
             .as_array()
@@ -1995,12 +1970,7 @@ fn gateway_tenants_have_audit_chains_of_their_own() {
                 tenant,
             ],
         );
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&out.stdout)
-        );
+        succeeded(&out);
     }
     let verify = |args: &[&str]| {
         let mut all = vec!["audit", "verify"];
@@ -2416,12 +2386,7 @@ when { context.input has a && context.input.a > 100 };"#;
             config.to_str().unwrap(),
         ],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
 }
 
 /// A call limit of zero would refuse every call: each long-running surface refuses it when it

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::common::{cap, fixture, stdout_json};
+use crate::common::{cap, fixture, stdout_json, succeeded};
 use capability_core::json;
 use capability_core::plan::Plan;
 use capability_core::published::{PublishedSchema, validate_published};
@@ -22,12 +22,7 @@ fn the_reference_add_fixture_runs_in_node_behind_the_sandbox() {
             r#"{"a":20,"b":22}"#,
         ],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    succeeded(&out);
     let receipt = stdout_json(&out);
     assert_eq!(receipt["output"], json!({"result": 42}));
     assert_eq!(
@@ -61,12 +56,7 @@ fn plan_runs_the_plan_hook_behind_the_boundary_and_fingerprints() {
             r#"{"a":1,"b":2}"#,
         ],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    succeeded(&out);
     let plan = Plan::from_value(&stdout_json(&out)).unwrap();
     plan.verify_integrity().unwrap();
     assert_eq!(plan.summary, "Execute Fixture Add");
@@ -223,12 +213,7 @@ fn acquire_find_local_trust_eval_and_mcp_tools_work_on_local_packages() {
         home.path(),
         &["eval", f, "fixture/add", cases.to_str().unwrap()],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    succeeded(&out);
     let report = stdout_json(&out);
     assert_eq!(report["passRate"], 1);
     assert_eq!(
@@ -279,12 +264,7 @@ fn acquire_find_local_trust_eval_and_mcp_tools_work_on_local_packages() {
             lenient.to_str().unwrap(),
         ],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    succeeded(&out);
     assert_eq!(stdout_json(&out)["passed"], 2);
 
     let tools = stdout_json(&cap(home.path(), &["mcp-tools", f]));
@@ -327,12 +307,7 @@ fn a_wasm_module_runs_in_the_wasm_executor_only() {
             r#"{"a":20,"b":22}"#,
         ],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    succeeded(&out);
     let receipt = stdout_json(&out);
     assert_eq!(receipt["output"], json!({"result": 42}));
     assert_eq!(receipt["isolation"]["kind"], "wasm");
@@ -456,12 +431,7 @@ fn run_honours_the_effect_preset() {
         &home,
         &["run", p, "fixture/peek", "{}", "--preset", "read-only"],
     );
-    assert_eq!(
-        allowed.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&allowed.stdout)
-    );
+    succeeded(&allowed);
     assert_eq!(stdout_json(&allowed)["output"], json!({"ok": true}));
 }
 
@@ -535,12 +505,7 @@ fn what_is_accepted_nested_is_read_back_and_one_bad_record_never_stops_a_list() 
         &home,
         &["run", p, "fixture/deep", &format!("{{\"n\":{limit}}}")],
     );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    succeeded(&out);
     let deep_id = stdout_json(&out)["receiptId"].as_str().unwrap().to_string();
     // Deeper than the limit: the run fails (with a receipt) instead of storing it.
     for n in [limit + 1, 200] {
@@ -605,12 +570,7 @@ fn what_is_accepted_nested_is_read_back_and_one_bad_record_never_stops_a_list() 
     let approvals = stdout_json(&cap(&home, &["approvals", "list"]));
     assert_eq!(approvals[0]["approvalId"], approval.as_str(), "{approvals}");
     let out = cap(&home, &["approvals", "show", &approval]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let out = cap(
         &home,
         &["run", p, "fixture/deep", &deep_input(3), "--policy", pol],
@@ -639,12 +599,7 @@ fn what_is_accepted_nested_is_read_back_and_one_bad_record_never_stops_a_list() 
     .unwrap();
     drop(db);
     let out = cap(&home, &["receipts", "list"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     assert_eq!(stdout_json(&out).as_array().unwrap().len(), 2);
     let warning = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(
@@ -655,12 +610,7 @@ fn what_is_accepted_nested_is_read_back_and_one_bad_record_never_stops_a_list() 
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 2);
     let out = cap(&home, &["approvals", "list"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let listed = stdout_json(&out);
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
     assert!(String::from_utf8_lossy(&out.stderr).contains(&approval));

@@ -8,7 +8,7 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{cap, stdout_json, vectors};
+use crate::common::{cap, stdout_json, succeeded, vectors};
 use capability_core::json;
 use capability_core::published::{PublishedSchema, validate_published};
 use serde_json::json;
@@ -226,12 +226,7 @@ fn a_receipt_survives_sigkill_right_after_it_was_printed() {
     assert!(!child.wait().unwrap().success());
 
     let out = cap(home.path(), &["receipts", "show", &receipt_id]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let shown = stdout_json(&out);
     assert_eq!(shown["receiptId"], receipt_id.as_str());
     assert_eq!(shown["status"], "succeeded");
@@ -449,12 +444,7 @@ fn a_kill_9_storm_loses_no_receipt_and_fails_no_survivor() {
         "printed receipts without an audit event: {unaudited:?}"
     );
     let out = cap(home.path(), &["audit", "verify"]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    succeeded(&out);
 }
 
 fn libc_sigkill() -> i32 {

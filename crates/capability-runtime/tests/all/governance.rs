@@ -4,9 +4,10 @@
 
 use std::sync::Arc;
 
-use capability_core::ErrorCode;
 use capability_core::authorization::EffectPolicy;
+use capability_core::receipt::Receipt;
 use capability_core::receipt::ReceiptStatus;
+use capability_core::{CapabilityError, ErrorCode};
 use capability_policy::Actor;
 use capability_policy::approvals::ApprovalStore;
 use capability_policy::pointer::Mutation;
@@ -50,6 +51,14 @@ fn small_refund() -> Capability {
     .unwrap()
 }
 
+impl World {
+    /// `billing/refund` of `input` with default options.
+    fn refund(&self, input: Value) -> Result<Arc<Receipt>, CapabilityError> {
+        self.runtime
+            .invoke("billing/refund", input, &ExecuteOptions::default())
+    }
+}
+
 fn world(policies: Vec<Policy>) -> World {
     let store = Arc::new(MemoryStore::new());
     let approvals = Arc::new(ApprovalManager::new(
@@ -91,14 +100,7 @@ fn allow_executes_and_audits_every_step() {
     let w = world(vec![
         Policy::before("*", |_| Decision::allow()).named("allow-all"),
     ]);
-    let r = w
-        .runtime
-        .invoke(
-            "billing/refund",
-            json!({"amount": 5}),
-            &ExecuteOptions::default(),
-        )
-        .unwrap();
+    let r = w.refund(json!({"amount": 5})).unwrap();
     assert_eq!(r.status, ReceiptStatus::Succeeded);
     let gov = r.governance.as_ref().unwrap();
     assert_eq!(gov.before.as_ref().unwrap().decision, "allow");
@@ -132,14 +134,7 @@ fn deny_before_refuses_without_running_or_a_receipt() {
         })
         .named("refund-limit"),
     ]);
-    let err = w
-        .runtime
-        .invoke(
-            "billing/refund",
-            json!({"amount": 500}),
-            &ExecuteOptions::default(),
-        )
-        .unwrap_err();
+    let err = w.refund(json!({"amount": 500})).unwrap_err();
     assert_eq!(err.code, ErrorCode::PermissionDenied);
     assert_eq!(err.message, "Refund above $100 requires a human");
     assert_eq!(err.details.as_ref().unwrap()["policy"], "refund-limit");
@@ -250,14 +245,7 @@ fn redact_and_transform_output_shape_what_is_delivered_and_kept() {
             Decision::transform_output(vec![Mutation::set("/reviewed", json!(true))])
         }),
     ]);
-    let r = w
-        .runtime
-        .invoke(
-            "billing/refund",
-            json!({"amount": 5}),
-            &ExecuteOptions::default(),
-        )
-        .unwrap();
+    let r = w.refund(json!({"amount": 5})).unwrap();
     let out = r.output.as_ref().unwrap();
     assert_eq!(out["card"], "[REDACTED]");
     assert_eq!(out["reviewed"], true);
@@ -296,14 +284,7 @@ fn transform_input_is_revalidated_and_replanned() {
     let bad = world(vec![Policy::before("billing/refund", |_| {
         Decision::transform_input(vec![Mutation::set("/unexpected", json!(1))])
     })]);
-    let err = bad
-        .runtime
-        .invoke(
-            "billing/refund",
-            json!({"amount": 5}),
-            &ExecuteOptions::default(),
-        )
-        .unwrap_err();
+    let err = bad.refund(json!({"amount": 5})).unwrap_err();
     assert_eq!(err.code, ErrorCode::InvalidInput, "{err:?}");
     assert!(
         bad.runtime
@@ -327,14 +308,7 @@ fn route_runs_the_target_capability_authorized_again() {
             Decision::allow().with_reason("small refunds are fine")
         }),
     ]);
-    let r = w
-        .runtime
-        .invoke(
-            "billing/refund",
-            json!({"amount": 3}),
-            &ExecuteOptions::default(),
-        )
-        .unwrap();
+    let r = w.refund(json!({"amount": 3})).unwrap();
     assert_eq!(r.capability.id, "billing/small-refund");
     assert_eq!(r.output, Some(json!({"small": true, "amount": 3})));
     assert_eq!(
@@ -348,28 +322,14 @@ fn sandbox_floor_refuses_in_process_code_and_log_only_is_recorded() {
     let w = world(vec![Policy::before("billing/refund", |_| {
         Decision::sandbox(SandboxRequirement::tier(IsolationTier::Process))
     })]);
-    let err = w
-        .runtime
-        .invoke(
-            "billing/refund",
-            json!({"amount": 5}),
-            &ExecuteOptions::default(),
-        )
-        .unwrap_err();
+    let err = w.refund(json!({"amount": 5})).unwrap_err();
     assert_eq!(err.code, ErrorCode::PermissionDenied);
     assert!(err.message.contains("runs in process"), "{}", err.message);
 
     let w = world(vec![Policy::before("billing/refund", |_| {
         Decision::log_only("would deny refunds on Fridays")
     })]);
-    let r = w
-        .runtime
-        .invoke(
-            "billing/refund",
-            json!({"amount": 5}),
-            &ExecuteOptions::default(),
-        )
-        .unwrap();
+    let r = w.refund(json!({"amount": 5})).unwrap();
     assert_eq!(r.status, ReceiptStatus::Succeeded);
 }
 
@@ -386,14 +346,7 @@ fn deny_after_execution_keeps_a_failed_receipt_and_withholds_the_output() {
             Decision::allow()
         }
     })]);
-    let err = w
-        .runtime
-        .invoke(
-            "billing/refund",
-            json!({"amount": 5}),
-            &ExecuteOptions::default(),
-        )
-        .unwrap_err();
+    let err = w.refund(json!({"amount": 5})).unwrap_err();
     assert_eq!(err.code, ErrorCode::PermissionDenied);
     let r = w
         .runtime
@@ -418,14 +371,7 @@ fn shadow_mode_records_without_enforcing() {
         Decision::deny("everything is denied")
     })]);
     w.governor.policies().set_shadow_mode(true);
-    let r = w
-        .runtime
-        .invoke(
-            "billing/refund",
-            json!({"amount": 5}),
-            &ExecuteOptions::default(),
-        )
-        .unwrap();
+    let r = w.refund(json!({"amount": 5})).unwrap();
     assert_eq!(r.status, ReceiptStatus::Succeeded);
     let events = w.store.tail(None, 10).unwrap();
     assert!(
