@@ -557,22 +557,29 @@ impl Host {
             // The operator declared the server's effects in the gateway config: that
             // approves them (the effect policy's `deny` still applies; policies decide).
             options.approved = true;
-        } else if let Some(meta) = self
+        } else if let Some(capability) = self
             .runtime
             .registry()
             .get(&request.capability)
             .filter(|c| matches!(c.implementation(), Implementation::Executor(_)))
-            .and_then(|c| c.manifest().metadata.clone())
-            .filter(|m| m.get("openapiOperationId").is_some())
         {
-            for (label, key) in [
-                ("method", "method"),
-                ("path", "path"),
-                ("operationId", "openapiOperationId"),
-                ("server", "server"),
-            ] {
-                let value = meta.get(key).and_then(Value::as_str).unwrap_or_default();
-                caller.labels.insert(label.into(), value.into());
+            // An OpenAPI operation's HTTP facts, read in place (not the whole metadata
+            // object copied on every call).
+            if let Some(meta) = capability
+                .manifest()
+                .metadata
+                .as_ref()
+                .filter(|m| m.get("openapiOperationId").is_some())
+            {
+                for (label, key) in [
+                    ("method", "method"),
+                    ("path", "path"),
+                    ("operationId", "openapiOperationId"),
+                    ("server", "server"),
+                ] {
+                    let value = meta.get(key).and_then(Value::as_str).unwrap_or_default();
+                    caller.labels.insert(label.into(), value.into());
+                }
             }
         }
         options.caller = Some(caller);
