@@ -134,6 +134,7 @@
 //! are refused). The built-ins always run in process.
 
 pub mod acquisition;
+pub mod actions;
 pub mod approvals;
 pub mod audit;
 mod config;

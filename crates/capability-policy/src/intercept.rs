@@ -651,6 +651,12 @@ impl Governor {
         Ok(events.pop().unwrap_or_default())
     }
 
+    /// Appends an event made outside the lifecycle (an embedding language's own audit
+    /// sink) to the governor's audit sink, as it is.
+    pub fn emit_event(&self, event: AuditEvent) -> Result<(), AuditError> {
+        self.audit.emit_owned(event)
+    }
+
     /// The input an event records: none unless `wanted`; the values the call's redactions
     /// (known so far) point at are masked in it too.
     fn recorded_input(wanted: bool, input: &Value, redact: &[String]) -> Option<Value> {
