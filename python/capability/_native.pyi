@@ -10,37 +10,8 @@ from typing import Any
 
 JSON = Any
 
-class CapabilityError(Exception):
-    """Any refusal or failure of the runtime. ``code`` is the runtime's error code
-    (``PERMISSION_DENIED``, ``APPROVAL_REQUIRED``, ``NOT_FOUND``, ``INVALID_INPUT``,
-    ``EXECUTION_FAILED``, ``POLICY_ERROR``, ``GOVERNANCE_FAILED``, ...)."""
-
-    code: str
-    message: str
-    receipt_id: str | None
-
-class Denied(CapabilityError):
-    """A policy denied the action (``code == "PERMISSION_DENIED"``). ``stage`` is
-    ``before_capability`` or ``after_capability`` (the side effect happened, the output is
-    withheld)."""
-
-    reason: str | None
-    policy_name: str | None
-    policy_version: str | None
-    decision_code: str | None
-    action_id: str | None
-    stage: str | None
-
-class ApprovalRequired(CapabilityError):
-    """A human must approve first (``code == "APPROVAL_REQUIRED"``). Approve with
-    :meth:`Host.approve` as another principal, then retry with ``approval_token=``."""
-
-    approval_id: str | None
-    reason: str | None
-    policy_name: str | None
-
-class NotFound(CapabilityError, KeyError):
-    """No capability of that name (``code == "NOT_FOUND"``); nothing was audited."""
+# The exceptions are in :mod:`capability.errors` (CapabilityError with ``code``, Denied,
+# ApprovalRequired, NotFound); the engine raises them.
 
 class Decision:
     """A policy's answer. Build one with :func:`allow`, :func:`deny`, ... ."""
@@ -81,6 +52,8 @@ def sandbox(
 ) -> Decision: ...
 def log_only(reason: str) -> Decision: ...
 
+DECISION_TYPES: list[str]
+
 class PolicyContext:
     """What a Python policy sees (read-only)."""
 
@@ -104,6 +77,9 @@ class PolicyContext:
     cost_so_far_usd: float
     estimated_cost_usd: float | None
     granted_scopes: list[str]
+    approved: bool  # an approval for this exact action was presented
+    error: str | None  # on_error only
+    parent_action_id: str | None
     def arg(self, name: str, default: JSON = None) -> JSON: ...
     def agent_has_scope(self, scope: str) -> bool:
         """Whether the agent was granted ``scope`` (``Host(scopes=...)`` or the call's
@@ -125,6 +101,7 @@ class Failed:
     code: str
     message: str
     receipt_id: str | None
+    details: JSON | None
     def raise_(self) -> None:
         """Raise it as a :class:`CapabilityError` (or a subclass)."""
 
@@ -157,7 +134,6 @@ class Host:
         scopes: Sequence[str] = (),
         memory: bool = False,
         executor: str = "auto",
-        record_payloads: bool = False,
     ) -> None: ...
 
     # --- executable capabilities (receipts) -------------------------------------------
@@ -226,13 +202,13 @@ class Host:
     def reject(self, approval_id: str, *, by: str, note: str | None = None) -> None: ...
 
     # --- receipts and the audit log ------------------------------------------------------
-    def receipts(self, limit: int = 50) -> list[dict[str, JSON]]: ...
+    def receipts(self, limit: int = 50, *, capability: str | None = None) -> list[dict[str, JSON]]: ...
     def receipt(self, receipt_id: str) -> dict[str, JSON] | None: ...
     def audit(
         self, *, agent: str | None = None, tenant: str | None = None,
-        capability: str | None = None, decision: str | None = None,
-        outcome: str | None = None, limit: int = 100,
-    ) -> list[dict[str, JSON]]: ...
+        capability: str | None = None, decision: str | None = None, limit: int = 100,
+    ) -> list[dict[str, JSON]]:
+        """Events oldest first, each ``{"seq", "hash", "prev_hash", "event"}``."""
     def verify_audit(self) -> dict[str, JSON]: ...
     def export_audit(self, format: str = "jsonl") -> str: ...
     def record(self, event: Mapping[str, JSON]) -> str:

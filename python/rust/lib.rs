@@ -610,7 +610,7 @@ impl PyHost {
         })
     }
 
-    /// Approvals, newest first (`status`: pending, approved, denied, used, expired).
+    /// Approvals, newest first (`status`: pending, approved, denied, consumed, expired).
     #[pyo3(signature = (status=None))]
     fn approvals<'py>(
         &self,
