@@ -159,10 +159,14 @@ class Host:
         tenant: str | None = None, environment: str | None = None,
         data_namespace: str | None = None, owner: str | None = None,
         description: str | None = None, metadata: Mapping[str, JSON] | None = None,
+        input_schema: Mapping[str, JSON] | None = None,
+        output_schema: Mapping[str, JSON] | None = None,
         function: Callable[..., Any] | None = None,
     ) -> None:
-        """Declare a governed capability (any of the 16 kinds). ``function`` is what a
-        ``route`` to this capability calls (with the input dict)."""
+        """Declare a governed capability (any of the 16 kinds). The schemas type the
+        arguments for Cedar (a ``number`` property is a decimal even when an int is
+        passed). ``function`` is what a ``route`` to this capability calls (with the input
+        dict). A name this host executes itself is refused (``INVALID_INPUT``)."""
     def add_policy(
         self, function: Callable[[PolicyContext], Decision], *, stage: str = "before_capability",
         target: str = "*", name: str | None = None, version: str | None = None,
@@ -190,9 +194,11 @@ class Host:
         """:meth:`intercept` for async (or sync) ``run``; the event loop is never blocked."""
     def evaluate(
         self, capability: str, input: Mapping[str, JSON] | None = None, *,
-        stage: str = "before_capability", action_type: str = "tool_call", **kw: Any,
+        stage: str = "before_capability", action_type: str = "tool_call",
+        output: JSON = None, **kw: Any,
     ) -> Decision:
-        """The composed decision, without audit or execution."""
+        """The composed decision, without audit or execution (``output``: what the after
+        stage's policies see as the output)."""
 
     # --- approvals (as a principal: an operator or another agent) -----------------------
     def approvals(self, status: str | None = None) -> list[dict[str, JSON]]: ...

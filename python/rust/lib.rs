@@ -348,7 +348,7 @@ impl PyHost {
     /// Declares a governed capability the caller executes itself.
     #[pyo3(signature = (name, r#type="tool", *, risk="low", effect=None, side_effects=None,
         scopes=None, tenant=None, environment=None, data_namespace=None, owner=None,
-        description=None, metadata=None, function=None))]
+        description=None, metadata=None, input_schema=None, output_schema=None, function=None))]
     #[allow(clippy::too_many_arguments)]
     fn register(
         &self,
@@ -365,6 +365,8 @@ impl PyHost {
         owner: Option<String>,
         description: Option<String>,
         metadata: Option<&Bound<'_, PyAny>>,
+        input_schema: Option<&Bound<'_, PyAny>>,
+        output_schema: Option<&Bound<'_, PyAny>>,
         function: Option<Py<PyAny>>,
     ) -> PyResult<()> {
         let mut g = Map::new();
@@ -403,6 +405,14 @@ impl PyHost {
         ] {
             if let Some(v) = v {
                 g.insert(key.into(), json!(v));
+            }
+        }
+        for (key, schema) in [
+            ("inputSchema", input_schema),
+            ("outputSchema", output_schema),
+        ] {
+            if let Some(schema) = schema {
+                g.insert(key.into(), to_json(schema)?);
             }
         }
         let meta = object(metadata, "metadata")?;
@@ -516,6 +526,8 @@ impl PyHost {
             estimated_cost_usd,
         )?;
         req.approval_token = approval_token;
+        // One event per call, carrying the before stage's decision (as the gateway's).
+        req.single_event = true;
         if after_only {
             req.mode = InterceptMode::AfterOnly;
         }
@@ -523,7 +535,7 @@ impl PyHost {
         let mut returned: Option<Py<PyAny>> = None;
         let host = &self.host;
         let slot = &mut returned;
-        let result = py.detach(move || {
+        let call = move || {
             host.intercept(req, |exec: &Execution<'_>| -> Result<Value, PyErr> {
                 Python::attach(|py| {
                     let f = if exec.capability.name == capability {
@@ -550,7 +562,15 @@ impl PyHost {
                     Ok(value)
                 })
             })
-        });
+        };
+        // The GIL is released while the audit event is written to the home's journal; a
+        // host in memory only does microseconds of work in Rust, with the GIL held (the
+        // callbacks into Python then need not take it again).
+        let result = if self.host.database().is_some() {
+            py.detach(call)
+        } else {
+            call()
+        };
         let result = result.map_err(|e| errors::intercept(py, e, |error| error))?;
         let changed = |o: &capability_host::actions::governance::Verdict| {
             !o.obligations.output_mutations.is_empty() || !o.obligations.redact.is_empty()
@@ -565,7 +585,7 @@ impl PyHost {
     /// The composed decision of the policies at a stage, without audit or execution.
     #[pyo3(signature = (capability, input=None, *, stage="before_capability",
         action_type="tool_call", agent=None, tenant=None, environment=None, principal=None,
-        scopes=Vec::new(), labels=None, metadata=None))]
+        scopes=Vec::new(), labels=None, metadata=None, output=None))]
     #[allow(clippy::too_many_arguments)]
     fn evaluate(
         &self,
@@ -581,8 +601,10 @@ impl PyHost {
         scopes: Vec<String>,
         labels: Option<&Bound<'_, PyAny>>,
         metadata: Option<&Bound<'_, PyAny>>,
+        output: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyDecision> {
         let stage = parse("stage", Stage::parse(stage))?;
+        let output = output.map(to_json_lenient);
         let who = Who {
             agent,
             tenant,
@@ -603,7 +625,7 @@ impl PyHost {
         )?;
         let verdict = self
             .host
-            .evaluate(&req, stage)
+            .evaluate(&req, stage, output)
             .map_err(|e| errors::intercept(py, e, |never| match never {}))?;
         Ok(PyDecision {
             inner: verdict.decision,

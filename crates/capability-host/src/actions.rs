@@ -80,13 +80,16 @@ impl Host {
         self.governor.intercept(request, execute)
     }
 
-    /// The verdict of the policies for a request at a stage, without audit or execution.
+    /// The verdict of the policies for a request at a stage (with the output, for the after
+    /// stage), without audit or execution.
     pub fn evaluate(
         &self,
         request: &InterceptRequest,
         stage: Stage,
+        output: Option<Value>,
     ) -> Result<Verdict, InterceptError<Infallible>> {
-        self.governor.evaluate(request, stage)
+        let action = self.governor.create_action(request)?;
+        Ok(self.governor.evaluate_action(&action, stage, output)?)
     }
 
     /// Appends an event made elsewhere (an embedding language's own audit sink) to the
