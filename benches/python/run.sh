@@ -32,7 +32,7 @@ if [ -n "${CAP_PY_WHEEL:-}" ]; then
   "${pip[@]}" install --force-reinstall --no-deps "$CAP_PY_WHEEL"
 else
   echo "building and installing the capability package (pip install ./python: a release build, minutes) ..." >&2
-  "${pip[@]}" install --force-reinstall --no-deps --no-build-isolation "$root/python"
+  PATH="$venv/bin:$PATH" "${pip[@]}" install --force-reinstall --no-deps --no-build-isolation "$root/python"
 fi
 # Run from here so that `capability` is the installed package, not the source tree.
 cd "$here"

@@ -817,12 +817,12 @@ struct Lifecycle<'g> {
 impl<'g> Lifecycle<'g> {
     /// Resolves the capability (unknown: [`CapabilityNotFound`], no audit) and builds the
     /// action.
-    fn start(governor: &'g Governor, mut req: InterceptRequest) -> Result<Self, Refusal> {
+    fn start(governor: &'g Governor, mut req: InterceptRequest) -> Result<Box<Self>, Refusal> {
         let cap = governor.registry.require(&req.capability)?;
         let input = std::mem::take(&mut req.input);
         let action = governor.action_with_input(&req, cap, input);
         let runtime = req.metadata.clone();
-        Ok(Lifecycle {
+        Ok(Box::new(Lifecycle {
             governor,
             req,
             action,
@@ -837,7 +837,7 @@ impl<'g> Lifecycle<'g> {
             output_obligations: Obligations::default(),
             sandbox: None,
             notes: Map::new(),
-        })
+        }))
     }
 
     fn emit(&mut self, event: AuditEvent) -> Result<(), AuditError> {
@@ -877,10 +877,10 @@ impl<'g> Lifecycle<'g> {
 
     /// Evaluates the policies of `stage` (with `error` on error) on the action.
     fn evaluate(
-        mut self,
+        mut self: Box<Self>,
         stage: Stage,
         error: Option<String>,
-    ) -> (Self, Result<Verdict, EngineError>) {
+    ) -> (Box<Self>, Result<Verdict, EngineError>) {
         // The context owns the action while the policies look at it.
         let mut ctx = PolicyContext::new(self.action, stage);
         ctx.runtime_metadata = std::mem::take(&mut self.runtime);
@@ -931,7 +931,7 @@ impl<'g> Lifecycle<'g> {
 
     /// The before stage: one pass per capability, until no `route` moves the call
     /// (at most [`MAX_ROUTE_DEPTH`] hops).
-    fn before(self) -> Result<Self, Refusal> {
+    fn before(self: Box<Self>) -> Result<Box<Self>, Refusal> {
         let mut call = self;
         loop {
             let verdict;
@@ -952,7 +952,7 @@ impl<'g> Lifecycle<'g> {
     /// `approval_required` end the call; otherwise the input mutations are applied, the
     /// output obligations and sandbox kept, and an `allowed` event is audited (not for a
     /// single-event request).
-    fn before_pass(self) -> Result<(Self, Verdict), Refusal> {
+    fn before_pass(self: Box<Self>) -> Result<(Box<Self>, Verdict), Refusal> {
         let (mut call, verdict) = self.evaluate(Stage::BeforeCapability, None);
         let verdict = match verdict {
             Ok(v) => v,
@@ -998,7 +998,7 @@ impl<'g> Lifecycle<'g> {
     }
 
     /// A `deny` before execution: audited, and the refusal.
-    fn denied_before(mut self, verdict: Verdict) -> Refusal {
+    fn denied_before(mut self: Box<Self>, verdict: Verdict) -> Refusal {
         let ev = AuditEvent::from_verdict_with_digest(
             &self.action,
             &verdict,
@@ -1018,7 +1018,7 @@ impl<'g> Lifecycle<'g> {
 
     /// `approval_required`: the pending approval of the original action is created (or
     /// found) when there is an approval manager, and audited with the verdict.
-    fn approval_required(mut self, verdict: Verdict) -> Refusal {
+    fn approval_required(mut self: Box<Self>, verdict: Verdict) -> Refusal {
         let record = match &self.governor.approvals {
             Some(m) => {
                 let requested = m.request(ApprovalRequest {
@@ -1074,7 +1074,7 @@ impl<'g> Lifecycle<'g> {
     /// Moves the call to `target` (one more hop): a new action for the target with the
     /// same input and trace, whose parent is the action routed from. More than
     /// [`MAX_ROUTE_DEPTH`] hops refuses the call (`route_loop`).
-    fn route(mut self, target: &str) -> Result<Self, Refusal> {
+    fn route(mut self: Box<Self>, target: &str) -> Result<Box<Self>, Refusal> {
         if self.routed_from.len() >= MAX_ROUTE_DEPTH {
             let reason = format!(
                 "more than {MAX_ROUTE_DEPTH} route hops from `{}`",
@@ -1120,7 +1120,10 @@ impl<'g> Lifecycle<'g> {
 
     /// Runs `execute` with the final capability, input and sandbox requirement. Its
     /// output and value, or its failure after the `on_error` stage.
-    fn run<T, E, F>(mut self, execute: F) -> Result<(Self, Value, T), Interrupted<T, E>>
+    fn run<T, E, F>(
+        mut self: Box<Self>,
+        execute: F,
+    ) -> Result<(Box<Self>, Value, T), Interrupted<T, E>>
     where
         E: std::fmt::Display,
         F: FnOnce(&Execution<'_>) -> Result<(Value, T), E>,
@@ -1142,7 +1145,7 @@ impl<'g> Lifecycle<'g> {
 
     /// The `on_error` stage (observers) and the `execution_failed` event with
     /// `error_type` and `error_message`; the execution's own error.
-    fn on_error<T, E: std::fmt::Display>(self, error: E) -> Interrupted<T, E> {
+    fn on_error<T, E: std::fmt::Display>(self: Box<Self>, error: E) -> Interrupted<T, E> {
         let message = error.to_string();
         let (mut call, on_error) = self.evaluate(Stage::OnError, Some(message.clone()));
         let notes = std::mem::take(&mut call.notes);
@@ -1185,7 +1188,11 @@ impl<'g> Lifecycle<'g> {
     }
 
     /// The execution's failure, with a governance failure that followed it.
-    fn failed<T, E>(self, error: E, governance: Option<GovernanceFailure>) -> Interrupted<T, E> {
+    fn failed<T, E>(
+        self: Box<Self>,
+        error: E,
+        governance: Option<GovernanceFailure>,
+    ) -> Interrupted<T, E> {
         Interrupted::Failed {
             error,
             action: Box::new(self.action),
@@ -1195,7 +1202,7 @@ impl<'g> Lifecycle<'g> {
 
     /// The after stage on the raw output: output mutations then redactions (from both
     /// stages); a `deny` withholds the output, as does a mutation that cannot apply.
-    fn after(mut self, raw: Value) -> Result<InterceptResult, OutputWithheld> {
+    fn after(mut self: Box<Self>, raw: Value) -> Result<InterceptResult, OutputWithheld> {
         // The action with the raw output (the summary is replaced, as `with_output` does).
         self.action.output = Some(raw);
         self.action.output_summary = None;
@@ -1268,7 +1275,7 @@ impl<'g> Lifecycle<'g> {
     }
 
     /// A `transform_output` mutation that could not apply: the output is withheld.
-    fn transform_failed(mut self, after: &Verdict, e: PointerError) -> OutputWithheld {
+    fn transform_failed(mut self: Box<Self>, after: &Verdict, e: PointerError) -> OutputWithheld {
         let mut d =
             Decision::deny(format!("transform_output failed: {e}")).with_code("transform_failed");
         d.action_id = Some(self.action.action_id.clone());
