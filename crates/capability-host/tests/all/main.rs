@@ -6,6 +6,7 @@ use std::path::Path;
 use capability_host::{Host, HostConfig};
 
 mod acquire;
+mod actions;
 mod approval_events;
 mod guard;
 mod invoke;
