@@ -175,3 +175,14 @@ pub fn invalid(py: Python<'_>, message: String) -> PyErr {
         &[("code", Some("INVALID_INPUT"))],
     )
 }
+
+/// A `sandbox` decision a callable of this process cannot meet: it is refused, never run
+/// with a limit that would not hold.
+pub fn isolation_unavailable(py: Python<'_>, message: String) -> PyErr {
+    make(
+        py,
+        "CapabilityError",
+        &message,
+        &[("code", Some("ISOLATION_UNAVAILABLE"))],
+    )
+}

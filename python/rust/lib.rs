@@ -30,8 +30,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 
 use capability_host::actions::governance::{
-    AuditEvent, Execution, InterceptMode, InterceptRequest, Policy, PolicyContext, PolicyFault,
-    Stage,
+    AuditEvent, Execution, InterceptMode, InterceptRequest, IsolationTier, Policy, PolicyContext,
+    PolicyFault, SandboxRequirement, Stage,
 };
 use capability_host::receipts::ReceiptFilter;
 use capability_host::{
@@ -159,6 +159,17 @@ impl PyHost {
         req.estimated_cost_usd = estimated_cost_usd;
         Ok(req)
     }
+}
+
+/// Whether a callable run in this process meets a `sandbox` requirement: only one that asks
+/// for nothing beyond in-process execution.
+fn in_process_meets(required: &SandboxRequirement) -> bool {
+    required
+        .min_tier
+        .is_none_or(|t| t == IsolationTier::InProcess)
+        && !required.deny_network
+        && required.timeout_ms.is_none()
+        && required.memory_mb.is_none()
 }
 
 /// A host policy whose function is a Python callable.
@@ -538,6 +549,15 @@ impl PyHost {
         let call = move || {
             host.intercept(req, |exec: &Execution<'_>| -> Result<Value, PyErr> {
                 Python::attach(|py| {
+                    if let Some(required) = exec.sandbox.filter(|r| !in_process_meets(r)) {
+                        return Err(errors::isolation_unavailable(
+                            py,
+                            format!(
+                                "a sandbox decision requires {}; a Python callable runs in this process, so it was not run",
+                                serde_json::to_string(&required.to_json()).unwrap_or_default()
+                            ),
+                        ));
+                    }
                     let f = if exec.capability.name == capability {
                         run.clone_ref(py)
                     } else {

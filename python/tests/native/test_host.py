@@ -358,3 +358,18 @@ def test_the_gil_is_released_while_a_sandboxed_invoke_runs(tmp_path):
         stop.set()
         t.join()
     assert moved > 0
+
+
+def test_a_sandbox_decision_is_never_claimed_for_an_in_process_callable(host):
+    host.register("run_code", "sandbox", risk="high")
+    host.add_policy(lambda ctx: capability.sandbox("wasm", network=False), target="run_code")
+    ran = []
+    with pytest.raises(CapabilityError) as e:
+        host.intercept("run_code", lambda a: ran.append(a) or "ran", {"src": "1+1"},
+                       action_type="sandbox_execution")
+    assert e.value.code == "ISOLATION_UNAVAILABLE" and ran == []
+    assert host.audit(capability="run_code")[-1]["event"]["outcome"] == "execution_failed"
+    # A requirement of in-process execution is met.
+    host.register("calc", "tool")
+    host.add_policy(lambda ctx: capability.sandbox("in_process", network=True), target="calc")
+    assert host.intercept("calc", lambda a: 2, {}) == 2
