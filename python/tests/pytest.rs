@@ -16,8 +16,12 @@ fn root() -> PathBuf {
 fn pytest_suite() {
     let python = root().join("python/.venv/bin/python");
     let required = std::env::var("CAPABILITY_TEST_REQUIRE_PYTHON").as_deref() == Ok("1");
+    // From python/tests, so that `capability` is the installed package (from python/, the
+    // directory cargo runs this test in, the source tree would shadow it).
+    let tests = root().join("python/tests");
     let installed = python.exists()
         && Command::new(&python)
+            .current_dir(&tests)
             .args(["-c", "import capability._native, pytest"])
             .status()
             .is_ok_and(|s| s.success());
