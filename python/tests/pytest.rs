@@ -37,14 +37,8 @@ fn pytest_suite() {
     let exe = std::env::current_exe().unwrap();
     let cap = exe.parent().and_then(Path::parent).map(|d| d.join("cap"));
     let mut cmd = Command::new(&python);
-    cmd.current_dir(root().join("python")).args([
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "tests",
-    ]);
+    cmd.current_dir(&tests)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "."]);
     if let Some(cap) = cap.filter(|c| c.exists()) {
         cmd.env("CAP_BIN", cap);
     }
