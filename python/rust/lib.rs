@@ -543,6 +543,7 @@ impl PyHost {
             req.mode = InterceptMode::AfterOnly;
         }
         let functions = Arc::clone(&self.functions);
+        let original_input = input.map(|i| i.clone().unbind());
         let mut returned: Option<Py<PyAny>> = None;
         let host = &self.host;
         let slot = &mut returned;
@@ -576,7 +577,12 @@ impl PyHost {
                             )
                         })?
                     };
-                    let out = f.call1(py, (to_py(py, exec.input)?,))?;
+                    // The caller's own dict when no policy changed the input.
+                    let arg = match (&original_input, exec.input_transformed) {
+                        (Some(given), false) => given.clone_ref(py),
+                        _ => to_py(py, exec.input)?.unbind(),
+                    };
+                    let out = f.call1(py, (arg,))?;
                     let value = to_json_lenient(out.bind(py));
                     *slot = Some(out);
                     Ok(value)

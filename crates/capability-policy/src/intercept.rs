@@ -223,6 +223,8 @@ pub struct Execution<'a> {
     pub capability: &'a GovernedCapability,
     /// The input after `transform_input`.
     pub input: &'a Value,
+    /// Whether a `transform_input` changed the input the request carried.
+    pub input_transformed: bool,
     /// The isolation required by `sandbox` decisions.
     pub sandbox: Option<&'a SandboxRequirement>,
     pub action: &'a AgentAction,
@@ -812,6 +814,8 @@ struct Lifecycle<'g> {
     sandbox: Option<SandboxRequirement>,
     /// What the execution noted for the audit event of its outcome.
     notes: Map<String, Value>,
+    /// Whether a `transform_input` changed the request's input.
+    input_transformed: bool,
 }
 
 impl<'g> Lifecycle<'g> {
@@ -837,6 +841,7 @@ impl<'g> Lifecycle<'g> {
             output_obligations: Obligations::default(),
             sandbox: None,
             notes: Map::new(),
+            input_transformed: false,
         }))
     }
 
@@ -1067,6 +1072,7 @@ impl<'g> Lifecycle<'g> {
         }
         self.keep_original();
         self.action.input = input;
+        self.input_transformed = true;
         self.digest.reset();
         Ok(())
     }
@@ -1132,6 +1138,7 @@ impl<'g> Lifecycle<'g> {
         let result = execute(&Execution {
             capability: &self.action.capability,
             input: &self.action.input,
+            input_transformed: self.input_transformed,
             sandbox: self.sandbox.as_ref(),
             action: &self.action,
             notes: &notes,
