@@ -373,3 +373,14 @@ def test_a_sandbox_decision_is_never_claimed_for_an_in_process_callable(host):
     host.register("calc", "tool")
     host.add_policy(lambda ctx: capability.sandbox("in_process", network=True), target="calc")
     assert host.intercept("calc", lambda a: 2, {}) == 2
+
+
+def test_the_callable_gets_the_callers_dict_unless_a_policy_transformed_it(host):
+    host.register("same", "tool")
+    given = {"x": 1}
+    assert host.intercept("same", lambda a: a is given, given) is True
+    host.register("changed", "tool")
+    host.add_policy(lambda ctx: transform_input({"x": 2}), target="changed")
+    seen = []
+    host.intercept("changed", lambda a: seen.append(a), given)
+    assert seen == [{"x": 2}] and seen[0] is not given and given == {"x": 1}
