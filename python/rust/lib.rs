@@ -161,6 +161,21 @@ impl PyHost {
     }
 }
 
+/// The principal the embedding program reads the host's records as: the operator of this
+/// process (as `cap` is for the CLI).
+fn reader() -> Principal {
+    Principal::operator("python")
+}
+
+/// A receipt as a Python dict.
+fn receipt_py<'py>(
+    py: Python<'py>,
+    r: &capability_core::receipt::Receipt,
+) -> PyResult<Bound<'py, PyAny>> {
+    let v = serde_json::to_value(r).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    to_py(py, &v)
+}
+
 /// Whether a callable run in this process meets a `sandbox` requirement: only one that asks
 /// for nothing beyond in-process execution.
 fn in_process_meets(required: &SandboxRequirement) -> bool {
@@ -673,7 +688,7 @@ impl PyHost {
             ..ApprovalFilter::default()
         };
         let list = py
-            .detach(|| self.host.approvals(&Principal::operator("python"), &filter))
+            .detach(|| self.host.approvals(&reader(), &filter))
             .map_err(|e| errors::host(py, &e))?;
         list.approvals
             .iter()
@@ -743,29 +758,15 @@ impl PyHost {
         .query()
         .map_err(|e| errors::invalid(py, e.to_string()))?;
         let list = py
-            .detach(|| self.host.receipts(&Principal::operator("python"), &query))
+            .detach(|| self.host.receipts(&reader(), &query))
             .map_err(|e| errors::host(py, &e))?;
-        list.receipts
-            .iter()
-            .map(|r| {
-                let v = serde_json::to_value(r.as_ref())
-                    .map_err(|e| PyValueError::new_err(e.to_string()))?;
-                to_py(py, &v)
-            })
-            .collect()
+        list.receipts.iter().map(|r| receipt_py(py, r)).collect()
     }
 
     /// One receipt, or None.
     fn receipt<'py>(&self, py: Python<'py>, receipt_id: &str) -> PyResult<Bound<'py, PyAny>> {
-        match py.detach(|| {
-            self.host
-                .receipt(&Principal::operator("python"), receipt_id)
-        }) {
-            Ok(r) => {
-                let v = serde_json::to_value(r.as_ref())
-                    .map_err(|e| PyValueError::new_err(e.to_string()))?;
-                to_py(py, &v)
-            }
+        match py.detach(|| self.host.receipt(&reader(), receipt_id)) {
+            Ok(r) => receipt_py(py, &r),
             Err(capability_host::HostError::NotFound(_)) => Ok(py.None().into_bound(py)),
             Err(e) => Err(errors::host(py, &e)),
         }
@@ -793,10 +794,7 @@ impl PyHost {
         .query()
         .map_err(|e| errors::invalid(py, e.to_string()))?;
         let page = py
-            .detach(|| {
-                self.host
-                    .audit_query(&Principal::operator("python"), &query)
-            })
+            .detach(|| self.host.audit_query(&reader(), &query))
             .map_err(|e| errors::host(py, &e))?;
         page.events
             .iter()
@@ -812,7 +810,7 @@ impl PyHost {
     /// Verifies the audit hash chain: `{"ok", "records", "head_seq", "first_bad"}`.
     fn verify_audit<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let report = py
-            .detach(|| self.host.verify_audit(&Principal::operator("python"), None))
+            .detach(|| self.host.verify_audit(&reader(), None))
             .map_err(|e| errors::host(py, &e))?;
         to_py(
             py,
@@ -840,13 +838,8 @@ impl PyHost {
         };
         let mut out = Vec::new();
         py.detach(|| {
-            self.host.export_audit(
-                &Principal::operator("python"),
-                None,
-                format,
-                "capability-python",
-                &mut out,
-            )
+            self.host
+                .export_audit(&reader(), None, format, "capability-python", &mut out)
         })
         .map_err(|e| errors::host(py, &e))?;
         String::from_utf8(out).map_err(|e| PyValueError::new_err(e.to_string()))
