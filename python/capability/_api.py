@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import tempfile
 from typing import Any
 
 from . import _native
@@ -35,6 +36,18 @@ class Host(_native.Host):
     """The governed runtime in this process (see ``_native.pyi`` for every method)."""
 
     __module__ = "capability"
+
+    def __new__(cls, home=None, *args: Any, memory: bool = False, **kw: Any):
+        # A memory-only host without a home gets a private one for its signing key, removed
+        # with the host: it writes nothing to the user's capability home.
+        scratch = None
+        if memory and home is None:
+            scratch = tempfile.TemporaryDirectory(prefix="capability-memory-")
+            home = scratch.name
+        host = super().__new__(cls, home, *args, memory=memory, **kw)
+        if scratch is not None:
+            host._scratch = scratch
+        return host
 
     def policy(self, stage: str = "before_capability", target: str = "*", **kw: Any):
         """Decorator form of :meth:`add_policy`; returns the function unchanged."""

@@ -88,7 +88,7 @@ class Runtime:
                 os.fspath(p)
                 for p in ([cedar] if isinstance(cedar, (str, os.PathLike)) else cedar)
             )
-            from capability._native import Host
+            from capability import Host  # a memory host with a scratch home of its own
 
             self._cedar_host = Host(
                 memory=True,

@@ -2,7 +2,9 @@
 
 import asyncio
 import json
+import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -384,3 +386,27 @@ def test_the_callable_gets_the_callers_dict_unless_a_policy_transformed_it(host)
     seen = []
     host.intercept("changed", lambda a: seen.append(a), given)
     assert seen == [{"x": 2}] and seen[0] is not given and given == {"x": 1}
+
+
+def test_a_memory_host_without_a_home_writes_nothing_to_the_users_home(tmp_path):
+    script = """
+import gc, os, sys
+from pathlib import Path
+import capability
+host = capability.Host(memory=True)
+home = Path(host.home)
+host.register("t", "tool")
+assert host.intercept("t", lambda a: 1, {}) == 1
+assert home.exists() and home.name.startswith("capability-memory-")
+del host
+gc.collect()
+print(home.exists())
+"""
+    env = dict(os.environ, CAP_HOME=str(tmp_path / "cap-home"),
+               XDG_DATA_HOME=str(tmp_path / "xdg"), HOME=str(tmp_path / "user"))
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"  # the scratch home went with the host
+    assert not (tmp_path / "cap-home").exists() and not (tmp_path / "xdg").exists()
+    assert not (tmp_path / "user").exists()
