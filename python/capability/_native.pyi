@@ -110,8 +110,10 @@ Outcome = Completed | NeedsApproval | Failed
 class Host:
     """The governed runtime in this process: one capability home, its stores, its policies.
 
-    ``home``: the capability home (default ``$CAPABILITY_HOME`` or ``~/.capability``).
-    ``memory=True`` keeps receipts and audit in memory only. ``store``: only the embedded
+    ``home``: the capability home (default ``$CAP_HOME``, ``$XDG_DATA_HOME/capability`` or
+    ``~/.local/share/capability``: the one ``cap`` uses). ``memory=True`` keeps receipts,
+    approvals and audit in memory only; ``capability.Host(memory=True)`` without a home gets a
+    scratch home for its signing key, removed with it. ``store``: only the embedded
     default is supported (``None`` or ``"sqlite"``); PostgreSQL is not built yet.
     ``policies``: Cedar files or directories. ``preset``: the effect policy
     (``permissive``, ``default``, ``strict``). ``shadow``: record, never enforce.
