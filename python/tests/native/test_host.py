@@ -410,3 +410,40 @@ print(home.exists())
     assert out.stdout.strip() == "False"  # the scratch home went with the host
     assert not (tmp_path / "cap-home").exists() and not (tmp_path / "xdg").exists()
     assert not (tmp_path / "user").exists()
+
+
+@pytest.mark.parametrize("memory", [False, True])
+def test_threads_share_one_host_without_deadlock(tmp_path, memory):
+    host = Host(tmp_path / "home", agent="bot", memory=memory)
+    host.register("t", "tool")
+    host.add_policy(lambda ctx: allow() if ctx.arg("n", 0) >= 0 else deny("negative"))
+    errors = []
+
+    def intercepts(k):
+        try:
+            for i in range(100):
+                assert host.intercept("t", lambda a: a["n"] * 2, {"n": i}) == i * 2
+                # A callable that itself goes through the host (a handoff).
+                assert host.intercept("t", lambda a: host.intercept("t", lambda b: 1, {"n": 0}),
+                                      {"n": k}) == 1
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    def invokes():
+        try:
+            for _ in range(20):
+                assert isinstance(host.invoke("text/slugify", {"text": "a b"}), Completed)
+        except Exception as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=intercepts, args=(k,)) for k in range(4)]
+    threads.append(threading.Thread(target=invokes))
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a thread is stuck"
+    assert errors == []
+    host.flush()
+    assert len(host.audit(capability="t", limit=2000)) == 4 * 300
+    assert host.verify_audit()["ok"]
