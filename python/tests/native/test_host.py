@@ -340,26 +340,32 @@ def test_async_intercept_runs_async_callables_without_blocking_the_loop(host):
     assert isinstance(done, Completed) and done.output == {"slug": "async-call"}
 
 
-def test_the_gil_is_released_while_a_sandboxed_invoke_runs(tmp_path):
+def test_the_gil_is_released_while_an_invoke_runs(tmp_path):
+    # With a switch interval of minutes, this thread never hands the GIL over by itself:
+    # the other thread can only run while the engine has released it.
     host = Host(tmp_path / "home")
-    counter = {"n": 0}
-    stop = threading.Event()
+    gate = threading.Lock()
+    gate.acquire()
+    ran = threading.Event()
 
-    def spin():
-        while not stop.is_set():
-            counter["n"] += 1
+    def waiter():
+        with gate:  # blocks (without the GIL) until the main thread opens the gate
+            ran.set()
 
-    t = threading.Thread(target=spin)
+    interval = sys.getswitchinterval()
+    t = threading.Thread(target=waiter)
     t.start()
+    sys.setswitchinterval(300)
     try:
-        before = counter["n"]
-        for _ in range(20):
+        gate.release()  # the waiter may go on, but it needs the GIL, which this thread holds
+        calls = 0
+        while not ran.is_set() and calls < 5000:
             host.invoke("text/slugify", {"text": "x y"})
-        moved = counter["n"] - before
+            calls += 1
     finally:
-        stop.set()
+        sys.setswitchinterval(interval)
         t.join()
-    assert moved > 0
+    assert ran.is_set(), "no other thread ran during 5000 invokes: the GIL was held"
 
 
 def test_a_sandbox_decision_is_never_claimed_for_an_in_process_callable(host):
