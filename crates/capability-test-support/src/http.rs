@@ -1,5 +1,6 @@
-//! Loopback HTTP for tests: a server on 127.0.0.1 that answers with an axum router
-//! ([`spawn`]) or from a route table the test fills ([`Server`]), a free port
+//! Loopback HTTP for tests: a listener on 127.0.0.1 served on a thread of its own
+//! ([`on_loopback`]), a server that answers with an axum router ([`spawn`]) or from a route
+//! table the test fills ([`Server`]), a free port
 //! ([`free_port`]), the address a server child announces ([`announced_url`]), and a raw
 //! HTTP/1.1 client ([`http`], [`set_cookies`]) that shows what a server wrote, byte for byte.
 
@@ -12,9 +13,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use sha2::Digest as _;
 
-/// Serves `app` on 127.0.0.1 (a free port) from a thread of its own with a runtime of one
-/// worker; runs until the test process ends. Its address.
-pub fn spawn(app: axum::Router) -> SocketAddr {
+/// Runs `serve` with a listener on 127.0.0.1 (a free port), on a thread of its own with a
+/// runtime of one worker, until the test process ends (or `serve` returns). The address.
+pub fn on_loopback<F, Fut>(serve: F) -> SocketAddr
+where
+    F: FnOnce(tokio::net::TcpListener) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -25,10 +30,18 @@ pub fn spawn(app: axum::Router) -> SocketAddr {
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             tx.send(listener.local_addr().unwrap()).unwrap();
-            axum::serve(listener, app).await.unwrap();
+            serve(listener).await;
         });
     });
     rx.recv().unwrap()
+}
+
+/// Serves `app` on 127.0.0.1 (a free port) from a thread of its own with a runtime of one
+/// worker; runs until the test process ends. Its address.
+pub fn spawn(app: axum::Router) -> SocketAddr {
+    on_loopback(move |listener| async move {
+        axum::serve(listener, app).await.unwrap();
+    })
 }
 
 /// A port on 127.0.0.1 that was free a moment ago (for a child that must be told its port).
@@ -140,82 +153,69 @@ impl Server {
         let (shared, counted, stop) =
             (Arc::clone(&routes), Arc::clone(&hits), Arc::clone(&stopped));
         let unchanged = Arc::clone(&not_modified);
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                tx.send(listener.local_addr().unwrap()).unwrap();
-                let app = axum::Router::new().fallback(
-                    move |uri: axum::http::Uri, request: axum::http::HeaderMap| {
-                        let routes = Arc::clone(&shared);
-                        let unchanged = Arc::clone(&unchanged);
-                        counted.fetch_add(1, Ordering::SeqCst);
-                        async move {
-                            let path = uri.path().to_string();
-                            if path == "/hang" || path.starts_with("/hang/") {
-                                tokio::time::sleep(Duration::from_secs(3600)).await;
-                            }
-                            // A route with a query string answers that query only.
-                            let found = {
-                                let routes = routes.lock().unwrap();
-                                uri.path_and_query()
-                                    .and_then(|pq| routes.get(pq.as_str()))
-                                    .or_else(|| routes.get(&path))
-                                    .cloned()
-                            };
-                            // A 3xx route's body is its Location.
-                            let (status, body) = found.unwrap_or((404, b"{}".to_vec()));
-                            let location = (300..400)
-                                .contains(&status)
-                                .then(|| String::from_utf8_lossy(&body).to_string());
-                            // A 200 route has an entity tag (its body's digest) and answers a
-                            // matching If-None-Match with 304 and no body.
-                            let etag = (status == 200)
-                                .then(|| format!("\"{:x}\"", sha2::Sha256::digest(&body)));
-                            let matched = etag.as_deref().is_some_and(|e| {
-                                request.get("if-none-match").and_then(|v| v.to_str().ok())
-                                    == Some(e)
-                            });
-                            let (status, body) = if matched {
-                                unchanged.fetch_add(1, Ordering::SeqCst);
-                                (304, Vec::new())
-                            } else {
-                                (status, body)
-                            };
-                            let mut response =
-                                axum::http::Response::new(axum::body::Body::from(body));
-                            *response.status_mut() =
-                                axum::http::StatusCode::from_u16(status).unwrap();
-                            if let Some(e) = etag {
-                                response
-                                    .headers_mut()
-                                    .insert(axum::http::header::ETAG, e.parse().unwrap());
-                            }
-                            if let Some(l) = location {
-                                response
-                                    .headers_mut()
-                                    .insert(axum::http::header::LOCATION, l.parse().unwrap());
-                            }
-                            response
+        let addr = on_loopback(move |listener| async move {
+            let app = axum::Router::new().fallback(
+                move |uri: axum::http::Uri, request: axum::http::HeaderMap| {
+                    let routes = Arc::clone(&shared);
+                    let unchanged = Arc::clone(&unchanged);
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        let path = uri.path().to_string();
+                        if path == "/hang" || path.starts_with("/hang/") {
+                            tokio::time::sleep(Duration::from_secs(3600)).await;
                         }
-                    },
-                );
-                let stopping = async move {
-                    while !stop.load(Ordering::SeqCst) {
-                        tokio::time::sleep(Duration::from_millis(20)).await;
+                        // A route with a query string answers that query only.
+                        let found = {
+                            let routes = routes.lock().unwrap();
+                            uri.path_and_query()
+                                .and_then(|pq| routes.get(pq.as_str()))
+                                .or_else(|| routes.get(&path))
+                                .cloned()
+                        };
+                        // A 3xx route's body is its Location.
+                        let (status, body) = found.unwrap_or((404, b"{}".to_vec()));
+                        let location = (300..400)
+                            .contains(&status)
+                            .then(|| String::from_utf8_lossy(&body).to_string());
+                        // A 200 route has an entity tag (its body's digest) and answers a
+                        // matching If-None-Match with 304 and no body.
+                        let etag = (status == 200)
+                            .then(|| format!("\"{:x}\"", sha2::Sha256::digest(&body)));
+                        let matched = etag.as_deref().is_some_and(|e| {
+                            request.get("if-none-match").and_then(|v| v.to_str().ok()) == Some(e)
+                        });
+                        let (status, body) = if matched {
+                            unchanged.fetch_add(1, Ordering::SeqCst);
+                            (304, Vec::new())
+                        } else {
+                            (status, body)
+                        };
+                        let mut response = axum::http::Response::new(axum::body::Body::from(body));
+                        *response.status_mut() = axum::http::StatusCode::from_u16(status).unwrap();
+                        if let Some(e) = etag {
+                            response
+                                .headers_mut()
+                                .insert(axum::http::header::ETAG, e.parse().unwrap());
+                        }
+                        if let Some(l) = location {
+                            response
+                                .headers_mut()
+                                .insert(axum::http::header::LOCATION, l.parse().unwrap());
+                        }
+                        response
                     }
-                };
-                tokio::select! {
-                    r = axum::serve(listener, app) => r.unwrap(),
-                    () = stopping => {}
+                },
+            );
+            let stopping = async move {
+                while !stop.load(Ordering::SeqCst) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-            });
+            };
+            tokio::select! {
+                r = axum::serve(listener, app) => r.unwrap(),
+                () = stopping => {}
+            }
         });
-        let addr = rx.recv().unwrap();
         Server {
             base: format!("http://{addr}"),
             routes,

@@ -57,37 +57,26 @@ impl TestCa {
 /// Listens on 127.0.0.1 (a free port), completes the TLS handshake of each connection with
 /// `config` and pipes the decrypted bytes to `backend` and back. Runs until the test ends.
 pub fn front(config: Arc<rustls::ServerConfig>, backend: SocketAddr) -> SocketAddr {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            let acceptor = tokio_rustls::TlsAcceptor::from(config);
-            loop {
-                let Ok((tcp, _)) = listener.accept().await else {
-                    continue;
+    crate::http::on_loopback(move |listener| async move {
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else {
+                continue;
+            };
+            let acceptor = acceptor.clone();
+            // Without it, small TLS records wait on delayed ACKs (40 ms each).
+            let _ = tcp.set_nodelay(true);
+            tokio::spawn(async move {
+                // A client that refuses the certificate ends the handshake: nothing to do.
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
                 };
-                let acceptor = acceptor.clone();
-                // Without it, small TLS records wait on delayed ACKs (40 ms each).
-                let _ = tcp.set_nodelay(true);
-                tokio::spawn(async move {
-                    // A client that refuses the certificate ends the handshake: nothing to do.
-                    let Ok(mut tls) = acceptor.accept(tcp).await else {
-                        return;
-                    };
-                    let Ok(mut plain) = tokio::net::TcpStream::connect(backend).await else {
-                        return;
-                    };
-                    let _ = plain.set_nodelay(true);
-                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
-                });
-            }
-        });
-    });
-    rx.recv().unwrap()
+                let Ok(mut plain) = tokio::net::TcpStream::connect(backend).await else {
+                    return;
+                };
+                let _ = plain.set_nodelay(true);
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    })
 }

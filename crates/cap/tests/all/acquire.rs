@@ -462,57 +462,45 @@ impl RegistryFront {
         let docs: Arc<Mutex<HashMap<String, Value>>> = Arc::default();
         let shared = Arc::clone(&docs);
         let upstream = upstream.trim_end_matches('/').to_string();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                tx.send(listener.local_addr().unwrap()).unwrap();
-                let client = hyper_util::client::legacy::Client::builder(
-                    hyper_util::rt::TokioExecutor::new(),
-                )
-                .build_http::<axum::body::Body>();
-                let app = axum::Router::new().fallback(
-                    move |req: axum::http::Request<axum::body::Body>| {
-                        let docs = Arc::clone(&shared);
-                        let client = client.clone();
-                        let upstream = upstream.clone();
-                        async move {
-                            use axum::response::IntoResponse as _;
-                            let path = req.uri().path().to_string();
-                            if path.starts_with("/-/npm/v1/") {
-                                let doc = docs.lock().unwrap().get(&path).cloned();
-                                return match doc {
-                                    Some(d) => (
-                                        [(axum::http::header::CONTENT_TYPE, "application/json")],
-                                        serde_json::to_vec(&d).unwrap(),
-                                    )
-                                        .into_response(),
-                                    None => axum::http::StatusCode::NOT_FOUND.into_response(),
-                                };
-                            }
-                            let (mut parts, body) = req.into_parts();
-                            let path = parts
-                                .uri
-                                .path_and_query()
-                                .map(|p| p.as_str().to_string())
-                                .unwrap_or_default();
-                            parts.uri = format!("{upstream}{path}").parse().unwrap();
-                            let forwarded = axum::http::Request::from_parts(parts, body);
-                            match client.request(forwarded).await {
-                                Ok(r) => r.map(axum::body::Body::new).into_response(),
-                                Err(_) => axum::http::StatusCode::BAD_GATEWAY.into_response(),
-                            }
+        let addr = capability_test_support::http::on_loopback(move |listener| async move {
+            let client =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .build_http::<axum::body::Body>();
+            let app =
+                axum::Router::new().fallback(move |req: axum::http::Request<axum::body::Body>| {
+                    let docs = Arc::clone(&shared);
+                    let client = client.clone();
+                    let upstream = upstream.clone();
+                    async move {
+                        use axum::response::IntoResponse as _;
+                        let path = req.uri().path().to_string();
+                        if path.starts_with("/-/npm/v1/") {
+                            let doc = docs.lock().unwrap().get(&path).cloned();
+                            return match doc {
+                                Some(d) => (
+                                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                                    serde_json::to_vec(&d).unwrap(),
+                                )
+                                    .into_response(),
+                                None => axum::http::StatusCode::NOT_FOUND.into_response(),
+                            };
                         }
-                    },
-                );
-                axum::serve(listener, app).await.unwrap();
-            });
+                        let (mut parts, body) = req.into_parts();
+                        let path = parts
+                            .uri
+                            .path_and_query()
+                            .map(|p| p.as_str().to_string())
+                            .unwrap_or_default();
+                        parts.uri = format!("{upstream}{path}").parse().unwrap();
+                        let forwarded = axum::http::Request::from_parts(parts, body);
+                        match client.request(forwarded).await {
+                            Ok(r) => r.map(axum::body::Body::new).into_response(),
+                            Err(_) => axum::http::StatusCode::BAD_GATEWAY.into_response(),
+                        }
+                    }
+                });
+            axum::serve(listener, app).await.unwrap();
         });
-        let addr = rx.recv().unwrap();
         RegistryFront {
             url: format!("http://{addr}/"),
             docs,
