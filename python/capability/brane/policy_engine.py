@@ -137,12 +137,7 @@ class PolicyEngine:
         runtime_metadata: dict[str, Any] | None = None,
     ) -> Decision:
         """Runs every matching policy, then composes their decisions."""
-        decisions = self._decisions(action, stage, args, output, runtime_metadata)
-        if not decisions:
-            return _new_decision(
-                "allow", None, new_id("dec"), action.action_id, None, None, {}, None, {}, {}
-            )
-        return self.compose(decisions, action)
+        return self.compose(self._decisions(action, stage, args, output, runtime_metadata), action)
 
     def compose(self, decisions: Iterable[Decision], action: AgentAction) -> Decision:
         """No decisions: allow. Else the first deny, or the last decision; a type other than
