@@ -726,6 +726,20 @@ impl Governor {
         }
     }
 
+    /// Opens an action whose execution happens elsewhere ([`OpenAction`]): the lifecycle of
+    /// [`Governor::intercept_with`] up to the execution (resolve, verify the token, the
+    /// before stage with its routes, redeem the token). A refusal is audited and returned
+    /// as it is by `intercept`.
+    pub fn open(self: &Arc<Self>, req: InterceptRequest) -> Result<OpenAction, Refusal> {
+        let mut call = Lifecycle::start(Arc::clone(self), req)?;
+        call.verify_token()?;
+        if call.req.mode == InterceptMode::Lifecycle {
+            call = call.before()?;
+        }
+        call.redeem()?;
+        Ok(OpenAction { call })
+    }
+
     /// Wraps a function as a governed capability call (Brane's `wrap_capability`): each call
     /// runs the whole lifecycle, with `{"interceptor": "callable", "declaration": "wrapper"}`
     /// as metadata. The capability is looked up by name at each call.
@@ -749,6 +763,83 @@ impl Governor {
                 .intercept(req, |exec: &Execution<'_>| f(exec.input))
                 .map(|r| r.output)
         }
+    }
+}
+
+/// An action the before stage allowed, executed by someone the governor cannot wait for
+/// (another process, the far side of an HTTP request): [`Governor::open`] ran the lifecycle
+/// up to the execution; [`OpenAction::complete`] runs the after stage on the output the
+/// executor reports, [`OpenAction::fail`] the `on_error` stage on its error. Either ends
+/// the action with its audited outcome; an open action that is dropped leaves none (close
+/// it with `fail`, e.g. as abandoned).
+pub struct OpenAction {
+    call: Box<Lifecycle<Arc<Governor>>>,
+}
+
+impl std::fmt::Debug for OpenAction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAction")
+            .field("action_id", &self.call.action.action_id)
+            .field("capability", &self.call.action.capability.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OpenAction {
+    /// The action to execute: the final capability (after routes) and input (after
+    /// transforms).
+    pub fn action(&self) -> &AgentAction {
+        &self.call.action
+    }
+    /// The before stage's verdict (`None` in after-only mode).
+    pub fn before(&self) -> Option<&Verdict> {
+        self.call.before.as_ref()
+    }
+    /// The isolation `sandbox` decisions require.
+    pub fn sandbox(&self) -> Option<&SandboxRequirement> {
+        self.call.sandbox.as_ref()
+    }
+    /// The capabilities routed from, in order.
+    pub fn routed_from(&self) -> &[String] {
+        &self.call.routed_from
+    }
+    /// The verdicts that moved the action to another capability, one per hop.
+    pub fn routes(&self) -> &[Verdict] {
+        &self.call.routes
+    }
+    /// Whether a `transform_input` changed the input the request carried.
+    pub fn input_transformed(&self) -> bool {
+        self.call.input_transformed
+    }
+    /// The output pointers the after stage will mask (known so far: the before stage's).
+    pub fn redactions(&self) -> &[String] {
+        &self.call.output_obligations.redact
+    }
+    /// The approval the request's token redeemed.
+    pub fn approval(&self) -> Option<&GrantedApproval> {
+        self.call.approval.as_ref()
+    }
+    /// Ids of the audit events emitted so far.
+    pub fn events(&self) -> &[String] {
+        &self.call.events
+    }
+    /// Adds `key` to the metadata of the event that records the outcome (as
+    /// [`Execution::note`]).
+    pub fn note(&mut self, key: impl Into<String>, value: Value) {
+        self.call.notes.insert(key.into(), value);
+    }
+    /// Names the receipt the events of the outcome link to.
+    pub fn set_receipt(&mut self, receipt_id: impl Into<String>) {
+        self.call.req.receipt_id = Some(receipt_id.into());
+    }
+    /// The after stage on the executor's output: the delivered output, or why it is
+    /// withheld (the side effect happened).
+    pub fn complete(self, output: Value) -> Result<InterceptResult, OutputWithheld> {
+        self.call.after(output)
+    }
+    /// The `on_error` stage on the executor's error, audited as `execution_failed`.
+    pub fn fail<E: std::fmt::Display>(self, error: E) -> Interrupted<(), E> {
+        self.call.on_error(error)
     }
 }
 
@@ -777,6 +868,11 @@ fn widen<E>(e: Refusal) -> InterceptError<E> {
     }
 }
 
+/// How a call holds its governor: borrowed for the length of [`Governor::intercept_with`],
+/// shared by an [`OpenAction`] that outlives the request that opened it.
+trait GovernorRef: std::ops::Deref<Target = Governor> + Clone {}
+impl<T: std::ops::Deref<Target = Governor> + Clone> GovernorRef for T {}
+
 /// One governed call on its way through the stages of [`Governor::intercept_with`]: verify the
 /// approval token, the before stage (one pass per capability, a `route` moving the call),
 /// redeem the token, run (with the `on_error` stage on failure), the after stage, deliver.
@@ -784,8 +880,8 @@ fn widen<E>(e: Refusal) -> InterceptError<E> {
 ///
 /// The stages that let policies look at the action take the call by value: the policy
 /// context owns the action while they do.
-struct Lifecycle<'g> {
-    governor: &'g Governor,
+struct Lifecycle<G: GovernorRef> {
+    governor: G,
     /// The request (its input moved into `action`).
     req: InterceptRequest,
     /// The action as it is now (transformed, routed).
@@ -799,6 +895,8 @@ struct Lifecycle<'g> {
     events: Vec<String>,
     /// The capabilities routed from, in order.
     routed_from: Vec<String>,
+    /// The verdicts that moved the call, one per hop.
+    routes: Vec<Verdict>,
     /// The token the request presented, verified against the action, until it is redeemed.
     token: Option<VerifiedApproval>,
     /// The approval of that token.
@@ -818,10 +916,14 @@ struct Lifecycle<'g> {
     input_transformed: bool,
 }
 
-impl<'g> Lifecycle<'g> {
+// The call moves from stage to stage in one box (a move of the box, not of the call); the
+// stages that end it take the box as they are handed it. Clippy cannot size a call generic
+// over its governor, so it asks for them to be unboxed.
+#[allow(clippy::boxed_local)]
+impl<G: GovernorRef> Lifecycle<G> {
     /// Resolves the capability (unknown: [`CapabilityNotFound`], no audit) and builds the
     /// action.
-    fn start(governor: &'g Governor, mut req: InterceptRequest) -> Result<Box<Self>, Refusal> {
+    fn start(governor: G, mut req: InterceptRequest) -> Result<Box<Self>, Refusal> {
         let cap = governor.registry.require(&req.capability)?;
         let input = std::mem::take(&mut req.input);
         let action = governor.action_with_input(&req, cap, input);
@@ -834,6 +936,7 @@ impl<'g> Lifecycle<'g> {
             digest: DigestCache::default(),
             events: Vec::new(),
             routed_from: Vec::new(),
+            routes: Vec::new(),
             token: None,
             approval: None,
             runtime,
@@ -906,7 +1009,7 @@ impl<'g> Lifecycle<'g> {
     /// the host verified is not decoded again. A bad token is audited as
     /// `denied_before_execution` and refused.
     fn verify_token(&mut self) -> Result<(), Refusal> {
-        let governor = self.governor;
+        let governor = self.governor.clone();
         let presented = self.req.verified_approval.take();
         let decoded = match (&governor.approvals, presented, &self.req.approval_token) {
             (_, None, None) => return Ok(()),
@@ -943,7 +1046,9 @@ impl<'g> Lifecycle<'g> {
             (call, verdict) = call.before_pass()?;
             match &verdict.obligations.route_to {
                 Some(target) if *target != call.action.capability.name => {
-                    call = call.route(target)?;
+                    let target = target.clone();
+                    call = call.route(&target)?;
+                    call.routes.push(verdict);
                 }
                 _ => {
                     call.before = Some(verdict);
@@ -1113,7 +1218,7 @@ impl<'g> Lifecycle<'g> {
     /// compare-and-set on the record [`Lifecycle::verify_token`] read (a token redeemed
     /// meanwhile is refused as replayed).
     fn redeem(&mut self) -> Result<(), Refusal> {
-        let governor = self.governor;
+        let governor = self.governor.clone();
         let (Some(m), Some(token)) = (&governor.approvals, self.token.take()) else {
             return Ok(());
         };

@@ -186,7 +186,7 @@ pub use decision::{Decision, DecisionType, IsolationTier, SandboxRequirement};
 pub use engine::{ForTenant, Obligations, PolicyEngine, PolicySource, Verdict};
 pub use intercept::{
     Execution, GovernanceFailure, Governor, InterceptError, InterceptMode, InterceptRequest,
-    Intercepted, Interrupted, OutputWithheld,
+    Intercepted, Interrupted, OpenAction, OutputWithheld,
 };
 pub use model::{
     CapabilityKind, Effect, EffectType, Environment, Governance, GovernedCapability, RiskLevel,

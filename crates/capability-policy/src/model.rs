@@ -552,6 +552,58 @@ impl GovernedCapability {
         })
     }
 
+    /// Reads a capability in Brane's shape (its `Capability` serialized: `name`, `type`,
+    /// `risk`, `effect`, `side_effects`, `scopes`, `tenant_id`, `environment`,
+    /// `data_namespace`, `owner`, `description`, `input_schema`, `output_schema`,
+    /// `metadata`; Brane's `id` is ignored, a new one is made). The camelCase names of
+    /// `metadata.governance` (`kind`, `sideEffects`, `dataNamespace`, ...) are read too.
+    pub fn from_brane_json(value: &Value) -> Result<Self, ModelError> {
+        let Some(obj) = value.as_object() else {
+            return Err(ModelError::Type {
+                path: "capability".into(),
+                expected: "object",
+                found: json_type(value),
+            });
+        };
+        let name = match obj.get("name") {
+            Some(Value::String(s)) if !s.trim().is_empty() => s.clone(),
+            Some(Value::String(_)) => return Err(ModelError::EmptyName),
+            Some(other) => {
+                return Err(ModelError::Type {
+                    path: "capability.name".into(),
+                    expected: "string",
+                    found: json_type(other),
+                });
+            }
+            None => {
+                return Err(ModelError::Missing {
+                    path: "capability".into(),
+                    field: "name",
+                });
+            }
+        };
+        let mut governance = Map::new();
+        for (k, v) in obj {
+            let key = match k.as_str() {
+                "name" | "id" => continue,
+                "type" => "kind",
+                "tenant_id" => "tenant",
+                other => camel(other),
+            };
+            let v = match key {
+                "effect" => camel_keys(v),
+                "sideEffects" | "scopes" => match v {
+                    Value::Array(items) => Value::Array(items.iter().map(camel_keys).collect()),
+                    other => other.clone(),
+                },
+                _ => v.clone(),
+            };
+            governance.insert(key.to_string(), v);
+        }
+        let governance = Governance::from_json(&Value::Object(governance), "capability")?;
+        Ok(GovernedCapability::with_governance(name, governance))
+    }
+
     pub fn risk(mut self, risk: RiskLevel) -> Self {
         self.governance.risk = risk;
         self
@@ -908,4 +960,32 @@ fn scope_to_json(s: &Scope) -> Value {
         m.insert("metadata".into(), Value::Object(s.metadata.clone()));
     }
     Value::Object(m)
+}
+
+/// Brane's snake_case member names as the camelCase ones of `metadata.governance`.
+fn camel(key: &str) -> &str {
+    match key {
+        "side_effects" => "sideEffects",
+        "data_namespace" => "dataNamespace",
+        "input_schema" => "inputSchema",
+        "output_schema" => "outputSchema",
+        "can_disable" => "canDisable",
+        "disable_input" => "disableInput",
+        "disable_description" => "disableDescription",
+        "requires_approval" => "requiresApproval",
+        other => other,
+    }
+}
+
+/// An effect, side effect or scope object with its own member names in camelCase (the
+/// values, `metadata` and `disable_input` included, are kept as they are).
+fn camel_keys(value: &Value) -> Value {
+    match value {
+        Value::Object(m) => Value::Object(
+            m.iter()
+                .map(|(k, v)| (camel(k).to_string(), v.clone()))
+                .collect(),
+        ),
+        other => other.clone(),
+    }
 }

@@ -11,6 +11,7 @@ mod common;
 mod decisions;
 mod fuzz;
 mod model;
+mod open_action;
 mod scenarios_cedar;
 mod scenarios_rust;
 mod single_event;
