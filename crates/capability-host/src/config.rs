@@ -88,6 +88,16 @@ pub struct HostConfig {
     /// Most calls a principal may have in flight at once (none: unlimited); over it a call
     /// is refused and audited.
     pub max_calls_per_principal: Option<usize>,
+    /// Governed capabilities the callers execute themselves (declared as
+    /// [`crate::Host::declare`] does, before policies are checked).
+    pub governed: Vec<capability_policy::GovernedCapability>,
+    /// Cost budgets across calls (policies of the engine; see [`crate::budgets`]).
+    pub budgets: crate::budgets::BudgetConfig,
+    /// How long an action decided for its caller waits for its result before it is
+    /// closed as abandoned ([`crate::remote`]).
+    pub action_timeout: Duration,
+    /// Most actions one principal may hold open at once.
+    pub max_open_actions_per_principal: usize,
 }
 
 impl Default for HostConfig {
@@ -111,6 +121,10 @@ impl Default for HostConfig {
             default_agent: DEFAULT_AGENT.into(),
             sandbox_pool: 0,
             max_calls_per_principal: None,
+            governed: Vec::new(),
+            budgets: crate::budgets::BudgetConfig::default(),
+            action_timeout: crate::remote::DEFAULT_RESULT_TIMEOUT,
+            max_open_actions_per_principal: crate::remote::DEFAULT_MAX_OPEN_PER_PRINCIPAL,
         }
     }
 }

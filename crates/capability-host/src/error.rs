@@ -62,7 +62,12 @@ impl HostError {
                 ApprovalError::NotFound { .. } => 404,
                 ApprovalError::NotPending { .. } | ApprovalError::Expired { .. } => 409,
                 ApprovalError::SelfApproval { .. } | ApprovalError::OtherTenant { .. } => 403,
-                ApprovalError::NoApprover => 400,
+                ApprovalError::NoApprover | ApprovalError::Malformed { .. } => 400,
+                ApprovalError::BadSignature
+                | ApprovalError::PlanMismatch { .. }
+                | ApprovalError::ActionMismatch
+                | ApprovalError::Denied { .. } => 403,
+                ApprovalError::TokenExpired | ApprovalError::Replayed => 409,
                 _ => 500,
             },
             _ => 500,
@@ -82,7 +87,13 @@ impl HostError {
                 ApprovalError::NotPending { .. } | ApprovalError::Expired { .. } => "NOT_PENDING",
                 ApprovalError::SelfApproval { .. } => "SELF_APPROVAL",
                 ApprovalError::OtherTenant { .. } => "FORBIDDEN",
-                ApprovalError::NoApprover => "INVALID_INPUT",
+                ApprovalError::NoApprover | ApprovalError::Malformed { .. } => "INVALID_INPUT",
+                ApprovalError::BadSignature
+                | ApprovalError::PlanMismatch { .. }
+                | ApprovalError::ActionMismatch
+                | ApprovalError::Denied { .. }
+                | ApprovalError::TokenExpired
+                | ApprovalError::Replayed => "APPROVAL_INVALID",
                 _ => "INTERNAL",
             },
             _ => "INTERNAL",

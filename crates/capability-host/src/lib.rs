@@ -137,6 +137,7 @@ pub mod acquisition;
 pub mod actions;
 pub mod approvals;
 pub mod audit;
+pub mod budgets;
 mod config;
 pub mod error;
 pub mod events;
@@ -146,6 +147,7 @@ pub mod packages;
 pub mod policies;
 pub mod principal;
 pub mod receipts;
+pub mod remote;
 pub mod sources;
 mod stores;
 pub mod tokens;
@@ -201,6 +203,7 @@ pub use capability_upstream as upstream;
 pub use acquisition::Acquired;
 pub use approvals::{ApprovalList, approval_document, approval_json};
 pub use audit::{AuditFilter, AuditPage, ExportFormat};
+pub use budgets::BudgetConfig;
 pub use capability_exec::ExecutorChoice;
 pub use config::{DEFAULT_AGENT, HostConfig, Request, Storage, TenantPolicies, policy_files};
 pub use error::HostError;
@@ -208,6 +211,7 @@ pub use events::{ApprovalChange, ApprovalEvents};
 pub use limits::LimitReached;
 pub use principal::{Access, Credential, Principal};
 pub use receipts::{ReceiptFilter, ReceiptList};
+pub use remote::{ActionClosed, ActionDecided, ActionReport, ActionRequest};
 pub use sources::OpenApiSource;
 pub use tokens::{AuthError, Role, TokenRecord, TokenSpec, Tokens};
 
@@ -290,6 +294,9 @@ pub struct Host {
     upstreams: Option<Arc<upstream::Upstreams>>,
     upstream_registered: upstreams::Registered,
     upstream_tool_problems: Mutex<Vec<(String, String)>>,
+    /// Actions decided here and executed by their callers, until their results.
+    open_actions: remote::OpenActions,
+    budgets: Arc<budgets::Ledger>,
 }
 
 impl std::fmt::Debug for Host {
@@ -364,6 +371,13 @@ impl Host {
                 .audit(stores.sink)
                 .approvals(Arc::clone(&approvals)),
         );
+        let budgets = budgets::Ledger::new(config.budgets.clone());
+        if !budgets.is_empty() {
+            budgets.rebuild(&budgets::spent_records(stores.audit.as_ref(), &budgets)?);
+            governor
+                .policies()
+                .add_source(Arc::clone(&budgets) as Arc<dyn capability_policy::PolicySource>);
+        }
         let runtime = CapabilityRuntime::builder()
             .policy(config.preset.policy())
             .store(Arc::clone(&stores.receipts))
@@ -407,9 +421,17 @@ impl Host {
             upstreams,
             upstream_registered: upstreams::Registered::default(),
             upstream_tool_problems: Mutex::new(Vec::new()),
+            open_actions: remote::OpenActions::new(
+                config.action_timeout,
+                config.max_open_actions_per_principal,
+            ),
+            budgets,
             home,
         };
         host.register_sources(&config.sources)?;
+        for capability in &config.governed {
+            host.declare(capability.clone())?;
+        }
         host.sync_upstreams(true);
         Ok(host)
     }

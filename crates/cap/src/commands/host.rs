@@ -280,12 +280,25 @@ impl RunOptions {
         sources: Vec<Arc<dyn CapabilitySource>>,
         gateway: Option<GatewayConfig>,
     ) -> Result<Host, String> {
-        let config = HostConfig {
+        self.open_serving_with(serving, sources, gateway, |_| {})
+    }
+
+    /// [`RunOptions::open_serving`], with the config adjusted by `adjust` (a surface's own
+    /// settings) before the host opens.
+    pub fn open_serving_with(
+        &self,
+        serving: &ServingOptions,
+        sources: Vec<Arc<dyn CapabilitySource>>,
+        gateway: Option<GatewayConfig>,
+        adjust: impl FnOnce(&mut HostConfig),
+    ) -> Result<Host, String> {
+        let mut config = HostConfig {
             sandbox_pool: self.sandbox_pool.unwrap_or(DEFAULT_SANDBOX_POOL),
             max_calls_per_principal: usize::try_from(serving.max_calls_per_principal).ok(),
             gateway,
             ..self.config(sources)?
         };
+        adjust(&mut config);
         let host = Host::open(config).map_err(|e| e.to_string())?;
         host.prewarm_pool();
         // A policy that cannot type-check against what this host serves (an upstream tool's

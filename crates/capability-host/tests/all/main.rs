@@ -12,6 +12,7 @@ mod guard;
 mod invoke;
 mod limits;
 mod principals;
+mod remote;
 mod tokens;
 mod webhook;
 
