@@ -13,13 +13,16 @@ pub enum Access {
     Read,
     /// Approvers (for their tenants) and admins.
     Decide,
+    /// Admins only: what changes the host's governance (registering capabilities).
+    Admin,
 }
 
 impl Access {
-    /// What the host's principal must be allowed (none for public and any-role routes).
+    /// What the host's principal must be allowed (none for public and any-role routes; the
+    /// admin routes check the role).
     pub fn host_access(self) -> Option<capability_host::Access> {
         match self {
-            Access::Public | Access::Any => None,
+            Access::Public | Access::Any | Access::Admin => None,
             Access::Invoke => Some(capability_host::Access::Call),
             Access::Read => Some(capability_host::Access::Read),
             Access::Decide => Some(capability_host::Access::Decide),
@@ -32,6 +35,7 @@ impl Access {
             Access::Invoke => "invoke capabilities",
             Access::Read => "read approvals, receipts, the audit log or policies",
             Access::Decide => "approve or deny",
+            Access::Admin => "change the host's governance",
         }
     }
 
@@ -42,6 +46,7 @@ impl Access {
             Access::Invoke => "agent, admin",
             Access::Read => "approver, auditor, admin",
             Access::Decide => "approver (for its tenants), admin",
+            Access::Admin => "admin",
         }
     }
 }

@@ -9,9 +9,10 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use capability_core::discovery::DiscoveryQuery;
+use capability_host::remote::MAX_BATCH;
 use capability_host::{
-    ApprovalDecision, ApprovalFilter, ApprovalStatus, AuditFilter, ExportFormat, Outcome,
-    ReceiptFilter, Request, approval_document, approval_json,
+    ActionReport, ActionRequest, ApprovalDecision, ApprovalFilter, ApprovalStatus, AuditFilter,
+    ExportFormat, HostError, Outcome, ReceiptFilter, Request, approval_document, approval_json,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -391,4 +392,82 @@ pub(crate) async fn capability(
 ) -> ApiResult {
     let inspected = state.host.inspect(&id).map_err(ApiError::capability)?;
     ok(json!({"capability": inspected}))
+}
+
+/// A JSON body as a value (an empty body is `{}`).
+fn parse_value(body: &[u8]) -> Result<Value, ApiError> {
+    parse(body)
+}
+
+fn invalid(e: capability_host::error::InvalidRequest) -> ApiError {
+    ApiError::Host(HostError::from(e))
+}
+
+pub(crate) async fn decide_action(
+    State(state): State<AppState>,
+    Extension(a): Extension<Authenticated>,
+    body: Bytes,
+) -> ApiResult {
+    let request = ActionRequest::from_json(&parse_value(&body)?).map_err(invalid)?;
+    let decided = blocking(|| state.host.decide_action(&a.principal, request))?;
+    ok(decided.to_json())
+}
+
+pub(crate) async fn decide_actions(
+    State(state): State<AppState>,
+    Extension(a): Extension<Authenticated>,
+    body: Bytes,
+) -> ApiResult {
+    let body = parse_value(&body)?;
+    let Some(items) = body.get("actions").and_then(Value::as_array) else {
+        return Err(ApiError::bad_request(
+            "a batch is {\"actions\": [...]}, each an action as POST /api/v1/actions takes",
+        ));
+    };
+    if items.is_empty() || items.len() > MAX_BATCH {
+        return Err(ApiError::bad_request(format!(
+            "a batch holds 1 to {MAX_BATCH} actions, not {}",
+            items.len()
+        )));
+    }
+    let results: Vec<Value> = blocking(|| {
+        items
+            .iter()
+            .map(|item| {
+                ActionRequest::from_json(item)
+                    .map_err(HostError::from)
+                    .and_then(|r| state.host.decide_action(&a.principal, r))
+                    .map_or_else(
+                        |e| json!({"error": {"code": e.code(), "message": e.to_string()}}),
+                        |d| d.to_json(),
+                    )
+            })
+            .collect()
+    });
+    ok(json!({"results": results}))
+}
+
+pub(crate) async fn action_result(
+    State(state): State<AppState>,
+    Extension(a): Extension<Authenticated>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let report = ActionReport::from_json(&parse_value(&body)?).map_err(invalid)?;
+    let closed = blocking(|| state.host.report_action(&a.principal, &id, report))?;
+    ok(closed.to_json())
+}
+
+pub(crate) async fn register_capability(
+    State(state): State<AppState>,
+    Extension(a): Extension<Authenticated>,
+    body: Bytes,
+) -> ApiResult {
+    let description = parse_value(&body)?;
+    let declared = blocking(|| state.host.register_governed(&a.principal, &description))?;
+    ok(json!({"capability": {
+        "name": declared.name,
+        "id": declared.id,
+        "governance": declared.governance.to_json(),
+    }}))
 }

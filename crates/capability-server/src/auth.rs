@@ -31,6 +31,9 @@ impl Authenticated {
     }
 
     pub fn allows(&self, access: Access) -> bool {
+        if access == Access::Admin {
+            return self.principal.role() == capability_host::Role::Admin;
+        }
         match access.host_access() {
             None => true,
             Some(a) => self.principal.may(a),

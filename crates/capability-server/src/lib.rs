@@ -17,6 +17,9 @@
 //!   CSRF tokens), live updates through server-sent events fed by the host's approval
 //!   events, sessions in `HttpOnly`, `SameSite=Strict` cookies (`Secure` off loopback), the
 //!   host's HTTP guard (Host and Origin checks, body limit) on every request.
+//! * **Actions** the caller executes itself (`/api/v1/actions`, its batch form and
+//!   `/api/v1/actions/{id}/result`): the host's before and after stages as two requests
+//!   (`capability_host::remote`); a task closes actions left without a result.
 //! * **Webhook**: each new pending approval is POSTed, signed with HMAC-SHA256, retried with
 //!   backoff (the host's `webhook`, started by [`Server::serve`]).
 
@@ -82,6 +85,22 @@ impl Server {
         if let Some(webhook) = &self.state.options.webhook {
             self.state.host.serve_webhook(webhook.clone());
         }
+        // Actions left without a result are closed as abandoned once their time is up.
+        let reaper = {
+            let host = Arc::clone(&self.state.host);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tick.tick().await;
+                    if host.open_action_count() > 0 {
+                        let host = Arc::clone(&host);
+                        let _ = tokio::task::spawn_blocking(move || host.close_abandoned_actions())
+                            .await;
+                    }
+                }
+            })
+        };
         // SSE answers are written in pieces: without TCP_NODELAY each waits for Nagle.
         let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
             let _ = tcp.set_nodelay(true);
@@ -89,6 +108,7 @@ impl Server {
         let served = axum::serve(listener, self.router())
             .with_graceful_shutdown(shutdown)
             .await;
+        reaper.abort();
         let host = Arc::clone(&self.state.host);
         let _ = tokio::task::spawn_blocking(move || host.flush()).await;
         served

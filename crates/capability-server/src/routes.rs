@@ -85,6 +85,47 @@ fn fixtures_body() -> Value {
     json!({"type": "array", "description": "policy fixtures: {name, action: {capability, actionType, agentId, tenant, scopes, environment, input, output?}, expect}", "items": {"type": "object"}})
 }
 
+fn action_body() -> Value {
+    json!({"type": "object", "required": ["actionType", "capability"], "properties": {
+        "actionType": {"type": "string", "enum": capability_host::ActionType::ALL.iter().map(|t| t.as_str()).collect::<Vec<_>>()},
+        "capability": {"description": "a governed capability's name, or its description in Brane's shape ({name, type, risk, effect, side_effects, scopes, tenant_id, environment, data_namespace, owner, ...}), declared on first use", "oneOf": [{"type": "string"}, {"type": "object", "required": ["name"]}]},
+        "input": {"description": "the action's input (default {})"},
+        "estimatedCostUsd": {"type": "number", "minimum": 0},
+        "costSoFarUsd": {"type": "number", "minimum": 0},
+        "tokens": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}},
+        "traceId": {"type": "string"},
+        "traceparent": {"type": "string", "description": "a W3C traceparent; its trace id becomes the action's"},
+        "parentActionId": {"type": "string"},
+        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "metadata": {"type": "object"},
+        "approvalToken": {"type": "string", "description": "the token of an approval, for the retry of an action that needed one"}},
+        "additionalProperties": false})
+}
+
+fn batch_body() -> Value {
+    json!({"type": "object", "required": ["actions"], "properties": {
+        "actions": {"type": "array", "minItems": 1, "maxItems": capability_host::remote::MAX_BATCH, "items": action_body()}}})
+}
+
+fn result_body() -> Value {
+    json!({"type": "object", "description": "exactly one of output and error", "properties": {
+        "output": {"description": "what the action produced"},
+        "error": {"type": "object", "required": ["message"], "properties": {"message": {"type": "string"}, "type": {"type": "string"}}},
+        "costUsd": {"type": "number", "minimum": 0, "description": "the actual cost (default: the estimate)"},
+        "tokens": {"type": "object", "additionalProperties": {"type": "integer", "minimum": 0}}},
+        "additionalProperties": false})
+}
+
+fn governed_body() -> Value {
+    json!({"type": "object", "required": ["name"], "description": "a governed capability in Brane's shape", "properties": {
+        "name": {"type": "string"}, "type": {"type": "string", "description": "the kind: tool, model, memory, retrieval, database, external_api, mcp_server, mcp_tool, mcp_resource, mcp_prompt, sandbox, filesystem, secret, approval_group, agent, workflow"},
+        "risk": {"type": "string", "enum": ["low", "medium", "high", "critical"]},
+        "effect": {"type": "object"}, "side_effects": {"type": "array"}, "scopes": {"type": "array"},
+        "tenant_id": {"type": "string"}, "environment": {"type": "string"}, "data_namespace": {"type": "string"},
+        "owner": {"type": "string"}, "description": {"type": "string"},
+        "input_schema": {"type": "object"}, "output_schema": {"type": "object"}, "metadata": {"type": "object"}}})
+}
+
 const APPROVAL_QUERY: &[(&str, &str)] = &[
     (
         "status",
@@ -180,6 +221,50 @@ pub(crate) fn api_routes() -> Vec<ApiRoute> {
             &[],
             Some(resume_body),
             post(api::resume),
+        ),
+        route(
+            "post",
+            "/api/v1/actions",
+            "decideAction",
+            "actions",
+            "The before stage of an action the caller executes itself (a model call, a memory write, a retrieval, ...): 200 with the decision (allow, deny, approval_required, transform_input, route, sandbox, redact, log_only) and the action id; when allowed, the capability and input to use and the time by which the result must be posted.",
+            Invoke,
+            &[],
+            Some(action_body),
+            post(api::decide_action),
+        ),
+        route(
+            "post",
+            "/api/v1/actions/batch",
+            "decideActions",
+            "actions",
+            "The before stage of several actions: the answer of POST /api/v1/actions (or {error}) for each, in order.",
+            Invoke,
+            &[],
+            Some(batch_body),
+            post(api::decide_actions),
+        ),
+        route(
+            "post",
+            "/api/v1/actions/{id}/result",
+            "actionResult",
+            "actions",
+            "The after stage of an open action: its output (or error) in; the output the agent may use (redacted, transformed, or withheld) out, with the receipt and audit event. 404 for an action that is not open for this principal.",
+            Invoke,
+            &[],
+            Some(result_body),
+            post(api::action_result),
+        ),
+        route(
+            "post",
+            "/api/v1/capabilities",
+            "registerCapability",
+            "capabilities",
+            "Declare (or replace) a governed capability for the action API, in Brane's shape.",
+            Admin,
+            &[],
+            Some(governed_body),
+            post(api::register_capability),
         ),
         route(
             "get",

@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use capability_host::Builtins;
 use capability_host::guard::is_loopback_listener;
 use capability_host::webhook::Webhook;
+use capability_host::{BudgetConfig, Builtins};
 use capability_server::{Server, ServerOptions};
 use clap::Args;
 
@@ -25,10 +25,28 @@ pub struct ServeArgs {
     /// The file holding the webhook's HMAC secret (default: $CAP_WEBHOOK_SECRET).
     #[arg(long, requires = "webhook")]
     pub webhook_secret_file: Option<PathBuf>,
+    /// Governed capabilities the caller executes itself, for `/api/v1/actions`: a JSON file
+    /// `{"capabilities": [...]}` in Brane's shape (repeatable).
+    #[arg(long = "capabilities")]
+    pub capabilities: Vec<PathBuf>,
+    /// Cost budgets across calls: a JSON file `{"budgets": [...]}` (per agent, tenant,
+    /// capability or principal, over a window; deny or route when exceeded).
+    #[arg(long)]
+    pub budgets: Option<PathBuf>,
+    /// How long a decided action waits for its result before it is closed as abandoned,
+    /// e.g. 90s, 5m.
+    #[arg(long, default_value = "5m", value_parser = action_timeout)]
+    pub action_timeout: std::time::Duration,
     #[command(flatten)]
     pub serving: ServingOptions,
     #[command(flatten)]
     pub options: RunOptions,
+}
+
+fn action_timeout(text: &str) -> Result<std::time::Duration, String> {
+    capability_host::tokens::parse_duration(text)
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("not a duration: {text:?} (e.g. 90s, 5m, 1h)"))
 }
 
 fn webhook(args: &ServeArgs) -> Result<Option<Webhook>, String> {
@@ -68,7 +86,27 @@ pub fn serve(args: ServeArgs) -> Result<i32, String> {
         .iter()
         .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
         .collect();
-    let host = Arc::new(run_options.open_serving(&args.serving, vec![Arc::new(Builtins)], None)?);
+    let budgets = match &args.budgets {
+        Some(path) => BudgetConfig::load(path).map_err(|e| format!("serve: --budgets: {e}"))?,
+        None => BudgetConfig::default(),
+    };
+    let mut governed = Vec::new();
+    for path in &args.capabilities {
+        governed.extend(
+            capability_host::remote::read_governed(path)
+                .map_err(|e| format!("serve: --capabilities: {e}"))?,
+        );
+    }
+    let host = Arc::new(run_options.open_serving_with(
+        &args.serving,
+        vec![Arc::new(Builtins)],
+        None,
+        |config| {
+            config.budgets = budgets;
+            config.action_timeout = args.action_timeout;
+            config.governed = governed;
+        },
+    )?);
     host.tokens().map_err(|e| format!("serve: {e}"))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -64,15 +64,25 @@ pub(crate) fn spec(agent: &str, role: Role, tenant: Option<&str>, tenants: &[&st
 }
 
 pub(crate) async fn start(options: impl FnOnce(&std::path::Path) -> ServerOptions) -> Fixture {
+    start_with(|_, _| {}, options).await
+}
+
+/// [`start`] with the host's config adjusted by `config` (given the test's directory)
+/// before the host opens.
+pub(crate) async fn start_with(
+    config: impl FnOnce(&std::path::Path, &mut HostConfig),
+    options: impl FnOnce(&std::path::Path) -> ServerOptions,
+) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let policy = dir.path().join("policies.cedar");
     std::fs::write(&policy, POLICY).unwrap();
-    let host = Host::open(HostConfig {
+    let mut host_config = HostConfig {
         home: Some(dir.path().join("home")),
         policies: vec![policy.clone()],
         ..HostConfig::default()
-    })
-    .unwrap();
+    };
+    config(dir.path(), &mut host_config);
+    let host = Host::open(host_config).unwrap();
     let tokens = host.tokens().unwrap();
     let mut made = HashMap::new();
     let mut alice = spec("alice", Role::Approver, None, &["acme"]);
