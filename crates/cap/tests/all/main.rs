@@ -11,3 +11,4 @@ mod mcp;
 mod openapi;
 mod packages;
 mod runtime;
+mod typescript;
