@@ -487,11 +487,36 @@ struct Held {
     estimate: f64,
 }
 
-/// The open actions of a host.
+/// The open actions of a host, and how many each principal holds (slots are reserved
+/// before the before stage runs, so concurrent requests cannot pass the limit).
 pub(crate) struct OpenActions {
-    held: Mutex<HashMap<String, Held>>,
+    table: Mutex<Table>,
     timeout: Duration,
     max_per_principal: usize,
+}
+
+#[derive(Default)]
+struct Table {
+    held: HashMap<String, Held>,
+    /// Open actions and reserved slots per owner.
+    per_owner: HashMap<String, usize>,
+}
+
+impl Table {
+    fn release(&mut self, owner: &str) {
+        if let Some(n) = self.per_owner.get_mut(owner) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.per_owner.remove(owner);
+            }
+        }
+    }
+
+    fn take(&mut self, id: &str) -> Option<Held> {
+        let held = self.held.remove(id)?;
+        self.release(&held.owner);
+        Some(held)
+    }
 }
 
 impl std::fmt::Debug for OpenActions {
@@ -505,14 +530,47 @@ impl std::fmt::Debug for OpenActions {
 impl OpenActions {
     pub(crate) fn new(timeout: Duration, max_per_principal: usize) -> Self {
         OpenActions {
-            held: Mutex::new(HashMap::new()),
+            table: Mutex::new(Table::default()),
             timeout,
             max_per_principal: max_per_principal.max(1),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, HashMap<String, Held>> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reserves a slot for `owner`, or says it holds the most allowed.
+    fn reserve(&self, owner: &str) -> bool {
+        let mut t = self.lock();
+        let n = t.per_owner.entry(owner.to_string()).or_default();
+        if *n >= self.max_per_principal {
+            return false;
+        }
+        *n += 1;
+        true
+    }
+}
+
+/// A reserved slot: released when dropped, unless the action took it.
+struct Slot<'a> {
+    open: &'a OpenActions,
+    owner: Option<String>,
+}
+
+impl Slot<'_> {
+    /// The action opened: it holds the slot until it is closed.
+    fn fill(mut self, id: String, held: Held) {
+        let _ = self.owner.take();
+        self.open.lock().held.insert(id, held);
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if let Some(owner) = self.owner.take() {
+            self.open.lock().release(&owner);
+        }
     }
 }
 
@@ -634,7 +692,7 @@ impl Host {
         }
         let owner = owner_of(principal);
         let open = &self.open_actions;
-        if open.lock().values().filter(|h| h.owner == owner).count() >= open.max_per_principal {
+        if !open.reserve(&owner) {
             return Err(InvalidRequest::new(format!(
                 "`{}` holds {} open actions, the most allowed; post their results first",
                 principal.name(),
@@ -642,6 +700,10 @@ impl Host {
             ))
             .into());
         }
+        let slot = Slot {
+            open,
+            owner: Some(owner.clone()),
+        };
         let capability = self.action_capability(request.capability)?;
         let mut req = InterceptRequest::new(capability, request.action_type, request.input)
             .actor(principal.actor())
@@ -684,7 +746,7 @@ impl Host {
                     sandbox: action.sandbox().map(|s| s.to_json()),
                     expires_at: capability_core::js::iso_from_millis(expires_ms),
                 };
-                open.lock().insert(
+                slot.fill(
                     action.action().action_id.clone(),
                     Held {
                         open: action,
@@ -733,8 +795,8 @@ impl Host {
         let owner = owner_of(principal);
         let held = {
             let mut open = self.open_actions.lock();
-            match open.get(action_id) {
-                Some(h) if h.owner == owner => open.remove(action_id),
+            match open.held.get(action_id) {
+                Some(h) if h.owner == owner => open.take(action_id),
                 _ => None,
             }
         };
@@ -750,11 +812,12 @@ impl Host {
         let expired: Vec<Held> = {
             let mut open = self.open_actions.lock();
             let ids: Vec<String> = open
+                .held
                 .iter()
                 .filter(|(_, h)| h.deadline <= now)
                 .map(|(id, _)| id.clone())
                 .collect();
-            ids.iter().filter_map(|id| open.remove(id)).collect()
+            ids.iter().filter_map(|id| open.take(id)).collect()
         };
         let n = expired.len();
         for held in expired {
@@ -766,7 +829,7 @@ impl Host {
 
     /// How many actions are open.
     pub fn open_action_count(&self) -> usize {
-        self.open_actions.lock().len()
+        self.open_actions.lock().held.len()
     }
 
     fn close(&self, held: Held, report: ActionReport) -> ActionClosed {

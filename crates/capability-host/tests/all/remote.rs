@@ -184,3 +184,47 @@ fn open_actions_belong_to_their_principal_and_expire_as_abandoned() {
     ));
     assert_eq!(host.decide_action(&a, redefined).unwrap_err().status(), 400);
 }
+
+#[test]
+fn a_principal_holds_a_bounded_number_of_open_actions() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = Host::open(HostConfig {
+        home: Some(dir.path().join("home")),
+        governed: vec![GovernedCapability::new("llm.big", CapabilityKind::Model)],
+        max_open_actions_per_principal: 2,
+        ..HostConfig::default()
+    })
+    .unwrap();
+    let a = agent("a1", "acme");
+    let first = host.decide_action(&a, call(0.0)).unwrap();
+    host.decide_action(&a, call(0.0)).unwrap();
+    let e = host.decide_action(&a, call(0.0)).unwrap_err();
+    assert_eq!(e.status(), 400);
+    assert!(e.to_string().contains("2 open actions"), "{e}");
+    // Another principal has its own slots.
+    host.decide_action(&agent("a2", "acme"), call(0.0)).unwrap();
+    // Closing one frees its slot; a request refused before the stage holds none.
+    host.report_action(
+        &a,
+        first.action_id(),
+        ActionReport::Error {
+            message: "gave up".into(),
+            error_type: None,
+            cost_usd: None,
+        },
+    )
+    .unwrap();
+    let mut unknown = call(0.0);
+    unknown.capability = ActionCapability::Named("nope".into());
+    for _ in 0..3 {
+        assert_eq!(
+            host.decide_action(&a, unknown.clone())
+                .unwrap_err()
+                .status(),
+            404
+        );
+    }
+    host.decide_action(&a, call(0.0)).unwrap();
+    assert_eq!(host.decide_action(&a, call(0.0)).unwrap_err().status(), 400);
+    assert_eq!(host.open_action_count(), 3);
+}
