@@ -132,6 +132,8 @@ export interface ActionDecision {
   /** Only for `approval_required`. */
   approval?: Approval;
   shadow?: ShadowDecision | null;
+  /** For `log_only`: what the observing policy would have decided. */
+  wouldBe?: DecisionType | null;
   /** When allowed: the time by which the result must be posted (ISO 8601). */
   expiresAt?: string;
 }

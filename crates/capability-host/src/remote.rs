@@ -336,6 +336,17 @@ pub enum ActionDecided {
     },
 }
 
+/// The `log_only` decision of an allowing verdict with nothing else to enforce: what a
+/// policy observed without enforcing it.
+fn logged(v: &Verdict) -> Option<&Decision> {
+    if v.kind != capability_policy::DecisionType::Allow {
+        return None;
+    }
+    v.decisions
+        .iter()
+        .find(|d| d.kind == capability_policy::DecisionType::LogOnly)
+}
+
 fn shadow_json(verdict: Option<&Verdict>) -> Value {
     match verdict.and_then(|v| v.shadow.as_ref()) {
         Some(s) => json!({
@@ -368,6 +379,9 @@ impl ActionDecided {
     pub fn decision(&self) -> &'static str {
         match self {
             ActionDecided::Open { routes, .. } if !routes.is_empty() => "route",
+            ActionDecided::Open {
+                verdict: Some(v), ..
+            } if logged(v).is_some() => "log_only",
             ActionDecided::Open { verdict, .. } => {
                 verdict.as_ref().map_or("allow", |v| v.kind.as_str())
             }
@@ -378,7 +392,8 @@ impl ActionDecided {
 
     /// The JSON answer: `actionId`, `decision`, `reason`, `code`, `policyIds`, `shadow`, and
     /// for an open action `capability`, `input`, `routedFrom`, `redact`, `sandbox`,
-    /// `expiresAt`; for an approval, `approval` (id, reason, expiresAt, ...).
+    /// `expiresAt` (and `wouldBe` for `log_only`); for an approval, `approval` (id, reason,
+    /// expiresAt, ...).
     pub fn to_json(&self) -> Value {
         let mut v = json!({"actionId": self.action_id(), "decision": self.decision()});
         match self {
@@ -393,9 +408,20 @@ impl ActionDecided {
                 expires_at,
                 ..
             } => {
-                // A routed action reports the first route's reason; the policy ids of
-                // every hop and of the final pass.
-                let decision = routes.first().or(verdict.as_ref()).map(|v| &v.decision);
+                // A routed action reports the first route's reason, a logged one its
+                // log_only decision; the policy ids of every hop and of the final pass.
+                let logged = verdict
+                    .as_ref()
+                    .and_then(logged)
+                    .filter(|_| routes.is_empty());
+                let decision = routes
+                    .first()
+                    .map(|v| &v.decision)
+                    .or(logged)
+                    .or(verdict.as_ref().map(|v| &v.decision));
+                if let Some(d) = logged {
+                    v["wouldBe"] = json!(d.would_be.map(|k| k.as_str()));
+                }
                 let mut ids: Vec<String> = Vec::new();
                 for v in routes.iter().chain(verdict.as_ref()) {
                     for id in v.policy_ids() {

@@ -22,6 +22,15 @@ forbid(principal, action == Action::"memory_write", resource);
 permit(principal, action == Action::"retrieval", resource);
 @id("no-prod-db") forbid(principal, action == Action::"database_query", resource)
   when { context.input has db && context.input.db == "prod" };
+@id("watch-staging-db") @decision("log_only") @reason("staging queries are watched")
+forbid(principal, action == Action::"database_query", resource)
+  when { context.input has db && context.input.db == "staging" };
+@id("sandbox-code") @decision("sandbox") @sandbox("wasm") @network("off")
+permit(principal, action == Action::"sandbox_execution", resource);
+@id("strip-pii") @decision("transform_input")
+@mutations("[{\"op\": \"remove\", \"path\": \"/email\"}]")
+permit(principal, action == Action::"model_call", resource == Capability::"openai.gpt-4o-mini")
+  when { context.input has email };
 "#;
 
 const CAPABILITIES: &str = r#"{"capabilities": [
@@ -32,7 +41,8 @@ const CAPABILITIES: &str = r#"{"capabilities": [
    "side_effects": [{"type": "write", "can_disable": false}]},
   {"name": "docs.search", "type": "retrieval"},
   {"name": "agents.handoff", "type": "agent"},
-  {"name": "warehouse.sql", "type": "database"}
+  {"name": "warehouse.sql", "type": "database"},
+  {"name": "code.run", "type": "sandbox", "risk": "high"}
 ]}"#;
 
 const BUDGETS: &str = r#"{"budgets": [
@@ -393,6 +403,47 @@ async fn a_retrieval_result_is_redacted_and_a_forbidden_handoff_denied() {
         )
         .await;
     assert_eq!(d["decision"], "allow");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transform_input_sandbox_and_log_only_are_answered_as_such() {
+    let f = server().await;
+    let d = f
+        .decide(
+            "agent",
+            json!({"actionType": "model_call", "capability": "openai.gpt-4o-mini",
+                   "input": {"prompt": "p", "email": "ada@example.com"}}),
+        )
+        .await;
+    assert_eq!(d["decision"], "transform_input", "{d}");
+    assert_eq!(
+        d["input"],
+        json!({"prompt": "p"}),
+        "the agent sends the transformed input"
+    );
+    let d = f
+        .decide(
+            "agent",
+            json!({"actionType": "sandbox_execution", "capability": "code.run", "input": {"code": "1+1"}}),
+        )
+        .await;
+    assert_eq!(d["decision"], "sandbox", "{d}");
+    assert_eq!(
+        d["sandbox"],
+        json!({"minTier": "wasm", "denyNetwork": true}),
+        "{d}"
+    );
+    let d = f
+        .decide(
+            "agent",
+            json!({"actionType": "database_query", "capability": "warehouse.sql",
+                   "input": {"db": "staging", "sql": "select 1"}}),
+        )
+        .await;
+    assert_eq!(d["decision"], "log_only", "{d}");
+    assert_eq!(d["wouldBe"], "deny", "{d}");
+    assert_eq!(d["reason"], "staging queries are watched");
+    assert!(d["expiresAt"].is_string(), "a logged action goes ahead");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
