@@ -839,3 +839,47 @@ fn one_rule_refuses_self_approval_on_every_surface() {
         &String::from_utf8_lossy(&out.stderr),
     );
 }
+
+#[test]
+fn serve_refuses_capability_and_budget_files_it_cannot_use_before_listening() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let file = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let bad_kind = file(
+        "caps.json",
+        r#"{"capabilities": [{"name": "x", "type": "spaceship"}]}"#,
+    );
+    let bad_budget = file(
+        "budgets.json",
+        r#"{"budgets": [{"id": "b", "per": "team", "windowSeconds": 60, "limitUsd": 1}]}"#,
+    );
+    let good_caps = file("ok.json", r#"[{"name": "llm", "type": "model"}]"#);
+    for (args, says) in [
+        (vec!["--capabilities", bad_kind.as_str()], "spaceship"),
+        (
+            vec!["--capabilities", "/nonexistent/caps.json"],
+            "cannot read",
+        ),
+        (
+            vec![
+                "--capabilities",
+                good_caps.as_str(),
+                "--budgets",
+                bad_budget.as_str(),
+            ],
+            "`per`",
+        ),
+        (vec!["--action-timeout", "0s"], "not a duration"),
+    ] {
+        let mut all = vec!["serve", "--listen", "127.0.0.1:0"];
+        all.extend(args.iter().copied());
+        let out = common::cap(&home, &all);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
