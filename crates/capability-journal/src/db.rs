@@ -109,7 +109,21 @@ pub const WRITER_THREAD: &str = "capability-db-writer";
 
 fn configure(conn: &Connection, busy_timeout: Duration) -> rusqlite::Result<()> {
     conn.busy_timeout(busy_timeout)?;
-    conn.pragma_update(None, "journal_mode", "WAL")?;
+    // Switching a new file to WAL takes an exclusive lock, and SQLite answers "database is
+    // locked" at once, without its busy handler, when another connection is switching it
+    // too (several processes opening a new home at once): retry within the busy timeout.
+    let started = std::time::Instant::now();
+    loop {
+        match conn.pragma_update(None, "journal_mode", "WAL") {
+            Err(rusqlite::Error::SqliteFailure(e, _))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && started.elapsed() < busy_timeout =>
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            other => break other?,
+        }
+    }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     Ok(())
 }
