@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use capability_core::json::canonical_hash;
 use capability_core::plan::CapabilityRef;
 use capability_core::receipt::{
-    Receipt, ReceiptGovernance, ReceiptStatus, SerializedError, VerdictSummary, new_receipt_id,
+    Receipt, ReceiptGovernance, ReceiptStatus, SerializedError, new_receipt_id,
 };
 use capability_policy::approvals::ApprovalRecord;
 use capability_policy::intercept::{InterceptError, Interrupted, OpenAction, OutputWithheld};
@@ -628,16 +628,6 @@ impl std::fmt::Display for Reported {
     }
 }
 
-fn summary(v: &Verdict) -> VerdictSummary {
-    VerdictSummary {
-        decision: v.kind.as_str().into(),
-        decision_id: Some(v.decision.decision_id.clone()),
-        policy_ids: v.policy_ids(),
-        reason: v.decision.reason.clone(),
-        details: None,
-    }
-}
-
 impl Host {
     /// Declares a governed capability for the action API (a principal of role admin):
     /// Brane's shape, as [`GovernedCapability::from_brane_json`] reads it.
@@ -895,7 +885,7 @@ impl Host {
         let receipt_id = new_receipt_id();
         held.open.set_receipt(receipt_id.clone());
         let action = held.open.action().clone();
-        let before = held.open.before().map(summary);
+        let before = held.open.before().map(Verdict::summary);
         let routed_from = held.open.routed_from().to_vec();
         let approval = held.open.approval().cloned();
         let mut closed = ActionClosed {
@@ -936,7 +926,7 @@ impl Host {
                         closed.policy_ids = result.after.policy_ids();
                         closed.redacted = result.after.obligations.redact.clone();
                         closed.event_id = result.events.last().cloned();
-                        governance.after = Some(summary(&result.after));
+                        governance.after = Some(result.after.summary());
                         governance.audit_events.clone_from(&result.events);
                         governance.redacted.clone_from(&closed.redacted);
                         output = Some(result.output.clone());
@@ -948,7 +938,7 @@ impl Host {
                         closed.reason.clone_from(&d.decision.reason);
                         closed.policy_ids = policy_ids(d.verdict.as_ref(), &d.decision);
                         if let Some(v) = &d.verdict {
-                            governance.after = Some(summary(v));
+                            governance.after = Some(v.summary());
                         }
                         governance.outcome = Some("denied_after_execution".into());
                     }

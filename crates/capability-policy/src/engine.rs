@@ -156,6 +156,18 @@ impl Verdict {
     pub fn allows(&self) -> bool {
         !self.is_denied() && !self.requires_approval()
     }
+    /// What a receipt records of this verdict: the decision, its id, the policies, the
+    /// reason.
+    pub fn summary(&self) -> capability_core::receipt::VerdictSummary {
+        capability_core::receipt::VerdictSummary {
+            decision: self.kind.as_str().into(),
+            decision_id: Some(self.decision.decision_id.clone()),
+            policy_ids: self.policy_ids(),
+            reason: self.decision.reason.clone(),
+            details: None,
+        }
+    }
+
     /// The JSON form (for receipts, the CLI and HTTP answers).
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({

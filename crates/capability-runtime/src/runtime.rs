@@ -756,8 +756,11 @@ impl CapabilityRuntime {
                     agent_id: Some(done.action.agent_id.clone()),
                     tenant: done.action.tenant_id.clone(),
                     action_id: Some(done.action.action_id.clone()),
-                    before: done.before.as_ref().map(verdict_summary),
-                    after: Some(verdict_summary(&done.after)),
+                    before: done
+                        .before
+                        .as_ref()
+                        .map(capability_policy::Verdict::summary),
+                    after: Some(done.after.summary()),
                     audit_events: done.events,
                     routed_from: done.routed_from,
                     approval: done.approval.map(|a| ApprovalUse {
@@ -1114,16 +1117,6 @@ fn denial_details(denial: &Denial) -> (String, Value) {
         "code": denial.decision.code,
     });
     (reason, details)
-}
-
-fn verdict_summary(v: &capability_policy::Verdict) -> VerdictSummary {
-    VerdictSummary {
-        decision: v.kind.as_str().into(),
-        decision_id: Some(v.decision.decision_id.clone()),
-        policy_ids: v.policy_ids(),
-        reason: v.decision.reason.clone(),
-        details: None,
-    }
 }
 
 /// The runtime's checks of an output before it is verified: numbers normalized, the nesting

@@ -41,6 +41,14 @@ fn call(usd: f64) -> ActionRequest {
     r
 }
 
+fn output(output: serde_json::Value) -> ActionReport {
+    ActionReport::Output {
+        output,
+        cost_usd: None,
+        tokens: None,
+    }
+}
+
 const TENANT_BUDGET: &str = r#"{"budgets": [{"id": "acme-daily", "per": "tenant",
   "windowSeconds": 86400, "limitUsd": 1.0, "actionTypes": ["model_call"],
   "onExceed": {"route": "llm.small"}}]}"#;
@@ -138,15 +146,7 @@ fn open_actions_belong_to_their_principal_and_expire_as_abandoned() {
     assert_eq!(host.open_action_count(), 1);
     let other = agent("a2", "acme");
     let e = host
-        .report_action(
-            &other,
-            action_id,
-            ActionReport::Output {
-                output: json!(1),
-                cost_usd: None,
-                tokens: None,
-            },
-        )
+        .report_action(&other, action_id, output(json!(1)))
         .unwrap_err();
     assert_eq!(e.status(), 404);
     // The operator (an admin) may decide actions too; its action expires as well.
@@ -159,15 +159,7 @@ fn open_actions_belong_to_their_principal_and_expire_as_abandoned() {
     assert_eq!(host.close_abandoned_actions(), 2);
     assert_eq!(host.open_action_count(), 0);
     let e = host
-        .report_action(
-            &a,
-            action_id,
-            ActionReport::Output {
-                output: json!(1),
-                cost_usd: None,
-                tokens: None,
-            },
-        )
+        .report_action(&a, action_id, output(json!(1)))
         .unwrap_err();
     assert_eq!(e.status(), 404);
     // An inline description is declared on first use, and cannot redefine it afterwards.
