@@ -245,6 +245,15 @@ impl CedarPolicies {
     /// `decimal`: the fixes of its comparisons whose operand has the offending type in this
     /// request.
     fn number_hint(&self, i: usize, error: &str, ctx: &PolicyContext) -> Option<String> {
+        if error.contains("got string") && holds_opaque_number(&ctx.action.input) {
+            return Some(
+                "the input holds a number Cedar cannot represent exactly (beyond its Long or \
+                 decimal range, or more than 4 decimal places): it is given as a string, so a \
+                 policy that compares it cannot be evaluated and does not grant (a forbid \
+                 denies)"
+                    .into(),
+            );
+        }
         if !(error.contains("expected long, got decimal")
             || error.contains("expected decimal, got long"))
         {
@@ -433,15 +442,13 @@ impl CedarPolicies {
             )?;
             pairs.push(("labels".into(), labels));
         }
-        if (uses.all || uses.cost)
-            && let Some(d) = decimal(action.cost_so_far_usd)
-        {
-            pairs.push(("costSoFarUsd".into(), d));
+        if uses.all || uses.cost {
+            pairs.push(("costSoFarUsd".into(), cost(action.cost_so_far_usd)));
         }
         if (uses.all || uses.estimated_cost)
-            && let Some(d) = action.estimated_cost_usd.and_then(decimal)
+            && let Some(x) = action.estimated_cost_usd
         {
-            pairs.push(("estimatedCostUsd".into(), d));
+            pairs.push(("estimatedCostUsd".into(), cost(x)));
         }
         Ok(Context::from_pairs(pairs)?)
     }
@@ -935,7 +942,8 @@ pub(crate) fn decimal(x: f64) -> Option<RestrictedExpression> {
     decimal_literal(x).map(RestrictedExpression::new_decimal)
 }
 
-/// The text of a Cedar decimal literal for a double.
+/// The text of a Cedar decimal literal for a double, rounded to 4 places; `None` when not
+/// finite or out of Cedar's range.
 pub(crate) fn decimal_literal(x: f64) -> Option<String> {
     if !x.is_finite() || x.abs() >= 922_337_203_685_477.0 {
         return None;
@@ -947,6 +955,36 @@ pub(crate) fn decimal_literal(x: f64) -> Option<String> {
         s
     };
     Some(s)
+}
+
+/// Whether a JSON value holds a number that no Cedar type holds exactly (whatever its
+/// schema would say).
+fn holds_opaque_number(v: &Value) -> bool {
+    match v {
+        Value::Number(n) => number_form(n, None) == NumberForm::Opaque,
+        Value::Array(items) => items.iter().any(holds_opaque_number),
+        Value::Object(m) => m.values().any(holds_opaque_number),
+        _ => false,
+    }
+}
+
+/// The Cedar decimal literal that is this double exactly (up to the noise of binary
+/// doubles, `0.1 + 0.2` is `0.3000`); `None` when it needs more than 4 places or is out of
+/// range: rounding it would move it across a policy's threshold.
+pub(crate) fn exact_decimal_literal(x: f64) -> Option<String> {
+    let text = decimal_literal(x)?;
+    let back: f64 = text.parse().ok()?;
+    ((x - back).abs() <= 1e-9 * x.abs().max(1.0)).then_some(text)
+}
+
+/// A cost as Cedar sees it: rounded *up* to 4 places (a cost is never shown smaller than it
+/// is, so a limit still holds); a string of its digits when out of range (see
+/// [`number_form`]).
+pub(crate) fn cost(x: f64) -> RestrictedExpression {
+    match decimal_literal((x * 10_000.0).ceil() / 10_000.0) {
+        Some(text) => RestrictedExpression::new_decimal(text),
+        None => RestrictedExpression::new_string(x.to_string()),
+    }
 }
 
 /// The JSON Schema type a schema gives its values, when it is one type: `"t"`, or
@@ -971,50 +1009,59 @@ pub(crate) fn schema_type(schema: Option<&Value>) -> Option<&str> {
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum NumberForm {
     Long(i64),
+    /// A decimal that is the number exactly ([`exact_decimal_literal`]).
     Decimal(f64),
+    /// A number Cedar cannot hold: outside `Long` and `decimal` range, or with more than 4
+    /// decimal places. It is given as the string of its JSON text: present (`has` holds),
+    /// equal to no number, and a type error wherever it is compared or used as a decimal,
+    /// so a `forbid` that compares it denies (fail closed) and a `permit` that compares it
+    /// grants nothing. A number Cedar cannot represent never makes a policy less strict.
+    Opaque,
 }
 
 /// The Cedar form of a JSON number, decided by its schema so that a field has one Cedar type
 /// whatever its value, as the generated schema declares: `number` is always a `decimal`
 /// (`150` too), `integer` always a `Long` (`150.0` too). Without a declared type the value
-/// decides (integers `Long`, others `decimal`).
-pub(crate) fn number_form(n: &serde_json::Number, schema: Option<&Value>) -> Option<NumberForm> {
+/// decides: integral values (`150`, `1e16`) are `Long`, others `decimal`. Whatever the
+/// type, a value it cannot hold exactly is [`NumberForm::Opaque`].
+pub(crate) fn number_form(n: &serde_json::Number, schema: Option<&Value>) -> NumberForm {
     // i64 bounds as f64: -2^63 is exact, 2^63 is the first value beyond.
     const MIN: f64 = -9_223_372_036_854_775_808.0;
     const END: f64 = 9_223_372_036_854_775_808.0;
-    match schema_type(schema) {
-        Some("number") => n.as_f64().map(NumberForm::Decimal),
-        Some("integer") => match n.as_i64() {
-            Some(i) => Some(NumberForm::Long(i)),
-            None => {
-                let x = n.as_f64()?;
-                if x.fract() == 0.0 && (MIN..END).contains(&x) {
-                    // Integral and in range: the conversion is exact.
-                    Some(NumberForm::Long(x as i64))
-                } else {
-                    Some(NumberForm::Decimal(x))
-                }
-            }
-        },
-        _ => match n.as_i64() {
-            Some(i) => Some(NumberForm::Long(i)),
-            None => n.as_f64().map(NumberForm::Decimal),
-        },
+    let decimal = |x: f64| match exact_decimal_literal(x) {
+        Some(_) => NumberForm::Decimal(x),
+        None => NumberForm::Opaque,
+    };
+    let Some(x) = n.as_f64() else {
+        return NumberForm::Opaque;
+    };
+    if schema_type(schema) == Some("number") {
+        return decimal(x);
+    }
+    // `integer`, or no declared type.
+    match n.as_i64() {
+        Some(i) => NumberForm::Long(i),
+        // Integral and in range: the conversion is exact.
+        None if x.fract() == 0.0 && (MIN..END).contains(&x) => NumberForm::Long(x as i64),
+        None => decimal(x),
     }
 }
 
 /// JSON → Cedar value. `null` has no Cedar form and yields `None` (the member is omitted).
-/// Numbers take the form [`number_form`] gives them (decimals rounded to 4 places); arrays
-/// become sets; objects become records.
+/// Numbers take the form [`number_form`] gives them (a number Cedar cannot hold is a
+/// string, never left out); strings are kept as they are (any Unicode, also characters
+/// Cedar's syntax would escape); arrays become sets; objects become records whose keys are
+/// any strings (reached with `["key"]` when not identifiers).
 pub(crate) fn to_cedar(v: &Value, schema: Option<&Value>) -> Option<RestrictedExpression> {
     match v {
         Value::Null => None,
         Value::Bool(b) => Some(RestrictedExpression::new_bool(*b)),
         Value::String(s) => Some(RestrictedExpression::new_string(s.clone())),
-        Value::Number(n) => match number_form(n, schema)? {
-            NumberForm::Long(i) => Some(RestrictedExpression::new_long(i)),
-            NumberForm::Decimal(x) => decimal(x),
-        },
+        Value::Number(n) => Some(match number_form(n, schema) {
+            NumberForm::Long(i) => RestrictedExpression::new_long(i),
+            NumberForm::Decimal(x) => decimal(x)?,
+            NumberForm::Opaque => RestrictedExpression::new_string(n.to_string()),
+        }),
         Value::Array(items) => {
             let item_schema = schema.and_then(|s| s.get("items"));
             Some(RestrictedExpression::new_set(
@@ -1187,6 +1234,7 @@ mod tests {
             json!({"amount": 100, "usd": 99.5, "name": "ab", "tags": ["vip"], "nested": {"deep": {}}, "count": 3}),
             json!({"amount": null, "name": null, "nested": 1, "flag": null}),
             json!({"amount": -9_223_372_036_854_775_808_i64, "usd": 1.5e-7, "name": "ab\u{e9}b"}),
+            json!({"amount": 10_000_000_000_000_000_000_u64, "usd": 1000.00001, "count": 1e16, "tags": [1e300]}),
         ];
         let outputs = [
             None,
@@ -1275,14 +1323,17 @@ mod tests {
     fn a_number_takes_the_cedar_type_its_schema_declares() {
         use serde_json::json;
         let form = |v: Value, schema: Value| match v {
-            Value::Number(n) => number_form(&n, Some(&schema)),
+            Value::Number(n) => Some(number_form(&n, Some(&schema))),
             _ => None,
         };
         let number = json!({"type": "number"});
         let integer = json!({"type": "integer"});
         let nullable = json!({"type": ["null", "number"]});
         let untyped = json!({});
-        assert_eq!(form(json!(150), number), Some(NumberForm::Decimal(150.0)));
+        assert_eq!(
+            form(json!(150), number.clone()),
+            Some(NumberForm::Decimal(150.0))
+        );
         assert_eq!(form(json!(150), nullable), Some(NumberForm::Decimal(150.0)));
         assert_eq!(
             form(json!(150.0), integer.clone()),
@@ -1297,14 +1348,47 @@ mod tests {
             form(json!(1.5), integer.clone()),
             Some(NumberForm::Decimal(1.5))
         );
-        assert_eq!(form(json!(1e19), integer), Some(NumberForm::Decimal(1e19)));
+        assert_eq!(form(json!(1e19), integer.clone()), Some(NumberForm::Opaque));
+        assert_eq!(
+            form(json!(1e16), integer.clone()),
+            Some(NumberForm::Long(10_000_000_000_000_000))
+        );
         assert_eq!(
             form(json!(150), untyped.clone()),
             Some(NumberForm::Long(150))
         );
         assert_eq!(
-            form(json!(150.5), untyped),
+            form(json!(150.5), untyped.clone()),
             Some(NumberForm::Decimal(150.5))
+        );
+        // What Cedar cannot hold exactly is opaque, whatever the schema says.
+        for (v, schema) in [
+            (json!(1e300), &untyped),
+            (json!(10_000_000_000_000_000_000_u64), &untyped),
+            (json!(1000.00001), &untyped),
+            (json!(1e16), &number),
+            (json!(-1e300), &integer),
+            (json!(0.123456), &number),
+        ] {
+            assert_eq!(
+                form(v.clone(), schema.clone()),
+                Some(NumberForm::Opaque),
+                "{v}"
+            );
+        }
+        // Integral values without a schema are Longs, also beyond the decimal range.
+        assert_eq!(
+            form(json!(1e16), untyped.clone()),
+            Some(NumberForm::Long(10_000_000_000_000_000))
+        );
+        assert_eq!(
+            form(json!(150.0), untyped.clone()),
+            Some(NumberForm::Long(150))
+        );
+        // The noise of binary doubles is not precision.
+        assert_eq!(
+            form(json!(0.1 + 0.2), untyped),
+            Some(NumberForm::Decimal(0.1 + 0.2))
         );
         let union = json!({"type": ["integer", "number"]});
         assert_eq!(form(json!(150), union), Some(NumberForm::Long(150)));
@@ -1317,5 +1401,9 @@ mod tests {
         assert_eq!(decimal_literal(-0.00001).as_deref(), Some("0.0000"));
         assert_eq!(decimal_literal(f64::NAN), None);
         assert_eq!(decimal_literal(1e300), None);
+        assert_eq!(exact_decimal_literal(0.1 + 0.2).as_deref(), Some("0.3000"));
+        assert_eq!(exact_decimal_literal(0.123456), None);
+        assert_eq!(exact_decimal_literal(1000.00001), None);
+        assert_eq!(exact_decimal_literal(1e16), None);
     }
 }

@@ -439,6 +439,11 @@ fn decimal_of(x: f64) -> Option<i64> {
     parse_decimal(&decimal_literal(x)?)
 }
 
+/// A cost as the request holds it ([`super::eval::cost`]): rounded up, or opaque.
+fn cost_of(x: f64) -> Val<'static> {
+    decimal_of((x * 10_000.0).ceil() / 10_000.0).map_or(Val::Opaque, Val::Decimal)
+}
+
 /// The Cedar number type of an attribute path (`context.input.a`,
 /// `context["input"]["a"]`, `resource.riskLevel`) in the request at hand; `None` when the
 /// text is not such a path, or the attribute is absent or not a number.
@@ -514,21 +519,25 @@ enum Val<'a> {
     Long(i64),
     Str(&'a str),
     Decimal(i64),
+    /// A number Cedar cannot hold, which the request gives as a string
+    /// ([`super::eval::NumberForm::Opaque`]): whatever it meets, Cedar decides.
+    Opaque,
     Entity(&'a str, &'a str),
     Set(Vec<Val<'a>>),
     Record(Record<'a>),
 }
 
 /// A JSON value as the request holds it (see [`super::to_cedar`]); `None` where the
-/// request omits it (`null`, numbers outside the decimal range).
+/// request omits it (`null`).
 fn json<'a>(v: &'a Value, schema: Option<&'a Value>) -> Option<Val<'a>> {
     Some(match v {
         Value::Null => return None,
         Value::Bool(b) => Val::Bool(*b),
         Value::String(s) => Val::Str(s),
-        Value::Number(n) => match number_form(n, schema)? {
+        Value::Number(n) => match number_form(n, schema) {
             NumberForm::Long(i) => Val::Long(i),
-            NumberForm::Decimal(x) => Val::Decimal(decimal_of(x)?),
+            NumberForm::Decimal(x) => decimal_of(x).map_or(Val::Opaque, Val::Decimal),
+            NumberForm::Opaque => Val::Opaque,
         },
         Value::Array(items) => {
             let item_schema = schema.and_then(|s| s.get("items"));
@@ -609,11 +618,8 @@ fn record_attr<'a>(data: &'a Data<'a>, rec: Record<'a>, attr: &str) -> Option<Va
                 "tenant" => Some(Val::Str(action.tenant_id.as_deref().unwrap_or(""))),
                 "stage" => Some(Val::Str(ctx.stage.as_str())),
                 "labels" => Some(Val::Record(Record::Labels(&action.labels))),
-                "costSoFarUsd" => decimal_of(action.cost_so_far_usd).map(Val::Decimal),
-                "estimatedCostUsd" => action
-                    .estimated_cost_usd
-                    .and_then(decimal_of)
-                    .map(Val::Decimal),
+                "costSoFarUsd" => Some(cost_of(action.cost_so_far_usd)),
+                "estimatedCostUsd" => action.estimated_cost_usd.map(cost_of),
                 _ => None,
             }
         }
@@ -673,7 +679,9 @@ fn equal(a: &Val<'_>, b: &Val<'_>) -> Result<bool, Fallback> {
         (Val::Entity(t1, i1), Val::Entity(t2, i2)) => t1 == t2 && i1 == i2,
         (Val::Set(_), Val::Set(_))
         | (Val::Record(_), Val::Record(_))
-        | (Val::Decimal(_), Val::Decimal(_)) => return Err(Fallback),
+        | (Val::Decimal(_), Val::Decimal(_))
+        | (Val::Opaque, _)
+        | (_, Val::Opaque) => return Err(Fallback),
         _ => false,
     })
 }

@@ -140,3 +140,65 @@ proptest! {
         }
     }
 }
+
+/// The conversion of numbers into Cedar, against the README's guard: any number above the
+/// threshold, written any way JSON allows (digits, fractions, exponents, beyond every Cedar
+/// range), is refused; numbers Cedar holds exactly at or below it are not.
+mod numbers {
+    use std::sync::Arc;
+
+    use capability_policy::cedar::{CedarPolicies, PolicyFile};
+    use capability_policy::*;
+    use capability_test_support::fuzz::config;
+    use proptest::prelude::*;
+
+    const GUARD: &str = r#"@id("allow") permit(principal, action, resource);
+@id("guard") forbid(principal, action, resource) when { context.input has amount && context.input.amount > 1000 };
+@id("guard-usd") forbid(principal, action, resource) when { context.input has usd && context.input.usd.greaterThan(decimal("1000.0")) };"#;
+
+    fn engine() -> PolicyEngine {
+        let engine = PolicyEngine::new();
+        let cedar = CedarPolicies::from_sources(&[PolicyFile::new("g.cedar", GUARD)]).unwrap();
+        engine.add_source(Arc::new(cedar));
+        engine
+    }
+
+    fn denied(engine: &PolicyEngine, key: &str, text: &str) -> Option<(f64, bool)> {
+        let input: serde_json::Value =
+            serde_json::from_str(&format!("{{\"{key}\": {text}}}")).ok()?;
+        let x = input[key].as_f64()?;
+        let cap = Arc::new(GovernedCapability::new("pay", CapabilityKind::Tool));
+        let action = AgentAction::new(ActionType::ToolCall, cap, "bot").input(input);
+        let ctx = PolicyContext::new(action, Stage::BeforeCapability);
+        Some((x, engine.evaluate(&ctx).unwrap().is_denied()))
+    }
+
+    fn number_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<f64>()
+                .prop_filter("finite", |x| x.is_finite())
+                .prop_map(|x| format!("{x:?}")),
+            any::<i64>().prop_map(|i| i.to_string()),
+            any::<u64>().prop_map(|u| u.to_string()),
+            (any::<u32>(), -330i32..330).prop_map(|(m, e)| format!("{m}e{e}")),
+            (0u64..100_000_000, 0u32..100_000).prop_map(|(i, f)| format!("{i}.{f:05}")),
+            (1u64..2000, 0u32..10_000).prop_map(|(i, f)| format!("{i}.{f:04}")),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(config(512, 0x0dec_0001))]
+
+        #[test]
+        fn no_number_above_the_threshold_passes_the_guard(text in number_text()) {
+            let engine = engine();
+            for key in ["amount", "usd"] {
+                if let Some((x, denied)) = denied(&engine, key, &text)
+                    && x > 1000.0
+                {
+                    prop_assert!(denied, "{key} = {text} passed the guard");
+                }
+            }
+        }
+    }
+}

@@ -7,6 +7,7 @@ mod audit_log;
 mod brane_parity;
 mod cedar_checks;
 mod cedar_contract;
+mod cedar_numbers;
 mod common;
 mod decisions;
 mod fuzz;

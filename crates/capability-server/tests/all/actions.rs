@@ -25,6 +25,8 @@ permit(principal, action == Action::"retrieval", resource);
 @id("watch-staging-db") @decision("log_only") @reason("staging queries are watched")
 forbid(principal, action == Action::"database_query", resource)
   when { context.input has db && context.input.db == "staging" };
+@id("big-payment") @reason("payments over 1000 need another path")
+forbid(principal, action, resource) when { context.input has amount && context.input.amount > 1000 };
 @id("sandbox-code") @decision("sandbox") @sandbox("wasm") @network("off")
 permit(principal, action == Action::"sandbox_execution", resource);
 @id("strip-pii") @decision("transform_input")
@@ -637,6 +639,30 @@ async fn roles_principals_and_hostile_input_are_refused_with_nothing_recorded() 
     let r = r.json();
     assert_eq!(r["outcome"], "execution_failed");
     assert_eq!(f.event_count().await, before + 1);
+    // A number Cedar cannot hold never passes a numeric guard: it is refused.
+    for text in ["1e300", "10000000000000000000", "1e16", "1000.00001"] {
+        let body = format!(
+            r#"{{"actionType": "external_api_call", "capability": "docs.search", "input": {{"amount": {text}}}}}"#
+        );
+        let a = f
+            .send(
+                Method::POST,
+                "/api/v1/actions",
+                Some("agent"),
+                Some(&body),
+                &[("content-type", "application/json")],
+            )
+            .await;
+        let d = a.json();
+        assert_eq!(d["decision"], "deny", "{text}: {d}");
+        assert!(
+            d["policyIds"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("big-payment")),
+            "{d}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
