@@ -128,6 +128,47 @@ fn may_read(principal: &Principal) -> Result<(), Forbidden> {
     }
 }
 
+/// A principal limited to some tenants may read only those tenants' records: naming another
+/// tenant is refused; the whole log (every tenant's and the tenant-less records) is its one
+/// tenant's part when it has one, else refused. Returns the tenant to read.
+fn tenant_to_read(
+    principal: &Principal,
+    tenant: Option<&str>,
+) -> Result<Option<String>, Forbidden> {
+    may_read(principal)?;
+    match (principal.tenant_scope(), tenant) {
+        (None, t) => Ok(t.map(str::to_string)),
+        (Some(scope), Some(t)) if scope.contains(t) => Ok(Some(t.to_string())),
+        (Some(_), Some(t)) => Err(Forbidden::new(
+            principal.name(),
+            format!("may not read the audit records of tenant `{t}`"),
+        )),
+        (Some(scope), None) if scope.len() == 1 => Ok(scope.iter().next().cloned()),
+        (Some(_), None) => Err(Forbidden::new(
+            principal.name(),
+            "reads the audit records of its tenants only: name one with `tenant`",
+        )),
+    }
+}
+
+/// Checkpoints cover the whole chain: only a principal that reads every tenant's records
+/// takes or checks them.
+fn may_read_whole(principal: &Principal) -> Result<(), Forbidden> {
+    may_read(principal)?;
+    match principal.tenant_scope() {
+        None => Ok(()),
+        Some(_) => Err(Forbidden::new(
+            principal.name(),
+            "reads the audit records of its tenants only, not the whole chain's checkpoints",
+        )),
+    }
+}
+
+/// The tenant of a stored record.
+fn tenant_of(record: &AuditRecord) -> Option<&str> {
+    record.event.get("tenant_id").and_then(Value::as_str)
+}
+
 fn audit_err(e: impl std::fmt::Display) -> StoreError {
     StoreError::new("audit log", e)
 }
@@ -140,20 +181,54 @@ impl Host {
         query: &AuditQuery,
     ) -> Result<AuditPage, HostError> {
         may_read(principal)?;
-        let mut events = self.audit.query(query).map_err(audit_err)?;
-        let next = (events.len() == query.limit && query.limit > 0)
-            .then(|| events.last().map(|r| r.seq))
-            .flatten();
+        let (mut events, next) = match (principal.tenant_scope(), &query.tenant) {
+            (None, _) => self.query_page(query)?,
+            (Some(_), Some(t)) => {
+                tenant_to_read(principal, Some(t))?;
+                self.query_page(query)?
+            }
+            // Each of its tenants' newest events, merged: the newest `limit` of them.
+            (Some(scope), None) => {
+                let mut merged = Vec::new();
+                let mut more = false;
+                for t in scope {
+                    let mut q = query.clone();
+                    q.tenant = Some(t.clone());
+                    let (page, next) = self.query_page(&q)?;
+                    more |= next.is_some();
+                    merged.extend(page);
+                }
+                merged.sort_by_key(|r| std::cmp::Reverse(r.seq));
+                more |= merged.len() > query.limit;
+                merged.truncate(query.limit);
+                let next = more.then(|| merged.last().map(|r| r.seq)).flatten();
+                (merged, next)
+            }
+        };
         events.reverse();
         Ok(AuditPage { events, next })
     }
 
-    /// One event with its chain position and hashes.
+    /// The newest records of `query`, newest first, and the cursor of the next page.
+    fn query_page(&self, query: &AuditQuery) -> Result<(Vec<AuditRecord>, Option<u64>), HostError> {
+        let events = self.audit.query(query).map_err(audit_err)?;
+        let next = (events.len() == query.limit && query.limit > 0)
+            .then(|| events.last().map(|r| r.seq))
+            .flatten();
+        Ok((events, next))
+    }
+
+    /// One event with its chain position and hashes (an event of a tenant the principal may
+    /// not read answers as a missing one).
     pub fn audit_event(&self, principal: &Principal, id: &str) -> Result<AuditRecord, HostError> {
         may_read(principal)?;
         self.audit
             .get(id)
             .map_err(audit_err)?
+            .filter(|r| match principal.tenant_scope() {
+                None => true,
+                Some(scope) => tenant_of(r).is_some_and(|t| scope.contains(t)),
+            })
             .ok_or_else(|| NotFound::new("audit event", id).into())
     }
 
@@ -164,8 +239,8 @@ impl Host {
         principal: &Principal,
         tenant: Option<&str>,
     ) -> Result<VerifyReport, HostError> {
-        may_read(principal)?;
-        match tenant {
+        let tenant = tenant_to_read(principal, tenant)?;
+        match tenant.as_deref() {
             Some(t) => audit::verify_tenant(self.audit.as_ref(), t),
             None => audit::verify_store(self.audit.as_ref()),
         }
@@ -175,7 +250,7 @@ impl Host {
     /// A signed checkpoint of the chain's head (see `capability_policy::checkpoint`), to be
     /// kept elsewhere and given to [`Host::verify_audit_against`] later.
     pub fn audit_checkpoint(&self, principal: &Principal) -> Result<Value, HostError> {
-        may_read(principal)?;
+        may_read_whole(principal)?;
         let now = capability_core::js::now_iso();
         capability_policy::checkpoint::take(self.audit.as_ref(), self.approvals.key(), &now)
             .map_err(|e| audit_err(e).into())
@@ -188,7 +263,7 @@ impl Host {
         principal: &Principal,
         checkpoint: &Value,
     ) -> Result<CheckpointReport, HostError> {
-        may_read(principal)?;
+        may_read_whole(principal)?;
         let checkpoint = Checkpoint::verify(checkpoint, self.approvals.key())
             .map_err(|e| InvalidRequest::new(format!("checkpoint: {e}")))?;
         capability_policy::checkpoint::verify_against(self.audit.as_ref(), checkpoint)
@@ -205,7 +280,8 @@ impl Host {
         service_name: &str,
         out: &mut dyn Write,
     ) -> Result<usize, HostError> {
-        may_read(principal)?;
+        let tenant = tenant_to_read(principal, tenant)?;
+        let tenant = tenant.as_deref();
         let io = |e: std::io::Error| audit_err(format!("export: {e}"));
         let mut count = 0;
         let mut kept = Vec::new();

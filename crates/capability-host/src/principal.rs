@@ -165,6 +165,16 @@ impl Principal {
         }
     }
 
+    /// The tenants whose records it may read: `None` for every tenant (auditors, admins,
+    /// the operator, an approver of `*`), else an approver's tenants (records without a
+    /// tenant are not among them).
+    pub fn tenant_scope(&self) -> Option<&BTreeSet<String>> {
+        match self.role {
+            Role::Approver if !self.tenants.contains("*") => Some(&self.tenants),
+            _ => None,
+        }
+    }
+
     fn covers(&self, tenant: Option<&str>) -> bool {
         self.tenants.contains("*") || tenant.is_some_and(|t| self.tenants.contains(t))
     }

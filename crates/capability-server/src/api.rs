@@ -255,8 +255,10 @@ pub(crate) async fn audit(
 pub(crate) async fn audit_verify(
     State(state): State<AppState>,
     Extension(a): Extension<Authenticated>,
+    Query(params): Params,
 ) -> ApiResult {
-    let report = blocking(|| state.host.verify_audit(&a.principal, None))?;
+    let tenant = text(&params, "tenant");
+    let report = blocking(|| state.host.verify_audit(&a.principal, tenant.as_deref()))?;
     ok(report.to_json())
 }
 
@@ -267,11 +269,16 @@ pub(crate) async fn audit_export(
 ) -> ApiResult {
     let format = params.get("format").map_or("jsonl", String::as_str);
     let format = ExportFormat::parse(format).map_err(|e| ApiError::bad_request(e.to_string()))?;
+    let tenant = text(&params, "tenant");
     let mut buf = Vec::new();
     blocking(|| {
-        state
-            .host
-            .export_audit(&a.principal, None, format, "cap-serve", &mut buf)
+        state.host.export_audit(
+            &a.principal,
+            tenant.as_deref(),
+            format,
+            "cap-serve",
+            &mut buf,
+        )
     })?;
     let content_type = match format {
         ExportFormat::Jsonl => "application/x-ndjson",

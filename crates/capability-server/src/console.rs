@@ -574,7 +574,9 @@ async fn audit(
         Err(e) => return error_page(&p, &e.into()),
     };
     let mut body = String::new();
-    match blocking(|| state.host.verify_audit(&p.principal, None)).map(|r| r.to_json()) {
+    let tenant = query.tenant.clone();
+    match blocking(|| state.host.verify_audit(&p.principal, tenant.as_deref())).map(|r| r.to_json())
+    {
         Ok(v) if v["ok"] == true => {
             let _ = write!(
                 body,

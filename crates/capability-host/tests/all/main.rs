@@ -8,6 +8,7 @@ use capability_host::{Host, HostConfig};
 mod acquire;
 mod actions;
 mod approval_events;
+mod audit_scope;
 mod guard;
 mod invoke;
 mod limits;

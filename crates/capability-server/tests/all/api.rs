@@ -425,3 +425,62 @@ async fn openapi_document_matches_the_router() {
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approver_reads_only_its_tenants_audit_events_on_every_read() {
+    let f = start(|_| ServerOptions::default()).await;
+    for (who, text) in [("agent", "acme call"), ("agent-globex", "globex call")] {
+        let a = f
+            .post(
+                "/api/v1/invoke",
+                who,
+                json!({"capability": "text/slugify", "input": {"text": text}}),
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::OK, "{}", a.text);
+    }
+    let all = f.get("/api/v1/audit?limit=1000", "auditor").await.json();
+    let globex = all["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e.to_string().contains("\"globex\""))
+        .expect("the auditor sees globex's event")
+        .clone();
+    let globex_id = globex["event"]["event_id"]
+        .as_str()
+        .or(globex["event_id"].as_str())
+        .unwrap()
+        .to_string();
+    // alice approves for acme only.
+    let a = f.get("/api/v1/audit?tenant=globex", "alice").await;
+    assert_eq!(a.status, StatusCode::FORBIDDEN, "{}", a.text);
+    let a = f.get("/api/v1/audit?limit=1000", "alice").await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(a.text.contains("acme-call") || a.text.contains("\"acme\""));
+    assert!(!a.text.contains("globex"), "{}", a.text);
+    let a = f.get(&format!("/api/v1/audit/{globex_id}"), "alice").await;
+    assert_eq!(a.status, StatusCode::NOT_FOUND);
+    let a = f.get("/api/v1/audit/export", "alice").await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(
+        !a.text.is_empty() && !a.text.contains("globex"),
+        "{}",
+        a.text
+    );
+    let a = f.get("/api/v1/audit/export?tenant=globex", "alice").await;
+    assert_eq!(a.status, StatusCode::FORBIDDEN);
+    let a = f.get("/api/v1/audit/verify", "alice").await;
+    assert_eq!(a.json()["ok"], true, "{}", a.text);
+    // The console's audit page, in alice's session: acme's events only.
+    let (cookie, _) = f.login().await;
+    for path in ["/console/audit", "/console/audit?tenant=globex"] {
+        let page = f
+            .send(Method::GET, path, None, None, &[("cookie", &cookie)])
+            .await;
+        assert!(
+            !page.text.contains("globex call") && !page.text.contains(&globex_id),
+            "{path}"
+        );
+    }
+}
