@@ -858,6 +858,18 @@ impl Host {
         };
         Ok(Principal::from_token(&record))
     }
+
+    /// Whether a principal authenticated earlier still is: its token is neither revoked nor
+    /// expired (principals without a token, the operator and a stdio agent, always are). A
+    /// surface that holds a stream or session open asks this before each event it sends, and
+    /// periodically, so that a revocation ends every stream of that principal (also one
+    /// revoked by another process on the same home).
+    pub fn still_authenticated(&self, principal: &Principal) -> bool {
+        match principal.token_id() {
+            None => true,
+            Some(id) => self.tokens().is_ok_and(|tokens| tokens.by_id(id).is_ok()),
+        }
+    }
 }
 
 /// Which isolation boundaries work on this host, and the kernel features found (every

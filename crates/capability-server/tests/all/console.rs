@@ -178,3 +178,68 @@ async fn console_sessions_csrf_host_and_origin() {
         .await;
     assert_eq!(a.status, StatusCode::SEE_OTHER);
 }
+
+/// Revoking a token ends the console stream of its session (issue 30, item 10): revoked
+/// by another process on the same home, the stream announces nothing more and closes, and
+/// the session is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_token_ends_its_open_event_stream_and_session() {
+    use http_body_util::BodyExt;
+
+    let f = crate::fixture::start(|_| capability_server::ServerOptions::default()).await;
+    let (cookie, _) = f.login().await;
+    let me = f
+        .send(
+            Method::GET,
+            "/api/v1/whoami",
+            None,
+            None,
+            &[("cookie", &cookie)],
+        )
+        .await
+        .json();
+    let token_id = me["principal"]
+        .as_str()
+        .unwrap()
+        .strip_prefix("token:")
+        .unwrap()
+        .to_string();
+    let req = hyper::Request::get(format!("{}/console/events", f.base))
+        .header("cookie", &cookie)
+        .body(http_body_util::Full::new(axum::body::Bytes::new()))
+        .unwrap();
+    let mut body = f.client.request(req).await.unwrap().into_body();
+    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+    // Another process on the same home revokes alice's token.
+    let other = capability_host::Host::open(capability_host::HostConfig {
+        home: Some(f._dir.path().join("home")),
+        ..capability_host::HostConfig::default()
+    })
+    .unwrap();
+    other.tokens().unwrap().revoke(&token_id).unwrap();
+    let after = f.pending("agent", "a secret after the revocation").await;
+    let mut seen = String::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => panic!("the stream of a revoked token is still open: {seen}"),
+            Ok(None) => break,
+            Ok(Some(frame)) => {
+                if let Ok(data) = frame.unwrap().into_data() {
+                    seen.push_str(&String::from_utf8_lossy(&data));
+                }
+            }
+        }
+    }
+    assert!(!seen.contains(&after), "announced after revocation: {seen}");
+    let a = f
+        .send(
+            Method::GET,
+            "/api/v1/whoami",
+            None,
+            None,
+            &[("cookie", &cookie)],
+        )
+        .await;
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+}
