@@ -150,6 +150,7 @@ pub mod receipts;
 pub mod remote;
 pub mod sources;
 mod stores;
+pub mod throttle;
 pub mod tokens;
 pub mod upstreams;
 pub mod webhook;
@@ -297,6 +298,8 @@ pub struct Host {
     /// Actions decided here and executed by their callers, until their results.
     open_actions: remote::OpenActions,
     budgets: Arc<budgets::Ledger>,
+    /// Failed sign-ins and bearer tokens per address and login.
+    throttle: throttle::Throttle,
 }
 
 impl std::fmt::Debug for Host {
@@ -426,6 +429,7 @@ impl Host {
                 config.max_open_actions_per_principal,
             ),
             budgets,
+            throttle: throttle::Throttle::default(),
             home,
         };
         host.register_sources(&config.sources)?;
@@ -850,13 +854,41 @@ impl Host {
     /// The principal a credential proves (a missing, unknown, expired or revoked token, or
     /// a wrong login, is refused alike for every surface).
     pub fn authenticate(&self, credential: Credential<'_>) -> Result<Principal, AuthError> {
+        self.authenticate_from(credential, None)
+    }
+
+    /// [`Host::authenticate`] of a caller at `from` (its network address, when the surface
+    /// knows it): failed logins and bearer tokens are throttled per address and per login
+    /// (see [`throttle`](mod@throttle)); a throttled attempt is refused with
+    /// [`AuthError::Throttled`] before anything is checked.
+    pub fn authenticate_from(
+        &self,
+        credential: Credential<'_>,
+        from: Option<std::net::IpAddr>,
+    ) -> Result<Principal, AuthError> {
+        let attempt = match &credential {
+            Credential::Login { name, .. } => Some(throttle::Attempt::Login(name)),
+            Credential::Bearer(_) => Some(throttle::Attempt::Token),
+            // A session's token id comes from the server's own session table.
+            Credential::Session { .. } => None,
+        };
+        if let Some(a) = &attempt
+            && let Some(retry_after) = self.throttle.check(a, from)
+        {
+            return Err(AuthError::Throttled { retry_after });
+        }
         let tokens = self.tokens().map_err(|_| AuthError::Unavailable)?;
         let record = match credential {
-            Credential::Bearer(secret) => tokens.authenticate(secret)?,
-            Credential::Login { name, password } => tokens.login(name, password)?,
-            Credential::Session { token_id } => tokens.by_id(token_id)?,
+            Credential::Bearer(secret) => tokens.authenticate(secret),
+            Credential::Login { name, password } => tokens.login(name, password),
+            Credential::Session { token_id } => tokens.by_id(token_id),
         };
-        Ok(Principal::from_token(&record))
+        match (&record, &attempt) {
+            (Ok(_), Some(a)) => self.throttle.succeeded(a, from),
+            (Err(AuthError::Unavailable), _) | (_, None) => {}
+            (Err(_), Some(a)) => self.throttle.failed(a, from),
+        }
+        Ok(Principal::from_token(&record?))
     }
 
     /// Whether a principal authenticated earlier still is: its token is neither revoked nor

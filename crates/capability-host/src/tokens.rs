@@ -195,6 +195,9 @@ pub enum AuthError {
     Unavailable,
     #[error("the login name or password is wrong")]
     BadLogin,
+    /// Too many failures from this address or for this login: retry after this long.
+    #[error("too many failed attempts; retry in {} s", .retry_after.as_secs().max(1))]
+    Throttled { retry_after: Duration },
 }
 
 /// Milliseconds since the epoch.

@@ -58,6 +58,14 @@ fn refuse(status: StatusCode, message: &str) -> Response {
 }
 
 fn unauthorized(e: AuthError) -> Response {
+    if let AuthError::Throttled { retry_after } = e {
+        let mut response = refuse(StatusCode::TOO_MANY_REQUESTS, &e.to_string());
+        response.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(retry_after.as_secs().max(1)),
+        );
+        return response;
+    }
     let mut response = refuse(StatusCode::UNAUTHORIZED, &e.to_string());
     let challenge = match e {
         AuthError::Missing => "Bearer realm=\"capability\"".to_string(),
@@ -94,7 +102,11 @@ async fn gate<S: Surface>(
         (presented, _) => {
             let host = gate.surface.host();
             let secret = presented.unwrap_or_default();
-            let principal = match host.authenticate(Credential::Bearer(&secret)) {
+            let peer = request
+                .extensions()
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip());
+            let principal = match host.authenticate_from(Credential::Bearer(&secret), peer) {
                 Ok(p) => p,
                 Err(e) => return unauthorized(e),
             };
@@ -160,6 +172,8 @@ pub(crate) async fn serve_http<S: Surface>(
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
+    // The peer's address reaches the gate (failed tokens are throttled by it).
+    let router = router.into_make_service_with_connect_info::<std::net::SocketAddr>();
     axum::serve(listener, router)
         .with_graceful_shutdown(async move {
             shutdown.await;

@@ -17,6 +17,32 @@ use crate::access::Access;
 use crate::error::ApiError;
 use crate::state::{AppState, Session, blocking};
 
+/// The caller's network address, when the server was given it (see `Server::serve`);
+/// never a rejection.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Peer(pub Option<std::net::IpAddr>);
+
+impl Peer {
+    pub fn of(extensions: &axum::http::Extensions) -> Peer {
+        Peer(
+            extensions
+                .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip()),
+        )
+    }
+}
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for Peer {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _: &S,
+    ) -> Result<Peer, Self::Rejection> {
+        Ok(Peer::of(&parts.extensions))
+    }
+}
+
 /// An authenticated caller: the host's principal, and for a console session its CSRF token.
 #[derive(Clone, Debug)]
 pub(crate) struct Authenticated {
@@ -181,7 +207,11 @@ pub(crate) async fn api_gate(
         return next.run(request).await;
     }
     let principal = match guard::bearer(request.headers()) {
-        Some(secret) => match blocking(|| state.host.authenticate(Credential::Bearer(secret))) {
+        Some(secret) => match blocking(|| {
+            state
+                .host
+                .authenticate_from(Credential::Bearer(secret), Peer::of(request.extensions()).0)
+        }) {
             Ok(principal) => Authenticated {
                 principal,
                 csrf: None,

@@ -212,6 +212,7 @@ async fn login_form(State(state): State<AppState>) -> Response {
 
 async fn login(
     State(state): State<AppState>,
+    peer: auth::Peer,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
@@ -229,7 +230,7 @@ async fn login(
     let principal = blocking(|| {
         state
             .host
-            .authenticate(Credential::Login { name, password })
+            .authenticate_from(Credential::Login { name, password }, peer.0)
     });
     let principal = match principal {
         Ok(p) if p.may(capability_host::Access::Read) => p,
@@ -240,10 +241,18 @@ async fn login(
             );
         }
         Err(e) => {
-            return html(
-                StatusCode::UNAUTHORIZED,
-                login_page(presented, Some(&e.to_string())),
-            );
+            let status = match e {
+                capability_host::AuthError::Throttled { .. } => StatusCode::TOO_MANY_REQUESTS,
+                _ => StatusCode::UNAUTHORIZED,
+            };
+            let mut r = html(status, login_page(presented, Some(&e.to_string())));
+            if let capability_host::AuthError::Throttled { retry_after } = e {
+                r.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(retry_after.as_secs().max(1)),
+                );
+            }
+            return r;
         }
     };
     let secret = auth::start_session(&state, &principal);

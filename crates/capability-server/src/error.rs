@@ -108,6 +108,7 @@ impl ApiError {
             }
             ApiError::Capability(e) => status_of(e.code),
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized(AuthError::Throttled { .. }) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -119,6 +120,7 @@ impl ApiError {
             ApiError::Host(e) => e.code(),
             ApiError::Capability(e) => e.code.as_str(),
             ApiError::BadRequest(_) => "INVALID_INPUT",
+            ApiError::Unauthorized(AuthError::Throttled { .. }) => "RATE_LIMITED",
             ApiError::Unauthorized(_) => "UNAUTHORIZED",
             ApiError::Forbidden(e) => e.code(),
             ApiError::NotFound(_) => "NOT_FOUND",
@@ -157,11 +159,18 @@ pub fn status_of(code: ErrorCode) -> StatusCode {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
+        let mut r = (
             self.status(),
             [(header::CONTENT_TYPE, "application/json")],
             self.body().to_string(),
         )
-            .into_response()
+            .into_response();
+        if let ApiError::Unauthorized(AuthError::Throttled { retry_after }) = &self {
+            r.headers_mut().insert(
+                header::RETRY_AFTER,
+                header::HeaderValue::from(retry_after.as_secs().max(1)),
+            );
+        }
+        r
     }
 }

@@ -105,9 +105,14 @@ impl Server {
         let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
             let _ = tcp.set_nodelay(true);
         });
-        let served = axum::serve(listener, self.router())
-            .with_graceful_shutdown(shutdown)
-            .await;
+        // The peer's address reaches the handlers (failed sign-ins are throttled by it).
+        let served = axum::serve(
+            listener,
+            self.router()
+                .into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .with_graceful_shutdown(shutdown)
+        .await;
         reaper.abort();
         let host = Arc::clone(&self.state.host);
         let _ = tokio::task::spawn_blocking(move || host.flush()).await;

@@ -14,6 +14,7 @@ mod invoke;
 mod limits;
 mod principals;
 mod remote;
+mod throttle;
 mod tokens;
 mod webhook;
 

@@ -243,3 +243,71 @@ async fn a_revoked_token_ends_its_open_event_stream_and_session() {
         .await;
     assert_eq!(a.status, StatusCode::UNAUTHORIZED);
 }
+
+/// Wrong passwords at speed are throttled (issue 30, item 8): after the free failures the
+/// sign-in answers 429 with Retry-After, before the password is checked, and a bearer
+/// token guessed from the same address is throttled the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sign_in_and_bearer_guessing_is_throttled() {
+    let f = crate::fixture::start(|_| capability_server::ServerOptions::default()).await;
+    let form = f.send(Method::GET, "/login", None, None, &[]).await;
+    let cookie = set_cookie(&form.headers, "cap_login_csrf");
+    let csrf = hidden_csrf(&form.text);
+    let attempt = |password: &'static str| {
+        let body = format!("login=alice&password={password}&csrf={csrf}");
+        let cookie = format!("cap_login_csrf={cookie}");
+        let f = &f;
+        async move {
+            f.send(
+                Method::POST,
+                "/login",
+                None,
+                Some(&body),
+                &[
+                    ("content-type", "application/x-www-form-urlencoded"),
+                    ("cookie", &cookie),
+                ],
+            )
+            .await
+        }
+    };
+    let mut statuses = Vec::new();
+    for _ in 0..40 {
+        statuses.push(attempt("wrong").await.status);
+    }
+    let unauthorized = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::UNAUTHORIZED)
+        .count();
+    assert_eq!(
+        unauthorized,
+        capability_host::throttle::FREE_PER_PAIR as usize,
+        "{statuses:?}"
+    );
+    let a = attempt("correct+horse+battery").await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.text);
+    assert!(a.headers.contains_key("retry-after"));
+    // Bearer tokens from this address: the free failures, then 429.
+    let mut last = StatusCode::OK;
+    for i in 0..capability_host::throttle::FREE_PER_ADDRESS {
+        let wrong = format!("Bearer cap_wrong_{i}");
+        last = f
+            .send(
+                Method::GET,
+                "/api/v1/whoami",
+                None,
+                None,
+                &[("authorization", &wrong)],
+            )
+            .await
+            .status;
+    }
+    assert_eq!(last, StatusCode::TOO_MANY_REQUESTS);
+    let a = f.get("/api/v1/whoami", "auditor").await;
+    assert_eq!(
+        a.status,
+        StatusCode::TOO_MANY_REQUESTS,
+        "a valid token from a locked address waits too"
+    );
+    assert_eq!(a.code(), "RATE_LIMITED");
+}
