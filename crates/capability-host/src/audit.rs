@@ -233,18 +233,27 @@ impl Host {
     }
 
     /// Verifies the hash chain (with each tenant's links on the way), or one tenant's chain
-    /// from that tenant's records alone.
+    /// from that tenant's records alone; not ok while audit records of dead processes'
+    /// journals are kept in quarantine (`quarantined`).
     pub fn verify_audit(
         &self,
         principal: &Principal,
         tenant: Option<&str>,
     ) -> Result<VerifyReport, HostError> {
         let tenant = tenant_to_read(principal, tenant)?;
-        match tenant.as_deref() {
+        let mut report = match tenant.as_deref() {
             Some(t) => audit::verify_tenant(self.audit.as_ref(), t),
             None => audit::verify_store(self.audit.as_ref()),
         }
-        .map_err(|e| audit_err(e).into())
+        .map_err(audit_err)?;
+        // Events kept in quarantine never joined the chain: the log is not whole while any
+        // are (whatever their tenant, which cannot be read).
+        let quarantined = self
+            .quarantined()
+            .map_err(|e| audit_err(format!("quarantine: {e}")))?;
+        report.quarantined = u64::try_from(quarantined.audit_events).unwrap_or(u64::MAX);
+        report.ok &= report.quarantined == 0;
+        Ok(report)
     }
 
     /// A signed checkpoint of the chain's head (see `capability_policy::checkpoint`), to be

@@ -149,7 +149,7 @@ pub mod principal;
 pub mod receipts;
 pub mod remote;
 pub mod sources;
-mod stores;
+pub mod stores;
 pub mod throttle;
 pub mod tokens;
 pub mod upstreams;
@@ -300,6 +300,8 @@ pub struct Host {
     budgets: Arc<budgets::Ledger>,
     /// Failed sign-ins and bearer tokens per address and login.
     throttle: throttle::Throttle,
+    /// What opening the stores kept in quarantine (see [`Host::recovery_warnings`]).
+    recovery_warnings: Vec<String>,
 }
 
 impl std::fmt::Debug for Host {
@@ -360,7 +362,8 @@ impl Host {
             HostKey::load_or_generate(&home.host_key())
         }
         .map_err(|e| StoreError::new("host key", e))?;
-        let stores = stores::Stores::open(&home, config.storage)?;
+        let mut stores = stores::Stores::open(&home, config.storage)?;
+        let recovery_warnings = std::mem::take(&mut stores.warnings);
         let feed = events::Feed::new(
             (config.storage != Storage::Memory).then(|| home.root().to_path_buf()),
         );
@@ -430,6 +433,7 @@ impl Host {
             ),
             budgets,
             throttle: throttle::Throttle::default(),
+            recovery_warnings,
             home,
         };
         host.register_sources(&config.sources)?;
@@ -889,6 +893,17 @@ impl Host {
             (Err(_), Some(a)) => self.throttle.failed(a, from),
         }
         Ok(Principal::from_token(&record?))
+    }
+
+    /// One warning per dead process's journal whose unreadable records opening this host
+    /// kept in quarantine (naming the file), for the surface to show its operator.
+    pub fn recovery_warnings(&self) -> &[String] {
+        &self.recovery_warnings
+    }
+
+    /// The unreadable records kept in this home's quarantine so far.
+    pub fn quarantined(&self) -> std::io::Result<stores::Quarantined> {
+        stores::Quarantined::in_home(&self.home)
     }
 
     /// Whether a principal authenticated earlier still is: its token is neither revoked nor

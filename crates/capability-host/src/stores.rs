@@ -20,6 +20,8 @@ pub(crate) struct Stores {
     pub approvals: Arc<dyn ApprovalStore>,
     pub sink: Arc<dyn AuditSink>,
     pub database: Option<Arc<Database>>,
+    /// What recovering dead processes' journals kept in quarantine, one warning each.
+    pub warnings: Vec<String>,
 }
 
 impl Stores {
@@ -39,6 +41,7 @@ impl Stores {
                     approvals: Arc::clone(&store) as Arc<dyn ApprovalStore>,
                     sink: store,
                     database: Some(db),
+                    warnings: Vec::new(),
                 });
             }
             Storage::Memory => {
@@ -49,6 +52,7 @@ impl Stores {
                     approvals: Arc::clone(&store) as Arc<dyn ApprovalStore>,
                     sink: store,
                     database: None,
+                    warnings: Vec::new(),
                 });
             }
             Storage::DurableSync => Durability::System,
@@ -59,12 +63,50 @@ impl Stores {
             .map_err(|e| failed(&e))?;
         let store =
             Arc::new(SqliteStore::on(Arc::clone(&db), &home.journals()).map_err(|e| failed(&e))?);
+        let mut warnings = receipts.recovery().warnings();
+        warnings.extend(store.recovery().warnings());
         Ok(Stores {
             receipts: Arc::new(receipts),
             audit: Arc::clone(&store) as Arc<dyn AuditStore>,
             approvals: Arc::clone(&store) as Arc<dyn ApprovalStore>,
             sink: store,
             database: Some(db),
+            warnings,
+        })
+    }
+}
+
+/// The records of dead processes' journals kept in a home's quarantine because they could
+/// not be read: receipts and audit events, and the files that hold them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Quarantined {
+    pub receipts: usize,
+    pub audit_events: usize,
+    pub files: Vec<std::path::PathBuf>,
+}
+
+impl Quarantined {
+    /// Counts them in `home` (nothing when it has no journals).
+    pub fn in_home(home: &Home) -> std::io::Result<Quarantined> {
+        let receipts = SqliteReceiptStore::quarantined(&home.journals())?;
+        let audit = SqliteStore::quarantined(&home.journals())?;
+        Ok(Quarantined {
+            receipts: receipts.records(),
+            audit_events: audit.records(),
+            files: receipts
+                .files
+                .iter()
+                .chain(&audit.files)
+                .map(|f| f.path.clone())
+                .collect(),
+        })
+    }
+
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "receipts": self.receipts,
+            "auditEvents": self.audit_events,
+            "files": self.files,
         })
     }
 }

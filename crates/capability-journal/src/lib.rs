@@ -13,8 +13,12 @@
 //! Each process holds an exclusive `flock` on its own journal. A journal is created under a
 //! name recovery ignores, locked, then published, so a live journal is never visible
 //! unlocked. [`recover`] replays the journals whose lock is free (their process died) and
-//! deletes them; a torn last line (the process died mid-write) is skipped by the caller's
-//! parser.
+//! deletes them. A line the store cannot read back (a torn last line, when the process died
+//! mid-write; corrupted bytes; a record nested deeper than the reader accepts) is never
+//! deleted with its journal: it is kept byte for byte in the journal directory's
+//! [`quarantine`], named in the [`Recovery`] that `recover` returns, and counted by
+//! [`quarantine::quarantined`] (for `cap doctor` and `audit verify`). A writer should refuse
+//! a record its reader could not read back ([`json_nesting`] measures the nesting).
 //!
 //! Journals of different stores share a directory and are told apart by a prefix.
 //!
@@ -22,6 +26,7 @@
 //! in it shares (see [`db`]).
 
 pub mod db;
+pub mod quarantine;
 
 /// Where and how a journal is created (see [`Journal::seed`]).
 #[derive(Clone, Debug)]
@@ -41,9 +46,10 @@ impl JournalSeed {
 /// The size past which a fully committed journal is replaced by a fresh one.
 pub const ROTATE_BYTES: u64 = 4 << 20;
 pub use db::{Database, Job, WriteFailure, WriterGone};
+pub use quarantine::{Quarantine, QuarantineFile, quarantined};
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
 /// This process's journal for one store.
@@ -152,25 +158,83 @@ impl Journal {
     }
 }
 
-/// Replays every journal with `prefix` in `dir` whose process is gone: `replay` receives its
-/// lines in order; the journal is deleted once `replay` succeeded. Journals of live
-/// processes are left alone. Returns how many journals were recovered (by this call).
+/// What a [`recover`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Journals of dead processes replayed and deleted by this call.
+    pub journals: usize,
+    /// Records read and committed.
+    pub records: usize,
+    /// The journals that held records that could not be read: where those are kept.
+    pub quarantined: Vec<Quarantined>,
+}
+
+impl Recovery {
+    /// Records moved to quarantine by this call.
+    pub fn quarantined_records(&self) -> usize {
+        self.quarantined.iter().map(|q| q.records).sum()
+    }
+
+    /// One warning per journal that held unreadable records ([`Quarantined::warning`]).
+    pub fn warnings(&self) -> Vec<String> {
+        self.quarantined.iter().map(Quarantined::warning).collect()
+    }
+}
+
+/// The unreadable records of one recovered journal, kept in quarantine.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Quarantined {
+    /// The journal they were in (deleted once they were kept).
+    pub journal: PathBuf,
+    /// The quarantine file that holds them, byte for byte, one per line.
+    pub file: PathBuf,
+    /// How many.
+    pub records: usize,
+    /// Why each could not be read (`line <n>: <reason>`), in journal order.
+    pub problems: Vec<String>,
+}
+
+impl Quarantined {
+    /// `<n> unreadable record(s) of journal <journal> kept in <file> (<first problem>)`.
+    pub fn warning(&self) -> String {
+        let plural = if self.records == 1 { "" } else { "s" };
+        let first = self
+            .problems
+            .first()
+            .map(|p| format!(" ({p})"))
+            .unwrap_or_default();
+        format!(
+            "{} unreadable record{plural} of journal {} kept in {}{first}",
+            self.records,
+            self.journal.display(),
+            self.file.display()
+        )
+    }
+}
+
+/// Replays every journal with `prefix` in `dir` whose process is gone: each line is given to
+/// `read`; the records it read are handed to `commit` together, in journal order; the lines
+/// it could not read (and lines that are not UTF-8) are kept in the quarantine
+/// ([`quarantine`]); then the journal is deleted. A journal whose `commit` fails, or whose
+/// unreadable lines cannot be kept, is left in place (and the error returned). Journals of
+/// live processes are left alone. Empty lines are no records and are ignored.
 ///
 /// Several processes may recover the same directory at once: a journal is claimed by its
 /// lock, and deleted while the lock is held, so whoever gets the lock after that finds the
 /// path gone (or naming another file) and leaves it; a journal that vanishes at any step was
 /// recovered by someone else, never an error.
-pub fn recover<E>(
+pub fn recover<T, P: std::fmt::Display, E>(
     dir: &Path,
     prefix: &str,
-    mut replay: impl FnMut(Vec<String>) -> Result<(), E>,
-) -> Result<usize, RecoverError<E>> {
+    mut read: impl FnMut(&str) -> Result<T, P>,
+    mut commit: impl FnMut(Vec<T>) -> Result<(), E>,
+) -> Result<Recovery, RecoverError<E>> {
+    let mut recovery = Recovery::default();
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(recovery),
         Err(e) => return Err(RecoverError::Io(e)),
     };
-    let mut recovered = 0;
     let head = format!("{prefix}-");
     for entry in entries {
         let path = match entry {
@@ -188,44 +252,135 @@ pub fn recover<E>(
         let Ok(file) = OpenOptions::new().read(true).write(true).open(&path) else {
             continue; // gone: recovered by someone else
         };
-        if recover_one(&path, file, &mut replay)? {
-            recovered += 1;
-        }
+        let Some(one) = recover_one(dir, &path, file, &mut read, &mut commit)? else {
+            continue;
+        };
+        recovery.journals += usize::from(one.removed);
+        recovery.records += one.records;
+        recovery.quarantined.extend(one.quarantined);
     }
-    Ok(recovered)
+    Ok(recovery)
 }
 
-/// Recovers one journal opened as `file` from `path`: false when it is not this call's to
-/// recover (its process is alive, or another recovery took it first).
-fn recover_one<E>(
+/// What recovering one journal did.
+struct RecoveredJournal {
+    records: usize,
+    quarantined: Option<Quarantined>,
+    /// Whether this call deleted the journal.
+    removed: bool,
+}
+
+/// The longest reason kept for one unreadable line.
+const PROBLEM_CHARS: usize = 200;
+
+/// Recovers one journal opened as `file` from `path` in `dir`: `None` when it is not this
+/// call's to recover (its process is alive, or another recovery took it first).
+fn recover_one<T, P: std::fmt::Display, E>(
+    dir: &Path,
     path: &Path,
     file: File,
-    replay: &mut impl FnMut(Vec<String>) -> Result<(), E>,
-) -> Result<bool, RecoverError<E>> {
+    read: &mut impl FnMut(&str) -> Result<T, P>,
+    commit: &mut impl FnMut(Vec<T>) -> Result<(), E>,
+) -> Result<Option<RecoveredJournal>, RecoverError<E>> {
     if file.try_lock().is_err() {
-        return Ok(false); // its process is alive, or another recovery holds it
+        return Ok(None); // its process is alive, or another recovery holds it
     }
     // Between the open and the lock another recovery may have replayed and deleted it (the
     // lock was free again once it closed the file): then the path is gone, or names a new
     // file, and this one is not ours.
     if !same_file(path, &file).map_err(RecoverError::Io)? {
-        return Ok(false);
+        return Ok(None);
     }
-    let mut lines = Vec::new();
-    for line in BufReader::new(&file).lines() {
-        match line {
-            Ok(l) => lines.push(l),
-            Err(_) => break, // a torn, non-UTF-8 tail
+    let mut bytes = Vec::new();
+    (&file).read_to_end(&mut bytes).map_err(RecoverError::Io)?;
+    let mut records = Vec::new();
+    let mut kept = Vec::new();
+    let mut problems = Vec::new();
+    let lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
+    let last = lines.len().saturating_sub(1);
+    for (i, line) in lines.into_iter().enumerate() {
+        if line.is_empty() {
+            continue;
+        }
+        let problem = match std::str::from_utf8(line) {
+            Ok(text) => match read(text) {
+                Ok(record) => {
+                    records.push(record);
+                    continue;
+                }
+                Err(p) => p.to_string(),
+            },
+            Err(_) => "not UTF-8".to_string(),
+        };
+        let mut problem: String = problem.chars().take(PROBLEM_CHARS).collect();
+        // Only the last line can lack its newline: its process died while writing it.
+        if i == last {
+            problem.push_str("; the last line is incomplete (its process died writing it)");
+        }
+        problems.push(format!("line {}: {problem}", i + 1));
+        kept.extend_from_slice(line);
+        kept.push(b'\n');
+    }
+    let count = records.len();
+    if !records.is_empty() {
+        commit(records).map_err(RecoverError::Replay)?;
+    }
+    let quarantined = if kept.is_empty() {
+        None
+    } else {
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("journal");
+        let file = quarantine::keep(dir, name, &kept).map_err(RecoverError::Io)?;
+        Some(Quarantined {
+            journal: path.to_path_buf(),
+            file,
+            records: problems.len(),
+            problems,
+        })
+    };
+    let removed = match fs::remove_file(path) {
+        Ok(()) => true,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => false,
+        Err(e) => return Err(RecoverError::Io(e)),
+    };
+    Ok(Some(RecoveredJournal {
+        records: count,
+        quarantined,
+        removed,
+    }))
+}
+
+/// How deeply arrays and objects nest in the JSON text `record` (a scalar is 0, `[]` is 1),
+/// counted over the bytes without parsing (brackets inside strings do not count). A store
+/// compares it with its reader's limit before it journals a record, so that nothing is
+/// journaled that could not be read back.
+pub fn json_nesting(record: &[u8]) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for &b in record {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
         }
     }
-    if !lines.is_empty() {
-        replay(lines).map_err(RecoverError::Replay)?;
-    }
-    match fs::remove_file(path) {
-        Ok(()) => Ok(true),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(RecoverError::Io(e)),
-    }
+    deepest
 }
 
 /// Whether `path` still names the file open as `file` (false when it is gone).
@@ -270,6 +425,11 @@ mod tests {
     #![allow(clippy::unwrap_used, clippy::panic)]
     use super::*;
 
+    /// Reads every line as itself.
+    fn every(line: &str) -> Result<String, String> {
+        Ok(line.to_string())
+    }
+
     #[test]
     fn a_dead_journal_is_replayed_in_order_and_a_live_one_is_left_alone() {
         let dir = tempfile::tempdir().unwrap();
@@ -279,12 +439,13 @@ mod tests {
         fs::write(dir.path().join("t-1-dead.jsonl"), "one\ntwo\nthr").unwrap();
         fs::write(dir.path().join("other-1-dead.jsonl"), "not mine\n").unwrap();
         let mut seen = Vec::new();
-        let n = recover(dir.path(), "t", |lines| {
+        let r = recover(dir.path(), "t", every, |lines| {
             seen.extend(lines);
             Ok::<(), String>(())
         })
         .unwrap();
-        assert_eq!(n, 1);
+        assert_eq!((r.journals, r.records), (1, 3));
+        assert!(r.quarantined.is_empty());
         assert_eq!(seen, ["one", "two", "thr"]);
         assert!(!dir.path().join("t-1-dead.jsonl").exists());
         assert!(live.path().exists(), "a live journal is not taken");
@@ -303,8 +464,8 @@ mod tests {
         assert!(live.is_empty());
         assert_eq!(fs::read(old.path()).unwrap(), b"committed\n");
         // The old journal stays locked until it is removed: recovery leaves it alone.
-        let n = recover(dir.path(), "t", |_| Ok::<(), String>(())).unwrap();
-        assert_eq!(n, 0);
+        let r = recover(dir.path(), "t", every, |_| Ok::<(), String>(())).unwrap();
+        assert_eq!(r.journals, 0);
         let old_path = old.path().to_path_buf();
         old.remove().unwrap();
         assert!(!old_path.exists());
@@ -326,11 +487,16 @@ mod tests {
             .unwrap();
         fs::remove_file(&path).unwrap();
         let mut seen = Vec::new();
-        let mut replay = |lines: Vec<String>| {
+        let mut read = every;
+        let mut commit = |lines: Vec<String>| {
             seen.extend(lines);
             Ok::<(), String>(())
         };
-        assert!(!recover_one(&path, file, &mut replay).unwrap());
+        assert!(
+            recover_one(dir.path(), &path, file, &mut read, &mut commit)
+                .unwrap()
+                .is_none()
+        );
         // ... or a new journal took the name meanwhile: not ours either, and left in place.
         fs::write(&path, "first\n").unwrap();
         let file = OpenOptions::new()
@@ -340,7 +506,11 @@ mod tests {
             .unwrap();
         fs::remove_file(&path).unwrap();
         fs::write(&path, "second\n").unwrap();
-        assert!(!recover_one(&path, file, &mut replay).unwrap());
+        assert!(
+            recover_one(dir.path(), &path, file, &mut read, &mut commit)
+                .unwrap()
+                .is_none()
+        );
         assert!(path.exists());
         assert!(seen.is_empty(), "{seen:?}");
     }
@@ -364,11 +534,12 @@ mod tests {
                     .map(|_| {
                         s.spawn(|| {
                             barrier.wait();
-                            recover(dir.path(), "t", |lines| {
+                            recover(dir.path(), "t", every, |lines| {
                                 seen.lock().unwrap().extend(lines);
                                 Ok::<(), String>(())
                             })
                             .unwrap_or_else(|e| panic!("round {round}: {e}"))
+                            .journals
                         })
                     })
                     .collect();
@@ -387,9 +558,10 @@ mod tests {
     }
 
     /// Fuzzing of journal files as recovery reads them (any bytes: torn lines, invalid
-    /// UTF-8, no final newline): recovery never fails or panics, replays the complete UTF-8
-    /// lines in order and removes the journal. 64 cases with a fixed seed; longer, by hand:
-    /// `PROPTEST_CASES=100000 cargo test -p capability-journal --lib fuzz`.
+    /// UTF-8, no final newline), with a reader that refuses lines holding `#`: recovery never
+    /// fails or panics, commits the lines read in order, keeps every other non-empty line
+    /// byte for byte in quarantine, and removes the journal. 64 cases with a fixed seed;
+    /// longer, by hand: `PROPTEST_CASES=100000 cargo test -p capability-journal --lib fuzz`.
     mod fuzz {
         use super::*;
         use proptest::prelude::*;
@@ -407,37 +579,58 @@ mod tests {
             c
         }
 
+        fn strategy() -> impl Strategy<Value = Vec<u8>> {
+            // Bytes drawn often from newlines and `#`, so that files have many lines and
+            // many of them are refused.
+            prop::collection::vec(
+                prop_oneof![Just(b'\n'), Just(b'#'), Just(b'\r'), any::<u8>()],
+                0..4096,
+            )
+        }
+
         proptest! {
             #![proptest_config(config())]
 
             #[test]
-            fn any_journal_content_is_recovered(bytes in prop::collection::vec(any::<u8>(), 0..4096)) {
+            fn any_journal_content_is_recovered_or_quarantined(bytes in strategy()) {
                 let dir = tempfile::tempdir().unwrap();
                 fs::write(dir.path().join("t-1-dead.jsonl"), &bytes).unwrap();
                 let mut seen = Vec::new();
-                let n = recover(dir.path(), "t", |lines| {
-                    seen.extend(lines);
-                    Ok::<(), String>(())
-                })
+                let r = recover(
+                    dir.path(),
+                    "t",
+                    |l| if l.contains('#') { Err("has #") } else { Ok(l.to_string()) },
+                    |lines| {
+                        seen.extend(lines);
+                        Ok::<(), String>(())
+                    },
+                )
                 .unwrap();
-                prop_assert_eq!(n, 1);
+                prop_assert_eq!(r.journals, 1);
                 prop_assert!(!dir.path().join("t-1-dead.jsonl").exists());
-                // The lines replayed are the file's lines up to the first that is not UTF-8.
-                // (A line ended by "\r\n" loses both; a last line without "\n" keeps its "\r".)
                 let mut expected = Vec::new();
-                let segments: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
-                let last = segments.len() - 1;
-                for (i, line) in segments.into_iter().enumerate() {
-                    if i == last && line.is_empty() {
-                        break;
-                    }
+                let mut kept = Vec::new();
+                for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
                     match std::str::from_utf8(line) {
-                        Ok(l) if i < last => expected.push(l.strip_suffix('\r').unwrap_or(l).to_string()),
-                        Ok(l) => expected.push(l.to_string()),
-                        Err(_) => break,
+                        Ok(l) if !l.contains('#') => expected.push(l.to_string()),
+                        _ => {
+                            kept.extend_from_slice(line);
+                            kept.push(b'\n');
+                        }
                     }
                 }
+                prop_assert_eq!(r.records, expected.len());
                 prop_assert_eq!(seen, expected);
+                let file = dir.path().join("quarantine").join("t-1-dead.jsonl");
+                if kept.is_empty() {
+                    prop_assert!(r.quarantined.is_empty());
+                    prop_assert!(!file.exists());
+                } else {
+                    prop_assert_eq!(fs::read(&file).unwrap(), kept.clone());
+                    let lines = kept.iter().filter(|&&b| b == b'\n').count();
+                    prop_assert_eq!(r.quarantined_records(), lines);
+                    prop_assert_eq!(quarantined(dir.path(), Some("t")).unwrap().records(), lines);
+                }
             }
         }
     }
@@ -446,7 +639,7 @@ mod tests {
     fn a_failed_replay_keeps_the_journal() {
         let dir = tempfile::tempdir().unwrap();
         fs::write(dir.path().join("t-1-dead.jsonl"), "x\n").unwrap();
-        let r = recover(dir.path(), "t", |_| Err::<(), &str>("db locked"));
+        let r = recover(dir.path(), "t", every, |_| Err::<(), &str>("db locked"));
         assert!(matches!(r, Err(RecoverError::Replay("db locked"))));
         assert!(dir.path().join("t-1-dead.jsonl").exists());
     }

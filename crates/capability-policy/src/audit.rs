@@ -600,6 +600,9 @@ pub struct VerifyReport {
     pub records: u64,
     pub head_seq: Option<u64>,
     pub first_bad: Option<BadRecord>,
+    /// Records of dead processes' journals that could not be read and are kept in
+    /// quarantine (set by the caller that knows the home; `ok` is false while any are).
+    pub quarantined: u64,
 }
 
 impl VerifyReport {
@@ -613,6 +616,7 @@ impl VerifyReport {
                 "eventId": b.event_id,
                 "problem": b.problem,
             })),
+            "quarantined": self.quarantined,
         })
     }
 }
@@ -743,6 +747,7 @@ impl ChainVerifier {
             records: self.checked,
             head_seq: head.map(|(s, _)| s),
             first_bad: self.first_bad,
+            quarantined: 0,
         }
     }
 }

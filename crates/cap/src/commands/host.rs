@@ -267,7 +267,7 @@ impl RunOptions {
 
     /// Opens the host these options describe.
     pub fn open(&self, sources: Vec<Arc<dyn CapabilitySource>>) -> Result<Host, String> {
-        Host::open(self.config(sources)?).map_err(|e| e.to_string())
+        open_host(self.config(sources)?)
     }
 
     /// Opens the host of a long-running surface: as [`RunOptions::open`] (with the MCP
@@ -299,7 +299,7 @@ impl RunOptions {
             ..self.config(sources)?
         };
         adjust(&mut config);
-        let host = Host::open(config).map_err(|e| e.to_string())?;
+        let host = open_host(config)?;
         host.prewarm_pool();
         // A policy that cannot type-check against what this host serves (an upstream tool's
         // number compared with `>`, a misspelt attribute) is reported before any call.
@@ -315,6 +315,16 @@ impl RunOptions {
     }
 }
 
+/// Opens a host, and tells the operator on stderr what recovering dead processes' journals
+/// kept in quarantine (every command that opens a home says it).
+pub fn open_host(config: HostConfig) -> Result<Host, String> {
+    let host = Host::open(config).map_err(|e| e.to_string())?;
+    for w in host.recovery_warnings() {
+        crate::output::error_line(&format!("warning: {w}"));
+    }
+    Ok(host)
+}
+
 /// Opens a host on `home` with the built-ins, for commands that only query or decide. A home
 /// this process cannot write (a read-only mount) is opened read-only: queries work.
 pub fn open_home(home: &HomeArg) -> Result<Host, String> {
@@ -323,7 +333,7 @@ pub fn open_home(home: &HomeArg) -> Result<Host, String> {
         ..HostConfig::default()
     };
     let root = capability_host::home::resolve(home.home.as_deref());
-    match Host::open(config.clone()) {
+    match open_host(config.clone()) {
         Ok(host) => Ok(host),
         Err(e) if root.is_dir() && !capability_host::Home::writable(&root) => {
             Host::open(HostConfig {

@@ -91,12 +91,33 @@ pub fn doctor(args: crate::commands::acquire::DoctorArgs) -> Result<i32, String>
     let report = capability_host::doctor();
     let mut value = serde_json::to_value(&report).map_err(|e| e.to_string())?;
     let network = crate::commands::acquire::network_checks(&args)?;
+    // Unreadable records of dead processes' journals, kept in the home's quarantine.
+    let root = capability_host::home::resolve(args.home.home.as_deref());
+    let quarantine = match capability_host::Home::existing(&root) {
+        Ok(home) => capability_host::stores::Quarantined::in_home(&home)
+            .map_err(|e| format!("doctor: quarantine: {e}"))?,
+        Err(_) => capability_host::stores::Quarantined::default(),
+    };
+    let quarantined = quarantine.receipts + quarantine.audit_events;
+    if quarantined > 0 {
+        crate::output::error_line(&format!(
+            "warning: {quarantined} unreadable journal record(s) kept in quarantine: {}",
+            quarantine
+                .files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     let ok = (report.process_sandbox_ok() || report.oci_ok())
-        && network.as_ref().is_none_or(|n| n["ok"] == true);
+        && network.as_ref().is_none_or(|n| n["ok"] == true)
+        && quarantined == 0;
     if let Value::Object(map) = &mut value {
         if let Some(n) = network {
             map.insert("network".into(), n);
         }
+        map.insert("quarantine".into(), quarantine.to_json());
         map.insert("ok".into(), Value::Bool(ok));
     }
     print_json(&value)?;

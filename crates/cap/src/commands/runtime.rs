@@ -80,7 +80,7 @@ pub fn exec(args: ExecArgs) -> Result<i32, String> {
         .options
         .config(vec![std::sync::Arc::new(capability_host::Builtins)])?;
     config.gateway = gateway;
-    let host = capability_host::Host::open(config).map_err(|e| e.to_string())?;
+    let host = crate::commands::host::open_host(config)?;
     for (what, problem) in host.upstream_problems() {
         crate::output::error_line(&format!("warning: upstream {what}: {problem}"));
     }

@@ -883,3 +883,49 @@ fn serve_refuses_capability_and_budget_files_it_cannot_use_before_listening() {
         assert!(stderr.contains(says), "{args:?}: {stderr}");
     }
 }
+
+/// Unreadable records of a dead process's journal are kept in quarantine and said, never
+/// deleted in silence (issue 30, item 13): the next command warns with the file, `audit
+/// verify` is not ok while they are there, and `cap doctor` counts them.
+#[test]
+fn unreadable_journal_records_are_quarantined_warned_and_counted() {
+    let home = tempfile::tempdir().unwrap();
+    succeeded(&cap(
+        home.path(),
+        &["exec", "text/slugify", r#"{"text":"a b"}"#],
+    ));
+    let journal = home.path().join("journal");
+    // A dead process's journals: a torn audit event and a receipt that is not one.
+    std::fs::write(
+        journal.join("audit-4244-dead.jsonl"),
+        "{\"event_id\": \"evt_torn\", \"tim\n",
+    )
+    .unwrap();
+    std::fs::write(
+        journal.join("receipts-4244-dead.jsonl"),
+        "{\"receiptId\": 7}\n",
+    )
+    .unwrap();
+    let out = cap(home.path(), &["audit", "verify"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("warning:") && stderr.contains("quarantine"),
+        "{stderr}"
+    );
+    let report = stdout_json(&out);
+    assert_eq!(report["quarantined"], 1, "{report}");
+    assert_eq!(report["ok"], false);
+    assert_eq!(out.status.code(), Some(1));
+    // Kept, byte for byte; the journals themselves are gone.
+    let kept = std::fs::read_to_string(journal.join("quarantine/audit-4244-dead.jsonl")).unwrap();
+    assert_eq!(kept, "{\"event_id\": \"evt_torn\", \"tim\n");
+    assert!(!journal.join("audit-4244-dead.jsonl").exists());
+    // The next command has nothing new to warn about, and doctor counts both.
+    let out = cap(home.path(), &["receipts", "list"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("quarantine"));
+    let out = cap(home.path(), &["doctor"]);
+    let doctor = stdout_json(&out);
+    assert_eq!(doctor["quarantine"]["auditEvents"], 1, "{doctor}");
+    assert_eq!(doctor["quarantine"]["receipts"], 1, "{doctor}");
+    assert_eq!(doctor["ok"], false);
+}

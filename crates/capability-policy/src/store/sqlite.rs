@@ -14,13 +14,17 @@
 //! journal (`<db dir>/journal/audit-*.jsonl`, one `write(2)`, no flush) and queues it, so an
 //! emitted event survives a crash or `kill -9` of the process (the next store to open the
 //! database replays the journals of dead processes into the chain). Reads wait until every
-//! queued event is committed.
+//! queued event is committed. A journaled line that cannot be read back as an event is never
+//! deleted with its journal: it is kept byte for byte in `<db dir>/journal/quarantine/`,
+//! reported by [`SqliteStore::recovery`] and counted by [`SqliteStore::quarantined`]. An
+//! event nested deeper than a stored record may be read back
+//! ([`capability_core::json::RECORD_DEPTH`]) is refused before it is journaled or written.
 
 use std::path::Path;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use capability_journal::{Database, Job, Journal, WriteFailure};
+use capability_journal::{Database, Job, Journal, Quarantine, Recovery, WriteFailure};
 use rusqlite::{Connection, OptionalExtension, Transaction, params};
 use serde_json::Value;
 
@@ -169,6 +173,24 @@ impl Entry {
         }
     }
 
+    /// Refuses an event nested deeper than a stored record may be read back: journaled or
+    /// chained, it could never be read again (and one unreadable row fails every query).
+    fn readable_back(&self) -> Result<(), StoreError> {
+        let depth = capability_journal::json_nesting(self.text.as_bytes());
+        let limit = capability_core::json::RECORD_DEPTH;
+        if depth > limit {
+            return Err(StoreError::Corrupt {
+                table: "audit_events",
+                message: format!(
+                    "event {} nests {depth} levels, deeper than the {limit} a stored record \
+                     may: it would not be readable back, so it is not stored",
+                    self.event_id
+                ),
+            });
+        }
+        Ok(())
+    }
+
     fn owned(e: AuditEvent) -> Self {
         let text = e.to_canonical();
         Entry {
@@ -287,6 +309,8 @@ pub struct SqliteStore {
     pending: Arc<Mutex<Pending>>,
     /// [`RECORD_COLUMNS`], or [`LEGACY_RECORD_COLUMNS`] on an old read-only database.
     columns: &'static str,
+    /// What opening the store recovered from the journals of dead processes.
+    recovery: Recovery,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -350,26 +374,29 @@ impl SqliteStore {
         };
         let dir = journal_dir.to_path_buf();
         let replay_name = name.clone();
-        database
-            .call(move |conn| -> Result<(), StoreError> {
+        let recovery = database
+            .call(move |conn| -> Result<Recovery, StoreError> {
                 let db = |e: rusqlite::Error| StoreError::Database {
                     path: replay_name.clone(),
                     message: e.to_string(),
                 };
                 capability_journal::db::create_schema(conn, SCHEMA).map_err(db)?;
                 migrate(conn).map_err(db)?;
-                capability_journal::recover(&dir, JOURNAL_PREFIX, |lines| {
-                    // A torn last line (the process died mid-write) does not parse and is
-                    // skipped.
-                    let entries: Vec<Entry> = lines
-                        .iter()
-                        .filter_map(|l| capability_core::json::parse_record(l.as_bytes()).ok())
-                        .filter_map(|v| AuditEvent::from_json(&v).ok())
-                        .map(|e| Entry::new(&e))
-                        .collect();
-                    replay(conn, &entries)
-                })
-                .map(|_| ())
+                capability_journal::recover(
+                    &dir,
+                    JOURNAL_PREFIX,
+                    // A line that is not an event (a torn last line, when the process died
+                    // mid-write; corrupted bytes; an event nested deeper than a record may
+                    // be) is kept in quarantine, not replayed.
+                    |line| -> Result<Entry, String> {
+                        let v = capability_core::json::parse_record(line.as_bytes())
+                            .map_err(|e| e.to_string())?;
+                        AuditEvent::from_json(&v)
+                            .map(Entry::owned)
+                            .map_err(|e| e.to_string())
+                    },
+                    |entries| replay(conn, &entries),
+                )
                 .map_err(|e| match e {
                     capability_journal::RecoverError::Io(e) => StoreError::Database {
                         path: replay_name.clone(),
@@ -398,6 +425,7 @@ impl SqliteStore {
             conn: Mutex::new(conn),
             pending,
             columns: RECORD_COLUMNS,
+            recovery,
         })
     }
 
@@ -427,7 +455,22 @@ impl SqliteStore {
                 failed: false,
             })),
             columns,
+            recovery: Recovery::default(),
         })
+    }
+
+    /// What opening this store recovered from the audit journals of dead processes: how many
+    /// journals and events, and which unreadable lines were kept in quarantine (each
+    /// [`capability_journal::Quarantined::warning`] names its file, for the caller to print).
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    /// The unreadable audit records kept in the quarantine of `journal_dir` (a home's
+    /// `journal/`), by every recovery so far (until an operator removes them): events that
+    /// never joined the chain, which `audit verify` cannot see in the database.
+    pub fn quarantined(journal_dir: &Path) -> std::io::Result<Quarantine> {
+        capability_journal::quarantined(journal_dir, Some(JOURNAL_PREFIX))
     }
 
     /// The database this store writes through.
@@ -459,6 +502,7 @@ impl SqliteStore {
         if entries.is_empty() {
             return Ok(());
         }
+        entries.iter().try_for_each(Entry::readable_back)?;
         {
             let mut pending = lock(&self.pending);
             let Some(journal) = pending.journal.as_mut() else {
@@ -697,8 +741,10 @@ impl AuditStore for SqliteStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
+        let entries: Vec<Entry> = events.iter().map(Entry::new).collect();
+        entries.iter().try_for_each(Entry::readable_back)?;
         let (reply, rx) = mpsc::channel();
-        self.send(events.iter().map(Entry::new).collect(), Some(reply), false)?;
+        self.send(entries, Some(reply), false)?;
         let chained = rx.recv().map_err(|_| StoreError::WriterGone)??;
         Ok(chained
             .into_iter()

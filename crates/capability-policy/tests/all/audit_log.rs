@@ -602,3 +602,179 @@ fn an_old_database_gains_tenant_chains() {
     assert!(verify_tenant(&store, "acme").unwrap().ok);
     assert_eq!(store.tenant_records("acme", 0, 10).unwrap().len(), 1);
 }
+
+/// A value nested `levels` deep.
+fn nested(levels: usize) -> Value {
+    let mut v = json!(1);
+    for _ in 0..levels {
+        v = json!({ "d": v });
+    }
+    v
+}
+
+/// The journal directory of the store at `path` and the audit records its quarantine holds.
+fn quarantined(path: &std::path::Path) -> capability_journal::Quarantine {
+    SqliteStore::quarantined(&path.parent().unwrap().join("journal")).unwrap()
+}
+
+/// Writes a dead process's audit journal named `name` holding `lines` beside the store.
+fn dead_journal(path: &std::path::Path, name: &str, content: &str) -> std::path::PathBuf {
+    let journal = path.parent().unwrap().join("journal").join(name);
+    std::fs::write(&journal, content).unwrap();
+    journal
+}
+
+#[test]
+fn an_unreadable_event_in_a_dead_journal_is_kept_in_quarantine_not_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    drop(store);
+    let good = event(Some("acme"), AuditOutcome::Allowed, Decision::allow());
+    let good_line = capability_core::json::canonical_string(&good.to_json());
+    // JSON, but not an event (a decision no event has).
+    let mut bad = good.to_json();
+    bad["event_id"] = json!("evt-bad");
+    bad["decision"] = json!("shrug");
+    let bad_line = capability_core::json::canonical_string(&bad);
+    let journal = dead_journal(
+        &path,
+        "audit-999998-dead.jsonl",
+        &format!("{bad_line}\n{good_line}\n"),
+    );
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(
+        store.get(&good.event_id).unwrap().is_some(),
+        "the good one is chained"
+    );
+    assert!(store.get("evt-bad").unwrap().is_none());
+    assert!(!journal.exists(), "the journal itself is gone");
+    let kept = path
+        .parent()
+        .unwrap()
+        .join("journal/quarantine/audit-999998-dead.jsonl");
+    assert_eq!(
+        std::fs::read(&kept).unwrap(),
+        format!("{bad_line}\n").into_bytes(),
+        "the bad one is kept byte for byte"
+    );
+    let recovery = store.recovery();
+    assert_eq!((recovery.journals, recovery.records), (1, 1));
+    let warnings = recovery.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains(&kept.display().to_string()),
+        "the warning names the quarantine file: {}",
+        warnings[0]
+    );
+    assert_eq!(quarantined(&path).records(), 1);
+    let report = audit::verify_store(&store).unwrap();
+    assert!(report.ok, "{report:?}");
+    assert_eq!(report.records, 1);
+}
+
+#[test]
+fn a_journaled_event_nested_deeper_than_a_record_may_is_quarantined_not_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    drop(store);
+    let good = event(Some("acme"), AuditOutcome::Allowed, Decision::allow());
+    let mut deep = event(Some("acme"), AuditOutcome::Allowed, Decision::allow());
+    deep.output = Some(nested(capability_core::json::RECORD_DEPTH + 1));
+    let deep_line = capability_core::json::canonical_string(&deep.to_json());
+    let journal = dead_journal(
+        &path,
+        "audit-999997-dead.jsonl",
+        &format!(
+            "{}\n{deep_line}\n",
+            capability_core::json::canonical_string(&good.to_json())
+        ),
+    );
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(store.get(&good.event_id).unwrap().is_some());
+    assert!(store.get(&deep.event_id).unwrap().is_none());
+    assert!(!journal.exists());
+    let q = &store.recovery().quarantined;
+    assert_eq!(q.len(), 1);
+    assert_eq!(
+        std::fs::read(&q[0].file).unwrap(),
+        format!("{deep_line}\n").into_bytes()
+    );
+    assert!(
+        q[0].problems[0].starts_with("line 2: ") && q[0].problems[0].contains("nesting deeper"),
+        "{:?}",
+        q[0].problems
+    );
+    assert_eq!(quarantined(&path).records(), 1);
+    assert!(audit::verify_store(&store).unwrap().ok);
+}
+
+#[test]
+fn an_event_nested_deeper_than_a_record_may_is_refused_not_journaled_nor_chained() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    let mut deep = event(Some("acme"), AuditOutcome::Allowed, Decision::allow());
+    deep.metadata
+        .insert("d".into(), nested(capability_core::json::RECORD_DEPTH));
+    let err = store.emit(&deep).unwrap_err();
+    assert!(err.to_string().contains("deeper"), "{err}");
+    assert!(store.emit_owned(deep.clone()).is_err());
+    assert!(store.append(std::slice::from_ref(&deep)).is_err());
+    let journal_dir = path.parent().unwrap().join("journal");
+    for entry in std::fs::read_dir(&journal_dir).unwrap() {
+        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
+        assert!(
+            !text.contains(&deep.event_id),
+            "a refused event is not journaled"
+        );
+    }
+    // As deep as a record may be: chained, and the chain reads back and verifies.
+    let mut edge = event(Some("acme"), AuditOutcome::Allowed, Decision::allow());
+    edge.metadata
+        .insert("d".into(), nested(capability_core::json::RECORD_DEPTH - 2));
+    let text = capability_core::json::canonical_string(&edge.to_json());
+    assert_eq!(
+        capability_journal::json_nesting(text.as_bytes()),
+        capability_core::json::RECORD_DEPTH
+    );
+    store.emit(&edge).unwrap();
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(store.get(&deep.event_id).unwrap().is_none());
+    assert!(store.get(&edge.event_id).unwrap().is_some());
+    let report = audit::verify_store(&store).unwrap();
+    assert!(report.ok, "{report:?}");
+    assert_eq!(report.records, 1);
+}
+
+#[test]
+fn recovering_the_same_audit_journal_twice_does_not_duplicate_the_quarantine() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, path) = open(&dir);
+    drop(store);
+    let good = event(Some("acme"), AuditOutcome::Allowed, Decision::allow());
+    let content = format!(
+        "{}\n{{\"not\":\"an event\"}}\n",
+        capability_core::json::canonical_string(&good.to_json())
+    );
+    dead_journal(&path, "audit-999996-dead.jsonl", &content);
+    drop(SqliteStore::open(&path).unwrap());
+    // The journal again, as when the process that recovered it died after keeping its bad
+    // line and committing, before deleting it; then an open with nothing left to recover.
+    dead_journal(&path, "audit-999996-dead.jsonl", &content);
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.recovery().quarantined_records(), 1);
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    assert!(store.recovery().quarantined.is_empty());
+    let q = quarantined(&path);
+    assert_eq!((q.records(), q.files.len()), (1, 1), "{q:?}");
+    assert_eq!(
+        std::fs::read(&q.files[0].path).unwrap(),
+        b"{\"not\":\"an event\"}\n"
+    );
+    let report = audit::verify_store(&store).unwrap();
+    assert!(report.ok, "{report:?}");
+    assert_eq!(report.records, 1, "the good event is chained once");
+}

@@ -4,7 +4,12 @@
 //! `write(2)`, no flush) and hands it to a writer thread, which commits receipts to SQLite in
 //! batches (one transaction per batch) and empties the journal once everything in it is
 //! committed. Each process holds an exclusive `flock` on its own journal; when a store opens,
-//! it replays the journals of processes that died (their lock is gone) and deletes them.
+//! it replays the journals of processes that died (their lock is gone) and deletes them. A
+//! journaled line that cannot be read back as a receipt is never deleted with its journal:
+//! it is kept byte for byte in `<home>/journal/quarantine/`, reported by
+//! [`SqliteReceiptStore::recovery`] and counted by [`SqliteReceiptStore::quarantined`]. A
+//! receipt nested deeper than a stored record may be read back
+//! ([`capability_core::json::RECORD_DEPTH`]) is refused by `put`, before it is journaled.
 //!
 //! What survives what:
 //! * a crash or `kill -9` of the process, an OOM kill, a panic: every receipt whose `put`
@@ -20,7 +25,7 @@ use std::time::Duration;
 
 use capability_core::plan::Plan;
 use capability_core::receipt::Receipt;
-use capability_journal::{Database, Job, Journal, WriteFailure, WriterGone};
+use capability_journal::{Database, Job, Journal, Quarantine, Recovery, WriteFailure, WriterGone};
 use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{Listing, ReceiptQuery, ReceiptStore, StoreError};
@@ -62,6 +67,21 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn db_err(e: rusqlite::Error) -> StoreError {
     StoreError::Database(e.to_string())
+}
+
+/// Refuses a record (serialized as `text`, named by `what`) nested deeper than a stored
+/// record may be read back: journaled or committed, it could never be read again.
+fn readable_back(text: &[u8], what: impl FnOnce() -> String) -> Result<(), StoreError> {
+    let depth = capability_journal::json_nesting(text);
+    let limit = capability_core::json::RECORD_DEPTH;
+    if depth > limit {
+        return Err(StoreError::Corrupt(format!(
+            "{} nests {depth} levels, deeper than the {limit} a stored record may: \
+             it would not be readable back, so it is not stored",
+            what()
+        )));
+    }
+    Ok(())
 }
 
 fn gone(_: WriterGone) -> StoreError {
@@ -162,6 +182,8 @@ pub struct SqliteReceiptStore {
     shared: Arc<Shared>,
     db: Arc<Database>,
     reader: Mutex<Connection>,
+    /// What opening the store recovered from the journals of dead processes.
+    recovery: Recovery,
 }
 
 impl std::fmt::Debug for SqliteReceiptStore {
@@ -199,28 +221,32 @@ impl SqliteReceiptStore {
         durability: Durability,
     ) -> Result<SqliteReceiptStore, StoreError> {
         let dir = journal_dir.to_path_buf();
-        db.call(move |conn| -> Result<(), StoreError> {
-            capability_journal::db::create_schema(conn, SCHEMA).map_err(db_err)?;
-            capability_journal::recover(&dir, JOURNAL_PREFIX, |lines| {
-                // A torn last line (the process died mid-write) does not parse and is
-                // skipped. Replay is idempotent: a receipt committed before the crash is
-                // written again with the same id.
-                let tx = conn.transaction().map_err(db_err)?;
-                for r in lines
-                    .iter()
-                    .filter_map(|l| capability_core::json::from_record::<Receipt>(l).ok())
-                {
-                    insert(&tx, &r).map_err(db_err)?;
-                }
-                tx.commit().map_err(db_err)
+        let recovery = db
+            .call(move |conn| -> Result<Recovery, StoreError> {
+                capability_journal::db::create_schema(conn, SCHEMA).map_err(db_err)?;
+                capability_journal::recover(
+                    &dir,
+                    JOURNAL_PREFIX,
+                    // A line that is not a receipt (a torn last line, when the process died
+                    // mid-write; corrupted bytes; a receipt nested deeper than a record may
+                    // be) is kept in quarantine, not replayed.
+                    capability_core::json::from_record::<Receipt>,
+                    // Replay is idempotent: a receipt committed before the crash is written
+                    // again with the same id.
+                    |receipts| {
+                        let tx = conn.transaction().map_err(db_err)?;
+                        for r in &receipts {
+                            insert(&tx, r).map_err(db_err)?;
+                        }
+                        tx.commit().map_err(db_err)
+                    },
+                )
+                .map_err(|e| match e {
+                    capability_journal::RecoverError::Io(e) => StoreError::Io(e),
+                    capability_journal::RecoverError::Replay(e) => e,
+                })
             })
-            .map(|_| ())
-            .map_err(|e| match e {
-                capability_journal::RecoverError::Io(e) => StoreError::Io(e),
-                capability_journal::RecoverError::Replay(e) => e,
-            })
-        })
-        .map_err(gone)??;
+            .map_err(gone)??;
         let reader = db.connect().map_err(db_err)?;
         let journal = Journal::create(
             journal_dir,
@@ -237,6 +263,7 @@ impl SqliteReceiptStore {
             shared,
             db,
             reader: Mutex::new(reader),
+            recovery,
         })
     }
 
@@ -254,7 +281,21 @@ impl SqliteReceiptStore {
             }),
             db,
             reader: Mutex::new(reader),
+            recovery: Recovery::default(),
         })
+    }
+
+    /// What opening this store recovered from the receipt journals of dead processes: how
+    /// many journals and receipts, and which unreadable lines were kept in quarantine (each
+    /// [`capability_journal::Quarantined::warning`] names its file, for the caller to print).
+    pub fn recovery(&self) -> &Recovery {
+        &self.recovery
+    }
+
+    /// The unreadable receipt records kept in the quarantine of `journal_dir` (a home's
+    /// `journal/`), by every recovery so far (until an operator removes them).
+    pub fn quarantined(journal_dir: &Path) -> std::io::Result<Quarantine> {
+        capability_journal::quarantined(journal_dir, Some(JOURNAL_PREFIX))
     }
 
     /// The database file.
@@ -313,6 +354,7 @@ impl ReceiptStore for SqliteReceiptStore {
 
     fn put(&self, receipt: Arc<Receipt>) -> Result<(), StoreError> {
         let line = serde_json::to_vec(&*receipt).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        readable_back(&line, || format!("receipt {}", receipt.receipt_id))?;
         {
             let mut journal = lock(&self.shared.journal);
             match journal.as_mut() {
@@ -416,6 +458,7 @@ impl ReceiptStore for SqliteReceiptStore {
 impl SqliteReceiptStore {
     fn put_plan_row(&self, plan: &Plan) -> Result<(), StoreError> {
         let body = serde_json::to_string(plan).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+        readable_back(body.as_bytes(), || format!("plan {}", plan.fingerprint))?;
         let (fingerprint, created_at) = (plan.fingerprint.clone(), plan.created_at.clone());
         self.db
             .call(move |conn| {

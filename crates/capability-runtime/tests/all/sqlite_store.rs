@@ -263,3 +263,148 @@ fn a_committed_journal_is_rotated_not_left_to_grow_and_nothing_is_lost() {
     let reopened = SqliteReceiptStore::open(home.path()).unwrap();
     assert!(reopened.get(&format!("r{}", n - 1)).unwrap().is_some());
 }
+
+/// The receipt quarantine of a home: what every recovery so far kept.
+fn quarantined(home: &std::path::Path) -> capability_journal::Quarantine {
+    SqliteReceiptStore::quarantined(&home.join("journal")).unwrap()
+}
+
+#[test]
+fn an_unreadable_receipt_in_a_dead_journal_is_kept_in_quarantine_not_deleted() {
+    let home = tempfile::tempdir().unwrap();
+    drop(SqliteReceiptStore::open(home.path()).unwrap());
+    let journal = home.path().join("journal").join("receipts-4244-dead.jsonl");
+    let good = serde_json::to_string(&receipt(
+        "r-good",
+        "a/x",
+        ReceiptStatus::Succeeded,
+        "2026-01-01T00:00:00.000Z",
+    ))
+    .unwrap();
+    // JSON, but not a receipt (a status no receipt has).
+    let bad = good
+        .replace("\"r-good\"", "\"r-bad\"")
+        .replace("\"succeeded\"", "\"exploded\"");
+    assert_ne!(bad, good);
+    std::fs::write(&journal, format!("{bad}\n{good}\n")).unwrap();
+
+    let store = SqliteReceiptStore::open(home.path()).unwrap();
+    assert!(
+        store.get("r-good").unwrap().is_some(),
+        "the good one is replayed"
+    );
+    assert!(store.get("r-bad").unwrap().is_none());
+    assert!(!journal.exists(), "the journal itself is gone");
+    let kept = home
+        .path()
+        .join("journal/quarantine/receipts-4244-dead.jsonl");
+    assert_eq!(
+        std::fs::read(&kept).unwrap(),
+        format!("{bad}\n").into_bytes(),
+        "the bad one is kept byte for byte"
+    );
+    let recovery = store.recovery();
+    assert_eq!((recovery.journals, recovery.records), (1, 1));
+    assert_eq!(recovery.quarantined_records(), 1);
+    let warnings = recovery.warnings();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains(&kept.display().to_string()),
+        "the warning names the quarantine file: {}",
+        warnings[0]
+    );
+    assert_eq!(quarantined(home.path()).records(), 1);
+    assert_eq!(store.list(&ReceiptQuery::default()).unwrap().len(), 1);
+}
+
+#[test]
+fn a_journaled_receipt_nested_deeper_than_a_record_may_is_quarantined_not_dropped() {
+    let home = tempfile::tempdir().unwrap();
+    drop(SqliteReceiptStore::open(home.path()).unwrap());
+    let journal = home.path().join("journal").join("receipts-4245-dead.jsonl");
+    let mut good = receipt("r-ok", "a/x", ReceiptStatus::Succeeded, "t");
+    good.output = Some(nested(capability_core::json::MAX_DEPTH));
+    let mut deep = receipt("r-deep", "a/x", ReceiptStatus::Succeeded, "t");
+    deep.output = Some(nested(capability_core::json::RECORD_DEPTH + 1));
+    let deep = serde_json::to_string(&deep).unwrap();
+    let good = serde_json::to_string(&good).unwrap();
+    std::fs::write(&journal, format!("{good}\n{deep}\n")).unwrap();
+
+    let store = SqliteReceiptStore::open(home.path()).unwrap();
+    assert!(store.get("r-ok").unwrap().is_some());
+    assert!(store.get("r-deep").unwrap().is_none());
+    assert!(!journal.exists());
+    let q = &store.recovery().quarantined;
+    assert_eq!(q.len(), 1);
+    assert_eq!(
+        std::fs::read(&q[0].file).unwrap(),
+        format!("{deep}\n").into_bytes()
+    );
+    assert!(
+        q[0].problems[0].starts_with("line 2: ") && q[0].problems[0].contains("nesting deeper"),
+        "{:?}",
+        q[0].problems
+    );
+    assert_eq!(quarantined(home.path()).records(), 1);
+}
+
+#[test]
+fn a_receipt_nested_deeper_than_a_record_may_is_refused_not_journaled() {
+    let home = tempfile::tempdir().unwrap();
+    let store = SqliteReceiptStore::open(home.path()).unwrap();
+    let mut deep = receipt("r-deep", "a/x", ReceiptStatus::Succeeded, "t");
+    // A `put` from the runtime holds at most MAX_DEPTH levels; a direct one may hold more.
+    deep.metadata = Some(nested(capability_core::json::RECORD_DEPTH));
+    let err = store.put(Arc::new(deep)).unwrap_err();
+    assert!(
+        err.to_string().contains("r-deep") && err.to_string().contains("deeper"),
+        "{err}"
+    );
+    assert!(store.get("r-deep").unwrap().is_none());
+    // As deep as a record may be: stored and read back.
+    let mut edge = receipt("r-edge", "a/x", ReceiptStatus::Succeeded, "t");
+    edge.metadata = Some(nested(capability_core::json::RECORD_DEPTH - 1));
+    assert_eq!(
+        capability_journal::json_nesting(serde_json::to_string(&edge).unwrap().as_bytes()),
+        capability_core::json::RECORD_DEPTH
+    );
+    store.put(Arc::new(edge)).unwrap();
+    store.flush().unwrap();
+    let journals: Vec<_> = std::fs::read_dir(home.path().join("journal"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
+    assert!(
+        journals.iter().all(|j| !j.contains("r-deep")),
+        "a refused receipt is not journaled"
+    );
+    drop(store);
+    let store = SqliteReceiptStore::open(home.path()).unwrap();
+    assert!(store.get("r-edge").unwrap().is_some(), "read back");
+    let listing = store.list_checked(&ReceiptQuery::default()).unwrap();
+    assert!(listing.skipped.is_empty(), "{:?}", listing.skipped);
+}
+
+#[test]
+fn recovering_the_same_journal_twice_does_not_duplicate_the_quarantine() {
+    let home = tempfile::tempdir().unwrap();
+    drop(SqliteReceiptStore::open(home.path()).unwrap());
+    let journal = home.path().join("journal").join("receipts-4246-dead.jsonl");
+    let good =
+        serde_json::to_string(&receipt("r-1", "a/x", ReceiptStatus::Succeeded, "t")).unwrap();
+    let content = format!("{good}\nnot a receipt\n");
+    std::fs::write(&journal, &content).unwrap();
+    drop(SqliteReceiptStore::open(home.path()).unwrap());
+    // The journal again, as when the process that recovered it died after keeping its bad
+    // line and committing, before deleting it; then an open with nothing left to recover.
+    std::fs::write(&journal, &content).unwrap();
+    let store = SqliteReceiptStore::open(home.path()).unwrap();
+    assert_eq!(store.recovery().quarantined_records(), 1);
+    drop(store);
+    let store = SqliteReceiptStore::open(home.path()).unwrap();
+    assert!(store.recovery().quarantined.is_empty());
+    let q = quarantined(home.path());
+    assert_eq!((q.records(), q.files.len()), (1, 1), "{q:?}");
+    assert_eq!(std::fs::read(&q.files[0].path).unwrap(), b"not a receipt\n");
+    assert_eq!(store.list(&ReceiptQuery::default()).unwrap().len(), 1);
+}
