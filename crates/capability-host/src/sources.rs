@@ -3,6 +3,7 @@
 //! ([`CapabilitySource`], [`Builtins`], [`LocalPackage`] in the runtime; installed packages in
 //! the acquisition crate; MCP upstreams in `capability-upstream`).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -50,22 +51,80 @@ impl OpenApiSource {
         Ok(OpenApiSource { entry, api })
     }
 
-    /// Every document kept in the home, in namespace order.
+    /// Every document kept in the home that can be served, in namespace order. A document
+    /// that cannot (see [`OpenApiSource::load_home`]) is left out with a warning on stderr,
+    /// so that one damaged or conflicting file never stops the others (nor every command
+    /// that opens the host); it never fails.
     pub fn from_home(home: &crate::Home) -> Result<Vec<OpenApiSource>, CapabilityError> {
+        let loaded = OpenApiSource::load_home(home);
+        for (what, problem) in &loaded.problems {
+            eprintln!("warning: {what}: {problem} (left out)");
+        }
+        Ok(loaded.sources)
+    }
+
+    /// Every document kept in the home, in namespace order, each on its own: a file that does
+    /// not read, a document that does not build, or one with a capability id another
+    /// document already serves is left out and its problem recorded (as the host records an
+    /// upstream's), and the others are served. Of documents that share an id, the one in the
+    /// file `add` writes for its namespace (`<namespace>.json`) is served first, so that a
+    /// stray copy never displaces it.
+    pub fn load_home(home: &crate::Home) -> LoadedHome {
         let store = capability_openapi::store::Store::new(home.openapi());
-        let entries = store.list().map_err(|m| {
-            CapabilityError::new(ErrorCode::InvalidManifest, format!("openapi store: {m}"))
-        })?;
-        entries
-            .into_iter()
-            .map(|e| OpenApiSource::open(e, Some(home.secrets())))
-            .collect()
+        let mut loaded = LoadedHome::default();
+        let mut built = Vec::new();
+        for (path, entry) in store.read_each() {
+            let what = format!("openapi {}", path.display());
+            let source = entry
+                .map_err(|e| e.to_string())
+                .and_then(|e| OpenApiSource::open(e, Some(home.secrets())).map_err(|e| e.message));
+            match source {
+                Ok(s) => built.push((path, what, s)),
+                Err(problem) => loaded.problems.push((what, problem)),
+            }
+        }
+        let own_file = |path: &std::path::Path, source: &OpenApiSource| {
+            capability_openapi::store::namespace_slug(&source.entry.namespace)
+                .is_ok_and(|slug| path.file_stem().is_some_and(|stem| *stem == *slug))
+        };
+        // Stable: own files first, each group in namespace (file name) order.
+        built.sort_by_key(|(path, _, source)| !own_file(path, source));
+        let mut served: BTreeMap<String, String> = BTreeMap::new();
+        let mut kept = Vec::new();
+        for (path, what, source) in built {
+            let clash = source.api.operations().iter().find_map(|op| {
+                served
+                    .get(op.id())
+                    .map(|other| format!("the capability {} is already served by {other}", op.id()))
+            });
+            if let Some(problem) = clash {
+                loaded.problems.push((what, problem));
+                continue;
+            }
+            for op in source.api.operations() {
+                served.insert(op.id().to_string(), what.clone());
+            }
+            kept.push((path, source));
+        }
+        kept.sort_by(|a, b| a.0.cmp(&b.0));
+        loaded.sources = kept.into_iter().map(|(_, s)| s).collect();
+        loaded.problems.sort();
+        loaded
     }
 
     /// The built document.
     pub fn api(&self) -> &capability_openapi::Api {
         &self.api
     }
+}
+
+/// What [`OpenApiSource::load_home`] found in the home.
+#[derive(Debug, Default)]
+pub struct LoadedHome {
+    /// The documents served.
+    pub sources: Vec<OpenApiSource>,
+    /// `(what, problem)` for each stored file left out (`openapi <path>`, why).
+    pub problems: Vec<(String, String)>,
 }
 
 impl CapabilitySource for OpenApiSource {

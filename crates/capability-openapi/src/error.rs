@@ -22,6 +22,11 @@ pub enum ImportError {
     /// A `$ref` that is external, unresolved or cyclic where the operation needs its target.
     #[error("{0}")]
     Reference(String),
+    /// Operations that would be served under the same capability id (operation ids that
+    /// differ only in case or punctuation): the runtime can register only one of them, so
+    /// the document cannot be served as written.
+    #[error("{0}")]
+    Conflict(String),
 }
 
 /// The reference's message for a document that is not OpenAPI 3.1 (kept for 3.x documents
@@ -51,7 +56,9 @@ impl ImportError {
         match self {
             ImportError::Document { message, .. } => message.clone(),
             ImportError::Manifest(e) => e.message.clone(),
-            ImportError::Read(m) | ImportError::Reference(m) => m.clone(),
+            ImportError::Read(m) | ImportError::Reference(m) | ImportError::Conflict(m) => {
+                m.clone()
+            }
         }
     }
 }

@@ -428,6 +428,48 @@ fn executable_manifest(
     Ok(manifest)
 }
 
+/// Refuses a document two of whose operations get the same capability id (the id is the
+/// slug of the operation id, so `listPets` and `ListPets`, or `list pets` and `list-pets`,
+/// collide): a runtime registers one capability per id, so serving such a document would
+/// fail every time it is loaded. The reference import keeps both; execution cannot.
+fn refuse_shared_ids(imported: &Import) -> Result<(), ImportError> {
+    let mut seen: std::collections::BTreeMap<&str, &Operation> = Default::default();
+    for op in &imported.operations {
+        if let Some(first) = seen.insert(op.id(), op) {
+            return Err(ImportError::Conflict(format!(
+                "the operations {:?} ({} {}) and {:?} ({} {}) would both be the capability {}: give them operation ids that differ by more than case or punctuation",
+                first.operation_id,
+                first.method_upper(),
+                first.path,
+                op.operation_id,
+                op.method_upper(),
+                op.path,
+                op.id()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Warns (in the import's warnings, shown when a document is added) about header
+/// parameters only the HTTP client may set: a call that gives one a value is refused (see
+/// [`crate::request`]), so they are usable only when left out.
+fn warn_client_headers(imported: &mut Import) {
+    let mut warnings = Vec::new();
+    for op in &imported.operations {
+        for p in &op.parameters {
+            if p.location == Location::Header && crate::http::is_client_header(&p.name) {
+                warnings.push(format!(
+                    "header parameter {} of {} is set by the HTTP client: a call that gives it a value is refused",
+                    p.name,
+                    op.id()
+                ));
+            }
+        }
+    }
+    imported.warnings.extend(warnings);
+}
+
 /// Imports a document for execution (see the module docs).
 pub fn build_api(
     doc: &Value,
@@ -435,13 +477,15 @@ pub fn build_api(
     client: Arc<HttpClient>,
     secrets: Secrets,
 ) -> Result<Api, ImportError> {
-    let imported = import(
+    let mut imported = import(
         doc,
         &ImportOptions {
             namespace: options.namespace.clone(),
             base_url: options.base_url.clone(),
         },
     )?;
+    refuse_shared_ids(&imported)?;
+    warn_client_headers(&mut imported);
     let v30 = imported.version == Version::V30;
     let doc_url = options.document_url.as_deref();
     let server = absolute(

@@ -122,6 +122,9 @@ pub enum HttpError {
     Cancelled,
     #[error("{0}")]
     Unsupported(String),
+    /// A request that sets a header only the client may set ([`is_client_header`]).
+    #[error("the header {0} frames the message or the connection: only the client sets it")]
+    ClientHeader(String),
 }
 
 impl HttpError {
@@ -160,6 +163,32 @@ pub struct Incoming {
 /// and the `Content-Length` when the response has one. It is called once when the headers
 /// are in (0 bytes), then after every chunk; a redirect or retry starts again from 0.
 pub type BodyProgress = Arc<dyn Fn(u64, Option<u64>) + Send + Sync>;
+
+/// Whether a header is one only the client may set: `Host` (the origin checked before
+/// connecting), the framing headers (`Content-Length`, `Transfer-Encoding`, `Trailer`,
+/// `Expect`) and the hop-by-hop ones (`Connection`, `Keep-Alive`, `Upgrade`, `TE`,
+/// `Proxy-*`). A caller's value for one of them would make the bytes on the wire differ
+/// from the request the caller was shown (a second `Host`, a body cut short or smuggled, a
+/// connection switched to another protocol), so [`HttpClient::send`] refuses a request
+/// that sets one.
+pub fn is_client_header(name: &str) -> bool {
+    const NAMES: [&str; 9] = [
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "trailer",
+        "expect",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+    ];
+    let name = name.trim();
+    NAMES.iter().any(|n| name.eq_ignore_ascii_case(n))
+        || name
+            .get(..6)
+            .is_some_and(|p| p.eq_ignore_ascii_case("proxy-"))
+}
 
 /// `(scheme, host, port)`.
 pub type Origin = (String, String, u16);
@@ -354,6 +383,11 @@ impl HttpClient {
         cancelled: &dyn Fn() -> bool,
         progress: Option<BodyProgress>,
     ) -> Result<Incoming, HttpError> {
+        // Checked here, where every caller passes, so that no caller's header can reframe
+        // the message (hyper would send a caller's `Content-Length` as it is).
+        if let Some((name, _)) = request.headers.iter().find(|(k, _)| is_client_header(k)) {
+            return Err(HttpError::ClientHeader(name.clone()));
+        }
         let config = &self.inner.config;
         let timeout = timeout.map_or(config.timeout, |t| t.min(config.timeout));
         let inner = Arc::clone(&self.inner);

@@ -11,6 +11,9 @@
 //!   declared when the operation carries credentials, the server recorded.
 //! * [`request`] builds the exact HTTP request from a capability input: path, query, header
 //!   and cookie parameters serialized with their OpenAPI `style`/`explode`, and the JSON body.
+//!   The request sent is the one planned or none: a path value that would make a dot segment
+//!   (`..`, `%2E%2E`, ...) and a value for a header only the client sets (`Host`,
+//!   `Content-Length`, `Transfer-Encoding`, `Connection`, ...) are refused.
 //! * [`http`] sends it, over `http://` or `https://` (rustls; system roots, `SSL_CERT_FILE`):
 //!   destination checked after DNS resolution, timeouts, a response size limit, redirects
 //!   only to the same origin, retries only for idempotent methods.
@@ -18,7 +21,9 @@
 //!   headers, body, with every credential redacted), execute, validate the response against
 //!   the schema of its status, and the receipt's boundary record (request summary and
 //!   response status, never a secret).
-//! * [`store`] keeps documents added to a capability home (`cap openapi add`).
+//! * [`store`] keeps documents added to a capability home (`cap openapi add`), only ones it
+//!   can read back; [`build_api`] refuses a document two of whose operations would be the
+//!   same capability id (`listPets` and `ListPets`), since it could not be served.
 
 pub mod document;
 pub mod error;

@@ -7,8 +7,26 @@
 //! Only declared parameters are sent: an input cannot add a header (`Host`,
 //! `Authorization`) or a query member the document does not name. `Accept`, `Content-Type`
 //! and `Authorization` header parameters are ignored, as the OpenAPI specification says.
+//!
+//! The request sent is the one the plan shows, or none:
+//!
+//! * A header parameter the document declares under a name only the client may set
+//!   (`Host`, `Content-Length`, `Transfer-Encoding`, `Connection`, `Upgrade`, `TE`,
+//!   `Trailer`, `Keep-Alive`, `Expect`, `Proxy-*`: [`crate::http::is_client_header`]) is
+//!   refused when the input gives it a value: the agent's value would reframe the message.
+//! * A path parameter can never change which path is called. Its value is percent-encoded
+//!   (a `/` becomes `%2F`), and the call is refused when a segment of the expanded path
+//!   would be a dot segment (`.`, `..`, or an encoding of one such as `%2E%2E` or `.%2e`,
+//!   which the URL standard removes as it would `..`), would decode to one or to a `/` or
+//!   `\` (a server that decodes before routing would climb out of the template), or would be
+//!   left empty by a parameter (`//`, which servers merge). Refusing was chosen over
+//!   re-encoding: no encoding of `..` is safe from every server, and the caller gets a
+//!   clear error instead of a request to a path nobody planned.
+//! * Then the URL as the URL library parsed it (normalised) must still be the URL that was
+//!   built, segment for segment: anything it would rewrite (a dot segment, a `\`, a `?` or
+//!   `#` in a template) refuses the call instead of sending another request than planned.
 
-use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, percent_decode_str, utf8_percent_encode};
 use serde_json::{Map, Value, json};
 
 use crate::import::{Location, Operation, Parameter};
@@ -99,8 +117,9 @@ fn enc(s: &str, reserved: bool) -> String {
     utf8_percent_encode(s, set).to_string()
 }
 
-/// A path segment value: percent-encoded, and a value made only of dots encoded too, so that
-/// `..` can never climb out of the template.
+/// A path segment value: percent-encoded, and a value made only of dots encoded too. That
+/// alone does not stop `..` (the URL standard reads `%2E%2E` as `..`): [`check_path`] refuses
+/// any dot segment the expansion makes.
 fn enc_path(s: &str) -> String {
     let e = enc(s, false);
     if !e.is_empty() && e.bytes().all(|b| b == b'.') {
@@ -233,6 +252,74 @@ fn simple_value(p: &Parameter, v: &Value) -> Result<String, RequestError> {
     Ok(s)
 }
 
+/// How many times a segment is percent-decoded when looking for a hidden dot segment or
+/// slash (a value encoded twice, `%252e%252e`, is `..` to a server that decodes twice).
+const DECODE_ROUNDS: usize = 4;
+
+/// The forms a server may read a path segment as: the segment, then each percent-decoding
+/// of it (until it no longer changes).
+fn decoded_forms(segment: &str) -> Vec<String> {
+    let mut forms = vec![segment.to_string()];
+    for _ in 0..DECODE_ROUNDS {
+        let Some(last) = forms.last() else { break };
+        let next = percent_decode_str(last).decode_utf8_lossy().into_owned();
+        if next == *last {
+            break;
+        }
+        forms.push(next);
+    }
+    forms
+}
+
+/// Whether a (decoded) segment is a dot segment, also when followed by `;parameters`
+/// (servers that strip path parameters read `..;x` as `..`).
+fn is_dot_segment(form: &str) -> bool {
+    let head = form.split(';').next().unwrap_or(form);
+    head == "." || head == ".."
+}
+
+/// Checks the expanded `path` against its `template`, segment by segment (see the module
+/// docs): no dot segment, no slash hidden in a segment, no segment a parameter left empty.
+fn check_path(template: &str, path: &str) -> Result<(), RequestError> {
+    let templates: Vec<&str> = template.split('/').collect();
+    let segments: Vec<&str> = path.split('/').collect();
+    if templates.len() != segments.len() {
+        return Err(RequestError(format!(
+            "the path {template} would not keep its segments"
+        )));
+    }
+    for (t, s) in templates.iter().zip(&segments) {
+        let refused = |why: &str| {
+            Err(RequestError(format!(
+                "the path segment {t} of {template} would be {s:?}, {why}: refused, so that the request sent is the one planned"
+            )))
+        };
+        let forms = decoded_forms(s);
+        if forms.iter().any(|f| is_dot_segment(f)) {
+            return refused("a dot segment that would move the request to another path");
+        }
+        if forms.iter().any(|f| f.contains(['/', '\\'])) {
+            return refused("a segment that decodes to a slash");
+        }
+        if s.is_empty() && t.contains('{') {
+            return refused("an empty segment");
+        }
+    }
+    Ok(())
+}
+
+/// Whether the parsed `url` is the URL that was built (`path` under the server's
+/// `base_path`, then `query`), compared after percent-decoding: the URL library may
+/// percent-encode what was left as is, but anything else it rewrote (a dot segment removed,
+/// a `\` read as `/`, a `?` or `#` in the path) makes another request than the one built.
+fn is_built_url(url: &url::Url, base_path: &str, path: &str, query: &[String]) -> bool {
+    let decoded = |s: &str| percent_decode_str(s).collect::<Vec<u8>>();
+    let built_query = (!query.is_empty()).then(|| query.join("&"));
+    decoded(url.path()) == decoded(&format!("{base_path}{path}"))
+        && url.query().map(decoded) == built_query.as_deref().map(decoded)
+        && url.fragment().is_none()
+}
+
 /// Builds the request of `op` against the server `base` from a capability input.
 pub fn build_request(
     op: &Operation,
@@ -276,6 +363,12 @@ pub fn build_request(
                 if matches!(lower.as_str(), "accept" | "content-type" | "authorization") {
                     continue;
                 }
+                if crate::http::is_client_header(&p.name) {
+                    return Err(RequestError(format!(
+                        "header parameter {} cannot be given: the HTTP client sets it (it frames the message or the connection)",
+                        p.name
+                    )));
+                }
                 if v.is_null() {
                     continue;
                 }
@@ -307,6 +400,7 @@ pub fn build_request(
             op.path
         )));
     }
+    check_path(&op.path, &path)?;
     let mut text = base.as_str().trim_end_matches('/').to_string();
     let base_path = base.path().trim_end_matches('/').to_string();
     text.push_str(&path);
@@ -318,6 +412,11 @@ pub fn build_request(
     if !url.path().starts_with(&base_path) || url.origin() != base.origin() {
         return Err(RequestError(format!(
             "the request would leave the server {base}"
+        )));
+    }
+    if !is_built_url(&url, &base_path, &path, &query) {
+        return Err(RequestError(format!(
+            "the URL {text} would be sent as {url}: refused, so that the request sent is the one planned"
         )));
     }
     let body = match (&op.body, input.get("body")) {

@@ -2,9 +2,18 @@
 //! namespace in a directory (`<home>/openapi/<namespace>.json`, mode 0600), holding the
 //! document itself (so the source never changes under the host), where it came from, the
 //! base URL and the credential references (names of secrets, never their values).
+//!
+//! What is kept can be read back: entries are read with [`Entry::read`] (the stored-record
+//! reader, nested at most [`capability_core::json::RECORD_DEPTH`] levels, so that every
+//! document the document reader accepts fits with the entry around it), and [`Store::add`]
+//! runs that same reader on the bytes it is about to write, refusing an entry it could not
+//! read back (a document nested deeper than a record may be) instead of keeping a file that
+//! would fail every later read. [`Store::read_each`] reads every file on its own, so that
+//! one damaged file does not hide the others.
 
 use std::path::{Path, PathBuf};
 
+use capability_core::json::{JsonError, parse_record};
 use capability_core::manifest::legacy_slugify;
 use serde_json::{Map, Value, json};
 
@@ -28,6 +37,12 @@ pub enum StoreError {
     /// A stored file is not an entry this store wrote.
     #[error("{}: {error}", path.display())]
     Entry { path: PathBuf, error: EntryError },
+    /// An entry that, once written, could not be read back (so it is not kept).
+    #[error("the document for {namespace} cannot be kept: it could not be read back ({error})")]
+    Unreadable {
+        namespace: String,
+        error: EntryError,
+    },
     /// An entry could not be written as JSON.
     #[error("{0}")]
     Encode(serde_json::Error),
@@ -63,6 +78,9 @@ pub enum StoreError {
 pub enum EntryError {
     #[error(transparent)]
     Json(#[from] serde_json::Error),
+    /// The text is not JSON, or nests deeper than [`capability_core::json::RECORD_DEPTH`] levels.
+    #[error(transparent)]
+    Text(#[from] JsonError),
     #[error("no namespace")]
     NoNamespace,
     #[error("no document")]
@@ -104,6 +122,12 @@ impl Entry {
             "namespace": self.namespace, "source": self.source, "baseUrl": self.base_url,
             "auth": auth, "allowPrivate": self.allow_private, "document": self.document,
         })
+    }
+
+    /// Reads a stored entry's bytes: the one reader of the store, which [`Store::add`] also
+    /// runs on what it writes.
+    pub fn read(bytes: &[u8]) -> Result<Entry, EntryError> {
+        Entry::from_json(&parse_record(bytes)?)
     }
 
     fn from_json(v: &Value) -> Result<Entry, EntryError> {
@@ -168,21 +192,33 @@ impl Store {
             .join(format!("{}.json", namespace_slug(namespace)?)))
     }
 
-    /// Keeps (or replaces) an entry.
+    /// Keeps (or replaces) an entry; refused, and nothing written, when the bytes it would
+    /// write could not be read back (see the module docs).
     pub fn add(&self, entry: &Entry) -> Result<PathBuf, StoreError> {
-        std::fs::create_dir_all(&self.dir).map_err(file_error(&self.dir))?;
         let path = self.path(&entry.namespace)?;
         let text = serde_json::to_vec_pretty(&entry.to_json()).map_err(StoreError::Encode)?;
+        Entry::read(&text).map_err(|error| StoreError::Unreadable {
+            namespace: entry.namespace.clone(),
+            error,
+        })?;
+        std::fs::create_dir_all(&self.dir).map_err(file_error(&self.dir))?;
         let tmp = path.with_extension("json.tmp");
         write_private(&tmp, &text).map_err(file_error(&tmp))?;
         std::fs::rename(&tmp, &path).map_err(file_error(&path))?;
         Ok(path)
     }
 
-    /// Every entry, by namespace.
+    /// Every entry, by namespace; the first file that does not read fails the whole list
+    /// (see [`Store::read_each`] to read past it).
     pub fn list(&self) -> Result<Vec<Entry>, StoreError> {
+        self.read_each().into_iter().map(|(_, e)| e).collect()
+    }
+
+    /// Every stored file, by namespace, each read on its own: a file that does not read is
+    /// an error in its place, never a reason not to read the others.
+    pub fn read_each(&self) -> Vec<(PathBuf, Result<Entry, StoreError>)> {
         let Ok(dir) = std::fs::read_dir(&self.dir) else {
-            return Ok(Vec::new());
+            return Vec::new();
         };
         let mut paths: Vec<PathBuf> = dir
             .filter_map(|e| e.ok().map(|e| e.path()))
@@ -190,16 +226,15 @@ impl Store {
             .collect();
         paths.sort();
         paths
-            .iter()
+            .into_iter()
             .map(|p| {
-                let bytes = std::fs::read(p).map_err(file_error(p))?;
-                serde_json::from_slice(&bytes)
-                    .map_err(EntryError::from)
-                    .and_then(|v: Value| Entry::from_json(&v))
-                    .map_err(|error| StoreError::Entry {
+                let entry = std::fs::read(&p).map_err(file_error(&p)).and_then(|bytes| {
+                    Entry::read(&bytes).map_err(|error| StoreError::Entry {
                         path: p.clone(),
                         error,
                     })
+                });
+                (p, entry)
             })
             .collect()
     }

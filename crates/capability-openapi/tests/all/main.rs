@@ -1,7 +1,10 @@
 //! The integration tests of capability-openapi, one binary: one module per behaviour (the
-//! reference import, the HTTP executor against loopback servers, `https://`).
+//! reference import, the HTTP executor against loopback servers, the request sent as
+//! planned, the documents kept in a home, `https://`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod http_executor;
 mod import;
+mod request_target;
+mod store;
 mod tls;
