@@ -308,6 +308,9 @@ pub struct SandboxedChild {
     pidfd: OwnedFd,
     exit: ExitState,
     boundary: SandboxReport,
+    /// The thread that owns the sandbox: joined on drop, so that the sandbox is gone (reaped,
+    /// its scratch directory and cgroups removed) when the handle is.
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl SandboxedChild {
@@ -346,6 +349,10 @@ impl SandboxedChild {
 impl Drop for SandboxedChild {
     fn drop(&mut self) {
         self.kill();
+        if let Some(thread) = self.thread.take() {
+            // The init is dead: the thread reaps it and removes what the sandbox made.
+            let _ = thread.join();
+        }
     }
 }
 
@@ -410,7 +417,7 @@ impl ProcessSandbox {
         let exit: ExitState = Arc::new((Mutex::new(None), Condvar::new()));
         let thread_exit = Arc::clone(&exit);
         let memory = limits.memory_bytes;
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("sandbox-child".into())
             .spawn(move || {
                 // This thread owns the sandbox: the init dies with it.
@@ -444,10 +451,20 @@ impl ProcessSandbox {
                 cv.notify_all();
             })
             .map_err(|e| SandboxError::io("spawn the sandbox thread", e))?;
-        let ((stdin, stdout, stderr), pidfd, boundary) =
-            started_rx.recv().map_err(|_| SandboxError::Spawn {
-                detail: "the sandbox thread ended without starting the sandbox".into(),
-            })??;
+        let ((stdin, stdout, stderr), pidfd, boundary) = match started_rx.recv() {
+            Ok(Ok(started)) => started,
+            Ok(Err(e)) => {
+                // Nothing runs: the thread removes what the sandbox made before it ends.
+                let _ = thread.join();
+                return Err(e);
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(SandboxError::Spawn {
+                    detail: "the sandbox thread ended without starting the sandbox".into(),
+                });
+            }
+        };
         for fd in [&stdin, &stdout, &stderr] {
             set_blocking(fd.as_raw_fd());
         }
@@ -458,6 +475,7 @@ impl ProcessSandbox {
             pidfd,
             exit,
             boundary,
+            thread: Some(thread),
         })
     }
 

@@ -353,15 +353,26 @@ impl ModuleExecutor {
         let Ok(mut parked) = self.parked.lock() else {
             return;
         };
-        parked.retain(|p| p.session.is_open() && p.at.elapsed() < Session::IDLE);
+        // Sessions dropped here are closed once the lock is released: closing one waits for
+        // its sandbox to be gone.
+        let mut closed = Vec::new();
+        for p in std::mem::take(&mut *parked) {
+            if p.session.is_open() && p.at.elapsed() < Session::IDLE {
+                parked.push(p);
+            } else {
+                closed.push(p);
+            }
+        }
         if parked.len() >= MAX_PARKED {
-            parked.remove(0);
+            closed.push(parked.remove(0));
         }
         parked.push(Parked {
             key,
             session,
             at: Instant::now(),
         });
+        drop(parked);
+        drop(closed);
     }
 
     /// The session parked by this run's `plan`, when it can run `execute` with exactly these

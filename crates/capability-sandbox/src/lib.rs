@@ -168,6 +168,17 @@
 //!   hold the whole sandbox (node, or `process.spawn`, without a memory cgroup) the report
 //!   says `enforced: false`. `ISOLATION.md` lists every limit and its mechanism per host kind.
 //!   Every run's [`SandboxReport::limits`] says which mechanism enforced each limit.
+//! * **Nothing of a run outlives it.** On the host a run makes one empty directory (its new
+//!   root's mount point, `.capability-sandbox-<pid>-<n>` in [`SandboxConfig::scratch_dir`] or
+//!   the temp dir) and its per-run cgroups (`capability-sandbox-<pid>-<n>`), `<pid>` being the
+//!   host process. They are removed before the run's result is returned — a
+//!   [`crate::Session`] when it closes, a [`SandboxedChild`] when its handle is dropped, both
+//!   waiting for the thread that owns the sandbox — once the sandbox's processes are gone
+//!   (what is still in the cgroup after a moment is killed). Runs still in flight when the
+//!   process exits (`exit`, or `main` returning) are ended and cleaned up by an `atexit`
+//!   handler. A sandbox's first start removes what runs of dead processes left in its scratch
+//!   directory and cgroup parents (a crash, `SIGKILL`); a live process's runs are never
+//!   touched.
 //!
 //! **What a grant opens, and what it does not.**
 //!

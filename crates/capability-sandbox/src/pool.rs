@@ -115,17 +115,25 @@ impl SandboxPool {
     ) -> Option<Session> {
         let key = Key::of(spec, grants, limits);
         let now = stamp(spec);
-        let claimed = {
+        let (claimed, stale) = {
             let mut spares = self.spares.lock().ok()?;
-            // Spares whose process ended, or whose module file changed, are dropped.
-            spares.retain_mut(|s| {
-                s.session.is_waiting() && (s.key != key || (now.is_some() && s.stamp == now))
-            });
-            spares
+            // Spares whose process ended, or whose module file changed, are dropped (closing
+            // one waits for its sandbox to be gone: not while the pool is locked).
+            let mut stale = Vec::new();
+            for mut s in std::mem::take(&mut *spares) {
+                if s.session.is_waiting() && (s.key != key || (now.is_some() && s.stamp == now)) {
+                    spares.push(s);
+                } else {
+                    stale.push(s);
+                }
+            }
+            let claimed = spares
                 .iter()
                 .position(|s| s.key == key)
-                .map(|i| spares.remove(i).session)
+                .map(|i| spares.remove(i).session);
+            (claimed, stale)
         };
+        drop(stale);
         let refill = self.refill(sandbox, spec, key, now);
         match claimed {
             Some(mut session) => {
@@ -190,16 +198,19 @@ impl Refill {
         else {
             return;
         };
-        let Ok(mut spares) = self.spares.lock() else {
-            return;
+        let oldest = {
+            let Ok(mut spares) = self.spares.lock() else {
+                return;
+            };
+            let oldest = (spares.len() >= self.capacity).then(|| spares.remove(0));
+            spares.push(Spare {
+                key: self.key,
+                stamp: self.stamp,
+                session,
+            });
+            oldest
         };
-        if spares.len() >= self.capacity {
-            spares.remove(0);
-        }
-        spares.push(Spare {
-            key: self.key,
-            stamp: self.stamp,
-            session,
-        });
+        // Closed once the pool is unlocked (closing waits for the sandbox to be gone).
+        drop(oldest);
     }
 }

@@ -12,6 +12,7 @@ use serde_json::Value;
 use capability_exec::{Grants, GuestError, Invocation, Limits, SandboxReport, effects};
 
 use crate::error::{InterpreterError, LandlockUnavailable, SandboxError};
+use crate::linux::cleanup::{self, Leftover};
 use crate::linux::host::{self, CgroupError, CgroupInfo, CgroupParent, Interpreter, RunCgroup};
 use crate::linux::landlock::LandlockPlan;
 use crate::linux::seccomp;
@@ -47,7 +48,9 @@ pub struct SandboxConfig {
     /// Do not use cgroups even when available.
     pub disable_cgroup: bool,
     /// Directory for the per-run mount points (default: the system temp dir). Nothing is
-    /// written there except one empty directory per run, removed afterwards.
+    /// written there except one empty directory per run (`.capability-sandbox-<pid>-<n>`),
+    /// removed before the run's result is returned; a sandbox's first start removes those
+    /// that dead processes left.
     pub scratch_dir: Option<PathBuf>,
     /// Host paths the guest must never see, in addition to the capability home (always
     /// protected, resolved like `capability-runtime`'s `home.rs`: `$CAP_HOME`, else
@@ -65,6 +68,8 @@ pub struct ProcessSandbox {
     python: OnceLock<Result<Interpreter, InterpreterError>>,
     landlock: OnceLock<Result<u32, LandlockUnavailable>>,
     cgroup: OnceLock<Result<CgroupParent, CgroupError>>,
+    /// Set once the leftovers of dead processes were removed (before the first sandbox).
+    swept: OnceLock<()>,
     /// Sandboxes started by this instance.
     starts: std::sync::atomic::AtomicU64,
 }
@@ -427,6 +432,7 @@ impl ProcessSandbox {
             notes.push(format!("landlock unavailable: {e}"));
         }
         notes.extend(plan.notes.iter().cloned());
+        self.sweep_leftovers();
         let cgroup = self.run_cgroup(limits, &mut notes);
         let facts = cgroup.as_ref().map(|cg| CgroupFacts {
             version: cg.version,
@@ -530,6 +536,27 @@ impl ProcessSandbox {
             report,
             uid,
         })
+    }
+
+    /// Once, before this instance's first sandbox: removes the scratch directories and
+    /// per-run cgroups that runs of dead processes left where this instance makes its own (a
+    /// host that crashed or was killed had no chance to). Objects of live processes, this
+    /// one's included, are kept.
+    fn sweep_leftovers(&self) {
+        self.swept.get_or_init(|| {
+            cleanup::sweep(
+                &scratch_base(self.config.scratch_dir.as_deref()),
+                Leftover::Scratch,
+            );
+            let parents = match self.cgroup_parent() {
+                Ok(CgroupParent::V2(p)) => vec![p],
+                Ok(CgroupParent::V1 { pids, memory }) => pids.into_iter().chain(memory).collect(),
+                Err(_) => Vec::new(),
+            };
+            for parent in parents {
+                cleanup::sweep(&parent, Leftover::Cgroup);
+            }
+        });
     }
 
     /// The run's own cgroup, created under the parent with the memory and pids limits, or
@@ -922,9 +949,12 @@ pub(crate) fn check_limits(limits: &Limits<ProcessLimits>) -> Result<(), Sandbox
     Ok(())
 }
 
-/// The empty host directory the new root is mounted on (in the child's namespace only).
+/// The empty host directory the new root is mounted on (in the child's namespace only),
+/// named for this process (`.capability-sandbox-<pid>-<n>`, see `linux::cleanup`).
 pub(crate) struct MountDir {
     path: PathBuf,
+    /// Removed at process exit if the run is still in flight then.
+    _live: cleanup::Live,
 }
 
 impl MountDir {
@@ -932,14 +962,19 @@ impl MountDir {
         use std::os::unix::fs::DirBuilderExt as _;
         use std::sync::atomic::{AtomicU64, Ordering};
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let base = base
-            .map(Path::to_path_buf)
-            .unwrap_or_else(std::env::temp_dir);
+        let base = scratch_base(base);
         for _ in 0..100 {
             let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let path = base.join(format!(".capability-sandbox-{}-{n}", std::process::id()));
+            let path = base.join(cleanup::run_name(
+                cleanup::SCRATCH_PREFIX,
+                std::process::id(),
+                n,
+            ));
             match std::fs::DirBuilder::new().mode(0o700).create(&path) {
-                Ok(()) => return Ok(MountDir { path }),
+                Ok(()) => {
+                    let live = cleanup::Live::scratch(&path);
+                    return Ok(MountDir { path, _live: live });
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => {
                     return Err(SandboxError::io(
@@ -956,9 +991,18 @@ impl MountDir {
 }
 
 impl Drop for MountDir {
+    /// Removes the directory before the run's result is returned (detaching whatever is
+    /// mounted on it in this namespace, which should be nothing).
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.path);
+        let _ = cleanup::remove_scratch(&self.path);
     }
+}
+
+/// Where the per-run mount points are made: the configured directory, else the temp dir.
+fn scratch_base(configured: Option<&Path>) -> PathBuf {
+    configured
+        .map(Path::to_path_buf)
+        .unwrap_or_else(std::env::temp_dir)
 }
 
 /// The host uid (and gid) a root host's guest runs as: `nobody`. Host permissions then apply

@@ -10,7 +10,8 @@
 //! handshake the shim answers each envelope line with one response line and reads the next,
 //! until stdin is closed. A thread owns the process (the sandbox is tied to the thread that
 //! started it: it dies with it); [`Session::call`] hands it the next envelope. A session left
-//! idle for [`Session::IDLE`] is closed by its thread, and dropping a session closes it.
+//! idle for [`Session::IDLE`] is closed by its thread, and dropping a session closes it; closing
+//! waits for the thread, so the sandbox and what it made on the host are gone when it returns.
 
 use std::sync::mpsc;
 use std::thread;
@@ -48,6 +49,10 @@ pub struct Session {
     /// Called once when the session closes (a pool starts the next spare then, so that the
     /// start does not compete with the run for the CPU).
     on_close: Option<Box<dyn FnOnce() + Send>>,
+    /// The thread that owns the sandbox: joined when the session closes, so that the sandbox
+    /// is gone (its process reaped, its scratch directory and cgroups removed) before
+    /// [`Session::close`] returns.
+    thread: Option<thread::JoinHandle<()>>,
 }
 
 /// The boundary note of a run answered by a pooled, pre-started sandbox.
@@ -97,7 +102,7 @@ impl Session {
         let (event_tx, event_rx) = mpsc::channel::<Event>();
         let (thread_spec, thread_grants, thread_limits) =
             (spec.clone(), grants.clone(), limits.clone());
-        thread::Builder::new()
+        let thread = thread::Builder::new()
             .name("sandbox-session".into())
             .spawn(move || {
                 let replies = event_tx.clone();
@@ -138,6 +143,7 @@ impl Session {
             ended: None,
             pooled: false,
             on_close: None,
+            thread: Some(thread),
         })
     }
 
@@ -263,10 +269,16 @@ impl Session {
     }
 
     /// Ends the session: the shim sees end of input and exits (it is killed after a short
-    /// grace if it does not).
+    /// grace if it does not). Returns once the sandbox is gone: its processes reaped, its
+    /// scratch directory and cgroups removed (nothing of the session outlives it, even when
+    /// the process exits right after).
     pub fn close(&mut self) {
         self.open = false;
         self.requests = None;
+        if let Some(thread) = self.thread.take() {
+            // The thread sees the closed channel, ends the conversation and cleans up.
+            let _ = thread.join();
+        }
         if let Some(f) = self.on_close.take() {
             f();
         }

@@ -6,6 +6,7 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use super::cleanup;
 use crate::error::{InterpreterError, InterpreterFault};
 
 /// An interpreter found on the host.
@@ -510,14 +511,38 @@ pub struct RunCgroup {
     pub dir_fd: Option<std::os::fd::OwnedFd>,
     /// v1: each group's `cgroup.procs`, opened by the host; the sandbox init writes `0` to join.
     pub procs_fds: Vec<std::os::fd::OwnedFd>,
+    /// `dirs` are removed at process exit if the run is still in flight then.
+    live: Vec<cleanup::Live>,
 }
 
 impl RunCgroup {
+    /// The run's cgroup (one per v1 hierarchy), named for this process
+    /// (`capability-sandbox-<pid>-<n>`, see `cleanup`); a name that exists already (left by
+    /// an earlier process with the same pid) is skipped.
     pub fn create(parent: &CgroupParent, memory: u64, pids: u32) -> Result<RunCgroup, CgroupError> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let name = format!("capability-sandbox-{}-{n}", std::process::id());
+        let mut tries = 0;
+        loop {
+            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+            let name = cleanup::run_name(cleanup::CGROUP_PREFIX, std::process::id(), n);
+            match RunCgroup::create_named(parent, &name, memory, pids) {
+                Err(CgroupError::Mkdir { source, .. })
+                    if source.kind() == std::io::ErrorKind::AlreadyExists && tries < 100 =>
+                {
+                    tries += 1;
+                }
+                created => return created,
+            }
+        }
+    }
+
+    fn create_named(
+        parent: &CgroupParent,
+        name: &str,
+        memory: u64,
+        pids: u32,
+    ) -> Result<RunCgroup, CgroupError> {
         let write = |dir: &Path, file: &'static str, value: String| -> Result<(), CgroupError> {
             std::fs::write(dir.join(file), value).map_err(|e| CgroupError::Write {
                 file,
@@ -532,13 +557,15 @@ impl RunCgroup {
             memory: CgroupMemory::None,
             dir_fd: None,
             procs_fds: Vec::new(),
+            live: Vec::new(),
         };
         let mkdir = |cg: &mut RunCgroup, base: &Path| -> Result<PathBuf, CgroupError> {
-            let dir = base.join(&name);
+            let dir = base.join(name);
             std::fs::create_dir(&dir).map_err(|e| CgroupError::Mkdir {
                 dir: dir.clone(),
                 source: Arc::new(e),
             })?;
+            cg.live.push(cleanup::Live::cgroup(&dir));
             cg.dirs.push(dir.clone());
             Ok(dir)
         };
@@ -642,17 +669,16 @@ impl RunCgroup {
 }
 
 impl Drop for RunCgroup {
+    /// Removes the run's cgroups before the run's result is returned: the sandbox is reaped
+    /// before this runs, and this waits while the kernel finishes tearing it down (killing
+    /// whatever is still in the cgroup after a moment).
     fn drop(&mut self) {
         self.procs_fds.clear();
         self.dir_fd = None;
-        // The sandbox is reaped before this runs; retry briefly while the kernel finishes.
+        let deadline = std::time::Instant::now() + cleanup::RUN_BUDGET;
         for dir in &self.dirs {
-            for _ in 0..100 {
-                if std::fs::remove_dir(dir).is_ok() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
+            let budget = deadline.saturating_duration_since(std::time::Instant::now());
+            let _ = cleanup::remove_cgroup(dir, cleanup::KILL_AFTER, budget);
         }
     }
 }

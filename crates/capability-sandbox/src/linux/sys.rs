@@ -187,6 +187,22 @@ pub fn pidfd_send_signal(pidfd: c_int, signal: c_int) -> io::Result<()> {
     }
 }
 
+/// A pidfd for the process `pid` (Linux 5.3+), close-on-exec.
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<std::os::fd::OwnedFd> {
+    if pid <= 0 {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    // SAFETY: plain syscall with integer arguments.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = c_int::try_from(r).map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+    // SAFETY: pidfd_open returned a fresh descriptor that we now own (pidfds are always
+    // close-on-exec).
+    Ok(unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
 /// Sends SIGKILL to every process in the process group `pgid` (a child started with
 /// `process_group(0)` and not yet reaped, so the group id cannot have been reused).
 pub fn kill_process_group(pgid: u32) -> io::Result<()> {

@@ -20,4 +20,5 @@ mod hostile_process;
 mod oci;
 mod one_sandbox_per_run;
 mod package_acquisition;
+mod run_cleanup;
 mod runtime_receipts;
