@@ -10,7 +10,8 @@
 //! Credentials come from [`SecretRef`]s (`env:NAME` or a name in the home's secrets file),
 //! are read at execution only when `secrets.read` was granted, and never appear in plans,
 //! receipts, audit events or errors: the plan names the scheme and where the credential goes,
-//! and any occurrence of a secret value in an error or output is replaced by `[redacted]`.
+//! and any occurrence of a secret value in an error or output is replaced by `[redacted]`,
+//! in whatever form a server echoes it (encoded, escaped, base64: see `secret_forms`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -557,16 +558,82 @@ pub fn build_api(
 
 const REDACTED: &str = "[redacted]";
 
-fn scrub_text(s: &str, secrets: &[String]) -> String {
+/// Every form a secret can take on its way back from a server that echoes it: as it is;
+/// percent-encoded (every non-alphanumeric byte, or only what is not unreserved), with
+/// upper- or lower-case hex; form-encoded (`+` for spaces); JSON-escaped (inside a JSON
+/// text); base64 (standard and URL-safe, padded or not). A credential is redacted by value
+/// in any of them, not by the shape the redactor expects.
+fn secret_forms(secret: &str) -> Vec<String> {
+    use base64::Engine as _;
+    use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+    const NOT_UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'.')
+        .remove(b'_')
+        .remove(b'~');
+    let mut forms = vec![secret.to_string()];
+    for set in [NON_ALPHANUMERIC, NOT_UNRESERVED] {
+        let upper = utf8_percent_encode(secret, set).to_string();
+        forms.push(lower_hex(&upper));
+        forms.push(upper.replace("%20", "+"));
+        forms.push(upper);
+    }
+    forms.push(url::form_urlencoded::byte_serialize(secret.as_bytes()).collect());
+    if let Ok(json) = serde_json::to_string(secret) {
+        forms.push(json.trim_matches('"').to_string());
+    }
+    let bytes = secret.as_bytes();
+    for engine in [
+        &base64::engine::general_purpose::STANDARD,
+        &base64::engine::general_purpose::STANDARD_NO_PAD,
+        &base64::engine::general_purpose::URL_SAFE,
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+    ] {
+        forms.push(engine.encode(bytes));
+    }
+    forms.sort();
+    forms.dedup();
+    // The longest first, so that a form that contains another is masked whole.
+    forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
+    forms
+}
+
+/// `%2F` as `%2f`: the hex digits of every escape in lower case.
+fn lower_hex(encoded: &str) -> String {
+    let mut out = String::with_capacity(encoded.len());
+    let mut chars = encoded.chars();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c == '%' {
+            for _ in 0..2 {
+                if let Some(h) = chars.next() {
+                    out.push(h.to_ascii_lowercase());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The forms of every secret (at least 4 bytes) to mask, longest first.
+fn redacted_forms(secrets: &[String]) -> Vec<String> {
+    let mut forms: Vec<String> = secrets
+        .iter()
+        .filter(|s| s.len() >= 4)
+        .flat_map(|s| secret_forms(s))
+        .filter(|f| f.len() >= 4)
+        .collect();
+    forms.sort_by_key(|f| std::cmp::Reverse(f.len()));
+    forms.dedup();
+    forms
+}
+
+/// Masks every form in `forms` (from [`redacted_forms`]).
+fn scrub_text(s: &str, forms: &[String]) -> String {
     let mut out = s.to_string();
-    for secret in secrets.iter().filter(|s| s.len() >= 4) {
-        out = out.replace(secret.as_str(), REDACTED);
-        // The percent-encoded form (query credentials).
-        let encoded =
-            percent_encoding::utf8_percent_encode(secret, percent_encoding::NON_ALPHANUMERIC)
-                .to_string();
-        if encoded != *secret {
-            out = out.replace(&encoded, REDACTED);
+    for form in forms {
+        if out.contains(form.as_str()) {
+            out = out.replace(form.as_str(), REDACTED);
         }
     }
     out
@@ -807,6 +874,8 @@ impl Executor for HttpOperation {
                 secrets.push(value);
             }
         }
+        // Every form each credential can be echoed in, worked out once per call.
+        let secrets = redacted_forms(&secrets);
         if !cookies.is_empty() {
             let header = cookies
                 .iter()

@@ -3,6 +3,7 @@
 //! planned, the documents kept in a home, `https://`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod credential_echo;
 mod http_executor;
 mod import;
 mod request_target;
