@@ -32,9 +32,16 @@ pub fn read_json(path: &Path) -> Result<Value, String> {
     capability_core::json::parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
 }
 
-/// Parses JSON given on the command line.
+/// Parses JSON given on the command line (a value nested past the limit is refused with
+/// the message every surface gives).
 pub fn parse_json_arg(text: &str, what: &str) -> Result<Value, String> {
-    capability_core::json::parse_str(text).map_err(|e| format!("{what}: {e}"))
+    capability_core::json::parse_str(text).map_err(|e| {
+        if e.is_too_deep() && what == "input" {
+            capability_core::json::too_deep("Input")
+        } else {
+            format!("{what}: {e}")
+        }
+    })
 }
 
 /// Writes `JSON.stringify(value, null, 2)` and a newline to a file.

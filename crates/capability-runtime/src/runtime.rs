@@ -414,14 +414,10 @@ impl CapabilityRuntime {
     ) -> Result<Plan, CapabilityError> {
         // One nesting limit on the way in and out: what is accepted can be stored and read
         // back (receipts, pending plans and approvals hold the input).
-        let depth = capability_core::json::depth(&input);
-        if depth > capability_core::json::MAX_DEPTH {
+        if capability_core::json::depth(&input) > capability_core::json::MAX_DEPTH {
             return Err(CapabilityError::new(
                 ErrorCode::InvalidInput,
-                format!(
-                    "Input nests {depth} levels, deeper than the {} allowed",
-                    capability_core::json::MAX_DEPTH
-                ),
+                capability_core::json::too_deep("Input"),
             ));
         }
         let issues = capability.validate_input(&input);
@@ -1123,14 +1119,10 @@ fn denial_details(denial: &Denial) -> (String, Value) {
 /// limit, the output schema.
 fn check_output(capability: &Capability, executed: &mut Executed) -> Result<(), CapabilityError> {
     capability_core::json::normalize_numbers(&mut executed.output);
-    let depth = capability_core::json::depth(&executed.output);
-    if depth > capability_core::json::MAX_DEPTH {
+    if capability_core::json::depth(&executed.output) > capability_core::json::MAX_DEPTH {
         return Err(CapabilityError::new(
             ErrorCode::InvalidOutput,
-            format!(
-                "Output nests {depth} levels, deeper than the {} allowed",
-                capability_core::json::MAX_DEPTH
-            ),
+            capability_core::json::too_deep("Output"),
         ));
     }
     let issues = capability.validate_output(&executed.output);

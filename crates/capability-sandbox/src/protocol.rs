@@ -59,6 +59,9 @@ pub fn parse_response(bytes: &[u8]) -> Result<Response, SandboxError> {
         return Err(violation("the guest wrote no response on stdout".into()));
     }
     let value = capability_core::json::parse_message(text).map_err(|e| {
+        if e.is_too_deep() {
+            return violation(capability_core::json::too_deep("Output"));
+        }
         violation(format!(
             "stdout is not exactly one JSON object ({e}): {}",
             preview(text)

@@ -37,12 +37,22 @@ pub(crate) fn json_response(status: StatusCode, value: &Value) -> Response {
         .into_response()
 }
 
+/// A JSON body read as the CLI reads its input (the project's parser, one level more than
+/// the nesting limit for the body around the input), so that every surface accepts the
+/// same inputs and refuses deeper ones with the one message.
 fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return serde_json::from_value(json!({}))
             .map_err(|e| ApiError::bad_request(format!("the body is required: {e}")));
     }
-    serde_json::from_slice(body)
+    let value = capability_core::json::parse_message(body).map_err(|e| {
+        if e.is_too_deep() {
+            ApiError::bad_request(capability_core::json::too_deep("Input"))
+        } else {
+            ApiError::bad_request(format!("the body is not valid: {e}"))
+        }
+    })?;
+    serde_json::from_value(value)
         .map_err(|e| ApiError::bad_request(format!("the body is not valid: {e}")))
 }
 

@@ -33,8 +33,12 @@ pub(crate) fn parse_reply(stdout: &[u8]) -> Result<Result<Value, GuestError>, Wa
     if stdout.iter().all(u8::is_ascii_whitespace) {
         return Err(protocol("guest wrote no reply on stdout".into()));
     }
-    let value = capability_core::json::parse_message(stdout)
-        .map_err(|e| protocol(format!("guest reply is not one JSON value: {e}")))?;
+    let value = capability_core::json::parse_message(stdout).map_err(|e| {
+        if e.is_too_deep() {
+            return protocol(capability_core::json::too_deep("Output"));
+        }
+        protocol(format!("guest reply is not one JSON value: {e}"))
+    })?;
     let Value::Object(mut map) = value else {
         return Err(protocol("guest reply must be a JSON object".into()));
     };

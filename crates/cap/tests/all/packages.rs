@@ -514,7 +514,15 @@ fn what_is_accepted_nested_is_read_back_and_one_bad_record_never_stops_a_list() 
             &["run", p, "fixture/deep", &format!("{{\"n\":{n}}}")],
         );
         assert_eq!(out.status.code(), Some(1), "{n}");
-        assert!(stdout_json(&out)["error"]["code"].is_string());
+        let error = &stdout_json(&out)["error"];
+        assert!(error["code"].is_string());
+        // The one message of the limit, for an output as for an input.
+        assert!(
+            error
+                .to_string()
+                .contains("Output nests deeper than the 128 levels allowed"),
+            "{n}: {error}"
+        );
     }
     // A caller input as deep as the limit is accepted; one deeper is refused up front.
     let policy = dir.path().join("deep.cedar");
@@ -556,7 +564,10 @@ fn what_is_accepted_nested_is_read_back_and_one_bad_record_never_stops_a_list() 
         assert_eq!(out.status.code(), Some(1), "{levels}");
         let text = String::from_utf8_lossy(&out.stdout).to_string()
             + &String::from_utf8_lossy(&out.stderr);
-        assert!(text.contains("nesting deeper than 128"), "{text}");
+        assert!(
+            text.contains("Input nests deeper than the 128 levels allowed"),
+            "one limit, one message: {text}"
+        );
     }
     // Everything accepted reads back: show, list, export, approvals list and show, and a
     // later approval request.

@@ -34,6 +34,13 @@ pub struct JsonError {
     pub position: Option<(usize, usize)>,
 }
 
+impl JsonError {
+    /// Whether the text was refused for nesting past the parser's limit.
+    pub fn is_too_deep(&self) -> bool {
+        self.message.starts_with(parse::TOO_DEEP)
+    }
+}
+
 impl std::fmt::Display for JsonError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.position {
@@ -87,10 +94,18 @@ pub fn parse_str(text: &str) -> Result<Value, JsonError> {
     parse(text.as_bytes())
 }
 
-/// Parses a protocol message that wraps one value (`{"output": <value>}`): one level more
-/// than [`MAX_DEPTH`], so that the value inside may nest as deep as any accepted value.
+/// Parses a protocol message that wraps one value (`{"output": <value>}`, an HTTP body
+/// `{"capability", "input": <value>}`): one level more than [`MAX_DEPTH`], so that the
+/// value inside may nest as deep as any accepted value. A message nested deeper is refused
+/// with [`JsonError::is_too_deep`].
 pub fn parse_message(text: &[u8]) -> Result<Value, JsonError> {
     node_to_value(parse_node_within(text, MAX_DEPTH + 1)?)
+}
+
+/// The one message of every surface for a value nested past [`MAX_DEPTH`]: `"{what} nests
+/// deeper than the 128 levels allowed"` (`what` is `Input`, `Output`, ...).
+pub fn too_deep(what: &str) -> String {
+    format!("{what} nests deeper than the {MAX_DEPTH} levels allowed")
 }
 
 /// Parses a stored record (nested at most [`RECORD_DEPTH`] levels: it holds values accepted

@@ -12,6 +12,9 @@ use super::JsonError;
 /// whatever is accepted can also be handled by code that reads JSON with serde_json.
 pub const MAX_DEPTH: usize = 128;
 
+/// How a parse refused for nesting begins ([`super::JsonError::is_too_deep`]).
+pub(crate) const TOO_DEEP: &str = "nesting deeper than";
+
 /// The deepest nesting accepted when reading back a stored record (a receipt, an approval, an
 /// audit event), which holds accepted values a few levels down: [`MAX_DEPTH`] plus room for
 /// the record's own structure, so that everything accepted can be read back.
@@ -103,7 +106,7 @@ impl<'a> Parser<'a> {
     }
 
     fn too_deep(&self) -> JsonError {
-        self.err(&format!("nesting deeper than {} levels", self.max_depth))
+        self.err(&format!("{TOO_DEEP} {} levels", self.max_depth))
     }
 
     fn value(&mut self, depth: usize) -> Result<JsonNode, JsonError> {

@@ -160,3 +160,71 @@ fn the_pending_page_escapes_and_redacts() {
     assert!(page.contains(&escaped), "{page}");
     assert!(!page.contains("k-123") && !page.contains("p-456"), "{page}");
 }
+
+/// One nesting limit and one message on every surface (issue 30, item 16): the API accepts
+/// the inputs the CLI accepts (128 levels, inside a body one level deeper) and refuses a
+/// deeper one with the message the CLI and the runtime give.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_takes_inputs_as_deep_as_the_cli_and_refuses_deeper_ones_alike() {
+    let f = crate::fixture::start(|_| capability_server::ServerOptions::default()).await;
+    let limit = capability_core::json::MAX_DEPTH;
+    // `{"value": [[...]], "path": "a"}`: the input nests `levels` deep.
+    let input = |levels: usize| {
+        format!(
+            "{{\"value\":{}1{},\"path\":\"a\"}}",
+            "[".repeat(levels - 1),
+            "]".repeat(levels - 1)
+        )
+    };
+    for levels in [limit - 1, limit] {
+        let body = format!(
+            "{{\"capability\":\"json/get\",\"input\":{}}}",
+            input(levels)
+        );
+        let a = f
+            .send(
+                Method::POST,
+                "/api/v1/invoke",
+                Some("agent"),
+                Some(&body),
+                &[("content-type", "application/json")],
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::OK, "{levels}: {}", a.text);
+    }
+    for levels in [limit + 1, limit + 2, 1000] {
+        let body = format!(
+            "{{\"capability\":\"json/get\",\"input\":{}}}",
+            input(levels)
+        );
+        let a = f
+            .send(
+                Method::POST,
+                "/api/v1/invoke",
+                Some("agent"),
+                Some(&body),
+                &[("content-type", "application/json")],
+            )
+            .await;
+        assert_eq!(a.status, StatusCode::BAD_REQUEST, "{levels}");
+        assert_eq!(
+            a.json()["error"]["message"],
+            capability_core::json::too_deep("Input"),
+            "{levels}"
+        );
+    }
+    // The runtime says the same for an input built in process.
+    let mut deep = serde_json::json!(1);
+    for _ in 0..limit {
+        deep = serde_json::json!([deep]);
+    }
+    let host = capability_host::Host::open(capability_host::HostConfig {
+        storage: capability_host::Storage::Memory,
+        ..capability_host::HostConfig::default()
+    })
+    .unwrap();
+    let e = host
+        .plan("json/get", serde_json::json!({"value": deep, "path": "a"}))
+        .unwrap_err();
+    assert_eq!(e.message, capability_core::json::too_deep("Input"));
+}
