@@ -253,6 +253,12 @@ impl Host {
             .map_err(|e| audit_err(format!("quarantine: {e}")))?;
         report.quarantined = u64::try_from(quarantined.audit_events).unwrap_or(u64::MAX);
         report.ok &= report.quarantined == 0;
+        // A log cut short, rebuilt or rolled back since the witness's newest checkpoint.
+        if let Some(anchor) = &self.anchor {
+            let check = anchor.check();
+            report.ok &= check["ok"] == true;
+            report.witness = Some(check);
+        }
         Ok(report)
     }
 

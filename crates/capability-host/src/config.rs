@@ -98,6 +98,9 @@ pub struct HostConfig {
     pub action_timeout: Duration,
     /// Most actions one principal may hold open at once.
     pub max_open_actions_per_principal: usize,
+    /// Where signed checkpoints of the audit log are kept, outside the home
+    /// ([`crate::witness`]); `None`: the log is not anchored (`cap doctor` warns).
+    pub audit_witness: Option<crate::witness::Witness>,
 }
 
 impl Default for HostConfig {
@@ -125,6 +128,7 @@ impl Default for HostConfig {
             budgets: crate::budgets::BudgetConfig::default(),
             action_timeout: crate::remote::DEFAULT_RESULT_TIMEOUT,
             max_open_actions_per_principal: crate::remote::DEFAULT_MAX_OPEN_PER_PRINCIPAL,
+            audit_witness: None,
         }
     }
 }

@@ -154,6 +154,7 @@ pub mod throttle;
 pub mod tokens;
 pub mod upstreams;
 pub mod webhook;
+pub mod witness;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -302,6 +303,8 @@ pub struct Host {
     throttle: throttle::Throttle,
     /// What opening the stores kept in quarantine (see [`Host::recovery_warnings`]).
     recovery_warnings: Vec<String>,
+    /// The witness that keeps checkpoints of the audit log, when one is named.
+    anchor: Option<Arc<witness::Anchor>>,
 }
 
 impl std::fmt::Debug for Host {
@@ -314,6 +317,12 @@ impl std::fmt::Debug for Host {
 
 impl Drop for Host {
     fn drop(&mut self) {
+        // What this host wrote is anchored before it goes (one-shot commands included).
+        if let Some(anchor) = &self.anchor
+            && self.database.is_some()
+        {
+            let _ = anchor.close();
+        }
         self.feed.stop();
         if let Some(u) = &self.upstreams {
             u.shutdown();
@@ -370,6 +379,20 @@ impl Host {
         let approval_store: Arc<dyn ApprovalStore> =
             Arc::new(events::Observed::new(stores.approvals, Arc::clone(&feed)));
         let approvals = Arc::new(ApprovalManager::new(Arc::clone(&approval_store), key));
+        let anchor = match &config.audit_witness {
+            Some(w) => Some(witness::Anchor::new(
+                w.clone(),
+                home.root(),
+                Arc::clone(&stores.audit),
+                Arc::clone(&approvals),
+            )?),
+            None => None,
+        };
+        if let Some(a) = &anchor
+            && matches!(config.storage, Storage::Durable | Storage::DurableSync)
+        {
+            a.run_periodically();
+        }
         let (engine, policy_files) = policy_engine(&config)?;
         let governor = Arc::new(
             capability_policy::Governor::new(config.default_agent.clone())
@@ -434,6 +457,7 @@ impl Host {
             budgets,
             throttle: throttle::Throttle::default(),
             recovery_warnings,
+            anchor,
             home,
         };
         host.register_sources(&config.sources)?;
@@ -899,6 +923,22 @@ impl Host {
     /// kept in quarantine (naming the file), for the surface to show its operator.
     pub fn recovery_warnings(&self) -> &[String] {
         &self.recovery_warnings
+    }
+
+    /// Gives the audit witness a checkpoint of the log's head now, if it moved (a host also
+    /// does when it closes, and periodically while it runs); the seq anchored.
+    pub fn anchor_audit(&self) -> Result<Option<u64>, HostError> {
+        match &self.anchor {
+            Some(a) => a
+                .anchor()
+                .map_err(|e| StoreError::new("audit witness", e).into()),
+            None => Ok(None),
+        }
+    }
+
+    /// The audit witness, when one is named.
+    pub fn audit_witness(&self) -> Option<&witness::Witness> {
+        self.anchor.as_deref().map(witness::Anchor::witness)
     }
 
     /// The unreadable records kept in this home's quarantine so far.

@@ -603,6 +603,9 @@ pub struct VerifyReport {
     /// Records of dead processes' journals that could not be read and are kept in
     /// quarantine (set by the caller that knows the home; `ok` is false while any are).
     pub quarantined: u64,
+    /// The check against the newest checkpoint a witness outside the home keeps (set by
+    /// the caller that knows the witness; `ok` is false when it fails).
+    pub witness: Option<Value>,
 }
 
 impl VerifyReport {
@@ -617,6 +620,7 @@ impl VerifyReport {
                 "problem": b.problem,
             })),
             "quarantined": self.quarantined,
+            "witness": self.witness,
         })
     }
 }
@@ -748,6 +752,7 @@ impl ChainVerifier {
             head_seq: head.map(|(s, _)| s),
             first_bad: self.first_bad,
             quarantined: 0,
+            witness: None,
         }
     }
 }

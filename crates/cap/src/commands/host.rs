@@ -61,6 +61,25 @@ pub struct HomeArg {
     /// ~/.local/share/capability.
     #[arg(long, global = true)]
     pub home: Option<PathBuf>,
+    /// Where signed checkpoints of the audit log are kept, outside the home: a directory,
+    /// or an http(s):// witness (default $CAP_AUDIT_WITNESS). Every command that writes the
+    /// log anchors it there, and `audit verify` checks the log against it.
+    #[arg(long, global = true)]
+    pub audit_witness: Option<String>,
+}
+
+impl HomeArg {
+    /// The audit witness named by `--audit-witness` or `$CAP_AUDIT_WITNESS`.
+    pub fn witness(&self) -> Result<Option<capability_host::witness::Witness>, String> {
+        let named = self
+            .audit_witness
+            .clone()
+            .or_else(|| std::env::var("CAP_AUDIT_WITNESS").ok())
+            .filter(|w| !w.trim().is_empty());
+        named
+            .map(|w| capability_host::witness::Witness::parse(&w).map_err(|e| e.to_string()))
+            .transpose()
+    }
 }
 
 /// Governance, executor and limit options of every command that runs or plans a capability.
@@ -242,6 +261,7 @@ impl RunOptions {
         }
         Ok(HostConfig {
             home: self.home.home.clone(),
+            audit_witness: self.home.witness()?,
             preset: self.preset.preset(),
             policies: self.policies.clone(),
             shadow: self.shadow,
@@ -330,6 +350,7 @@ pub fn open_host(config: HostConfig) -> Result<Host, String> {
 pub fn open_home(home: &HomeArg) -> Result<Host, String> {
     let config = HostConfig {
         home: home.home.clone(),
+        audit_witness: home.witness()?,
         ..HostConfig::default()
     };
     let root = capability_host::home::resolve(home.home.as_deref());

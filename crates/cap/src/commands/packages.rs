@@ -110,6 +110,14 @@ pub fn doctor(args: crate::commands::acquire::DoctorArgs) -> Result<i32, String>
                 .join(", ")
         ));
     }
+    // The audit log is anchored only where a witness outside the home keeps checkpoints.
+    let witness = args.home.witness()?;
+    if witness.is_none() {
+        crate::output::error_line(
+            "warning: no audit witness is configured (--audit-witness or CAP_AUDIT_WITNESS): \
+             a log cut short or a database rolled back would go unseen by `audit verify`",
+        );
+    }
     let ok = (report.process_sandbox_ok() || report.oci_ok())
         && network.as_ref().is_none_or(|n| n["ok"] == true)
         && quarantined == 0;
@@ -118,6 +126,13 @@ pub fn doctor(args: crate::commands::acquire::DoctorArgs) -> Result<i32, String>
             map.insert("network".into(), n);
         }
         map.insert("quarantine".into(), quarantine.to_json());
+        map.insert(
+            "auditWitness".into(),
+            serde_json::json!({
+                "configured": witness.is_some(),
+                "location": witness.as_ref().map(|w| w.describe()),
+            }),
+        );
         map.insert("ok".into(), Value::Bool(ok));
     }
     print_json(&value)?;

@@ -929,3 +929,60 @@ fn unreadable_journal_records_are_quarantined_warned_and_counted() {
     assert_eq!(doctor["quarantine"]["receipts"], 1, "{doctor}");
     assert_eq!(doctor["ok"], false);
 }
+
+/// Anchoring through `cap` (issue 30, item 17): `--audit-witness` (or $CAP_AUDIT_WITNESS)
+/// makes every command that writes the log leave a checkpoint outside the home; `audit
+/// verify` checks against it; `cap doctor` warns when none is named.
+#[test]
+fn commands_anchor_the_log_at_the_named_witness_and_verify_checks_it() {
+    let home = tempfile::tempdir().unwrap();
+    let witness = tempfile::tempdir().unwrap();
+    let w = witness.path().to_str().unwrap();
+    let out = common::cap(home.path(), &["doctor"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no audit witness"), "{stderr}");
+    assert_eq!(stdout_json(&out)["auditWitness"]["configured"], false);
+    for text in ["a", "b", "c"] {
+        let input = format!("{{\"text\":\"{text}\"}}");
+        succeeded(&cap(
+            home.path(),
+            &["exec", "text/slugify", &input, "--audit-witness", w],
+        ));
+    }
+    assert_eq!(std::fs::read_dir(witness.path()).unwrap().count(), 1);
+    let out = cap(home.path(), &["audit", "verify", "--audit-witness", w]);
+    succeeded(&out);
+    let report = stdout_json(&out);
+    let seq = report["witness"]["seq"].as_u64().unwrap();
+    assert!(seq >= 3, "{report}");
+    let out = common::cap(home.path(), &["doctor", "--audit-witness", w]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("no audit witness"));
+    // The newest events cut, the head moved back, the counters forged: found.
+    let conn = rusqlite::Connection::open(home.path().join("capability.db")).unwrap();
+    let keep = seq - 1;
+    conn.execute_batch(&format!(
+        "DELETE FROM audit_events WHERE seq > {keep};
+         UPDATE audit_head SET seq = {keep}, hash = (SELECT hash FROM audit_events WHERE seq = {keep});
+         DELETE FROM audit_tenant_heads; DELETE FROM audit_checkpoints;"
+    ))
+    .unwrap();
+    drop(conn);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cap"))
+        .env("CAP_HOME", home.path())
+        .env("CAP_AUDIT_WITNESS", w)
+        .args(["audit", "verify"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        stdout_json(&out)["witness"]["problem"]
+            .as_str()
+            .unwrap()
+            .contains("removed")
+    );
+}

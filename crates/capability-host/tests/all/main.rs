@@ -17,6 +17,7 @@ mod remote;
 mod throttle;
 mod tokens;
 mod webhook;
+mod witness;
 
 /// A host on `<dir>/home` with the Cedar policy `policy` (in `<dir>/policy.cedar`).
 pub fn host_with(dir: &Path, policy: Option<&str>) -> Host {
