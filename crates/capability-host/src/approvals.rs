@@ -159,3 +159,43 @@ pub fn approval_document(pending: &PendingApproval) -> Value {
     }
     json!({ "approval": approval })
 }
+
+/// Key names whose values the console never shows.
+fn secret_key(key: &str) -> bool {
+    let k = key.to_ascii_lowercase().replace(['-', '_'], "");
+    [
+        "password",
+        "passwd",
+        "secret",
+        "token",
+        "apikey",
+        "authorization",
+        "credential",
+        "privatekey",
+        "cookie",
+    ]
+    .iter()
+    .any(|s| k.contains(s))
+}
+
+/// An approval's input as a person or a hook is shown it: the values of secret-looking keys
+/// (`password`, `token`, `api_key`, `authorization`, ...) replaced by `"[REDACTED]"`, at any
+/// depth. The console and the webhook both show inputs this way.
+pub fn redact_secret_looking(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let v = if secret_key(k) {
+                        Value::String("[REDACTED]".into())
+                    } else {
+                        redact_secret_looking(v)
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(redact_secret_looking).collect()),
+        other => other.clone(),
+    }
+}

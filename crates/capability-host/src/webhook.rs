@@ -153,9 +153,14 @@ impl Webhook {
     /// Delivers one pending approval (blocking: retries sleep); returns the attempts it
     /// took, or the last error.
     pub fn deliver(&self, record: &ApprovalRecord) -> Result<u32, WebhookError> {
+        // The input as the console shows it: secret-looking values are not posted.
+        let mut approval = crate::approvals::approval_json(record);
+        if let Some(input) = approval.get("input") {
+            approval["input"] = crate::approvals::redact_secret_looking(input);
+        }
         let body = serde_json::json!({
             "type": "approval.pending",
-            "approval": crate::approvals::approval_json(record),
+            "approval": approval,
         });
         let body = body.to_string().into_bytes();
         let mut wait = self.backoff;

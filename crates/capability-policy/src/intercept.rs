@@ -1334,6 +1334,21 @@ impl<G: GovernorRef> Lifecycle<G> {
             }
         };
         call.output_obligations.extend_output(&after.obligations);
+        // A redaction that points into text cannot be applied: the output is withheld
+        // rather than delivered with what it should have hidden.
+        if let Some(p) = call.action.output.as_ref().and_then(|raw| {
+            call.output_obligations
+                .redact
+                .iter()
+                .find(|p| pointer::hidden_in_text(raw, p))
+        }) {
+            let e = PointerError::Shape {
+                message: format!(
+                    "the output holds text where `{p}` should be redacted: it cannot be, so the output is withheld"
+                ),
+            };
+            return Err(call.transform_failed(&after, e));
+        }
         let mut output = call.action.output.take().unwrap_or_default();
         let transformed =
             pointer::apply_all(&mut output, &call.output_obligations.output_mutations);

@@ -71,6 +71,36 @@ pub fn parse(pointer: &str) -> Result<Vec<String>, PointerError> {
 
 /// Replaces every value the (possibly wildcarded) pointer reaches with [`REDACTED`]; returns
 /// how many values were masked. A pointer that reaches nothing masks nothing.
+/// Whether `pointer` leads into text where `value` has no structure to follow: a string
+/// (or an array of strings) met while segments remain. A value there may hold what the
+/// pointer names in a form no pointer reaches (`"password: hunter2"`, a secret split
+/// across two text blocks), so it cannot be redacted and must not be delivered. An object
+/// that lacks the member holds nothing to redact.
+pub fn hidden_in_text(value: &Value, pointer: &str) -> bool {
+    match parse(pointer) {
+        Ok(segments) => text_at(value, &segments),
+        Err(_) => false,
+    }
+}
+
+fn text_at(value: &Value, segments: &[String]) -> bool {
+    let Some((first, rest)) = segments.split_first() else {
+        return false;
+    };
+    match value {
+        Value::String(_) => true,
+        Value::Object(map) if first == "*" => map.values().any(|v| text_at(v, rest)),
+        Value::Object(map) => map.get(first.as_str()).is_some_and(|v| text_at(v, rest)),
+        Value::Array(items) if first == "*" => items.iter().any(|v| text_at(v, rest)),
+        Value::Array(items) => match first.parse::<usize>() {
+            Ok(i) => items.get(i).is_some_and(|v| text_at(v, rest)),
+            // A member name where the value is a list: its texts may hold it.
+            Err(_) => items.iter().any(|v| v.is_string() || text_at(v, segments)),
+        },
+        _ => false,
+    }
+}
+
 pub fn redact(value: &mut Value, pointer: &str) -> Result<usize, PointerError> {
     let segments = parse(pointer)?;
     Ok(redact_at(value, &segments))

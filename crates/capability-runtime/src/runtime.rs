@@ -768,19 +768,21 @@ impl CapabilityRuntime {
                 };
                 // What policies said to redact is kept nowhere: not in the receipt's input
                 // either (its `inputHash` still binds the input as given).
-                let redact = done
+                let redact: Vec<&String> = done
                     .before
                     .iter()
                     .chain(std::iter::once(&done.after))
-                    .flat_map(|v| v.obligations.redact.iter());
-                for pointer in redact {
+                    .flat_map(|v| v.obligations.redact.iter())
+                    .collect();
+                for pointer in &redact {
                     let _ = capability_policy::pointer::redact(&mut ran.plan.input, pointer);
                 }
                 if let Ok((executed, _)) = &mut ran.run.outcome {
                     // The delivered output: transformed and redacted by policy. The
-                    // executor's own answer holds the output as it was: it goes back only
-                    // when policies changed nothing.
-                    if executed.output != done.output {
+                    // executor's own answer holds the output as it was (and maybe in other
+                    // forms: an MCP result's text beside its structured content): it goes
+                    // back only when policies changed nothing and redact nothing.
+                    if executed.output != done.output || !redact.is_empty() {
                         executed.output = done.output;
                         executed.reply = None;
                     }

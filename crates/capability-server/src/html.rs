@@ -37,42 +37,10 @@ pub(crate) fn url(s: &str) -> String {
     out
 }
 
-/// Key names whose values the console never shows.
-fn secret_key(key: &str) -> bool {
-    let k = key.to_ascii_lowercase().replace(['-', '_'], "");
-    [
-        "password",
-        "passwd",
-        "secret",
-        "token",
-        "apikey",
-        "authorization",
-        "credential",
-        "privatekey",
-        "cookie",
-    ]
-    .iter()
-    .any(|s| k.contains(s))
-}
-
-/// The input with the values of secret-looking keys replaced by `"[REDACTED]"`.
+/// The input with the values of secret-looking keys replaced (the host's one rule, which
+/// the webhook applies too).
 pub(crate) fn redact(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| {
-                    let v = if secret_key(k) {
-                        Value::String("[REDACTED]".into())
-                    } else {
-                        redact(v)
-                    };
-                    (k.clone(), v)
-                })
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(redact).collect()),
-        other => other.clone(),
-    }
+    capability_host::approvals::redact_secret_looking(value)
 }
 
 pub(crate) fn pretty(value: &Value) -> String {

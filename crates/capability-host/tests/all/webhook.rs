@@ -37,3 +37,38 @@ fn only_http_and_https_urls_with_a_secret_are_accepted() {
         WebhookError::NoSecret
     );
 }
+
+/// The webhook posts an approval's input as the console shows it (issue 30, item 5): the
+/// values of secret-looking keys are not sent to a hook.
+#[test]
+fn a_delivery_does_not_post_what_the_console_hides() {
+    use std::sync::{Arc, Mutex};
+    let got: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = Arc::clone(&got);
+    let addr = capability_test_support::http::on_loopback(move |listener| async move {
+        let app = axum::Router::new().route(
+            "/hook",
+            axum::routing::post(move |body: String| {
+                let seen = Arc::clone(&seen);
+                async move {
+                    seen.lock().unwrap().push(body);
+                    axum::http::StatusCode::NO_CONTENT
+                }
+            }),
+        );
+        axum::serve(listener, app).await.unwrap();
+    });
+    let hook = capability_host::webhook::Webhook::new(&format!("http://{addr}/hook"), "s").unwrap();
+    let mut record = capability_test_support::approvals::pending_approval(1);
+    record.input = serde_json::json!({"text": "pay", "password": "hunter2",
+        "nested": {"api_key": "sk-live-1", "list": [{"Authorization": "Bearer x"}]}});
+    hook.deliver(&record).unwrap();
+    let body = got.lock().unwrap().join("\n");
+    for secret in ["hunter2", "sk-live-1", "Bearer x"] {
+        assert!(!body.contains(secret), "{secret} posted: {body}");
+    }
+    assert!(
+        body.contains("[REDACTED]") && body.contains("\"pay\""),
+        "{body}"
+    );
+}

@@ -13,6 +13,7 @@ mod decisions;
 mod fuzz;
 mod model;
 mod open_action;
+mod redaction;
 mod scenarios_cedar;
 mod scenarios_rust;
 mod single_event;
