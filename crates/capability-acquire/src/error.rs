@@ -48,6 +48,10 @@ pub enum AcquireError {
     /// A file of the home could not be read or written.
     #[error(transparent)]
     Io(#[from] IoError),
+    /// The package store is not the home's own private directory, or an unpacked package
+    /// could not be recorded.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// A network fetch failed: the URL and why (the HTTP status, when the server answered).
@@ -506,6 +510,24 @@ pub(crate) enum UnpackFault {
     Duplicate { entry: String },
     #[error("the link {entry:?} points to {target:?}, outside the package")]
     LinkOutside { entry: String, target: String },
+    #[error(
+        "the link {entry:?} points to {target:?}, which resolves outside the package through the link {through:?}"
+    )]
+    LinkChainOutside {
+        entry: String,
+        target: String,
+        through: String,
+    },
+    #[error(
+        "the link {entry:?} points to {target:?}, which does not resolve within {limit} links (a loop or a chain too long)"
+    )]
+    LinkLoop {
+        entry: String,
+        target: String,
+        limit: usize,
+    },
+    #[error("its links take more than {limit} steps to resolve")]
+    LinksTooComplex { limit: usize },
     #[error("the hard link {entry:?} points to {target:?}, which is not a file of the package")]
     HardLinkOutside { entry: String, target: String },
     #[error("the entry {entry:?} is a device file")]
@@ -529,6 +551,8 @@ impl UnpackError {
             | UnpackFault::ThroughLink { entry }
             | UnpackFault::Duplicate { entry }
             | UnpackFault::LinkOutside { entry, .. }
+            | UnpackFault::LinkChainOutside { entry, .. }
+            | UnpackFault::LinkLoop { entry, .. }
             | UnpackFault::HardLinkOutside { entry, .. }
             | UnpackFault::Device { entry }
             | UnpackFault::Fifo { entry }
@@ -697,6 +721,37 @@ impl IoError {
 impl From<IoFault> for AcquireError {
     fn from(fault: IoFault) -> Self {
         AcquireError::Io(IoError { fault })
+    }
+}
+
+/// The package store (`<home>/packages`, a staging directory, a package directory) is not
+/// the home's own private directory (a symbolic link, another user's, writable by group or
+/// others), or an unpacked package could not be recorded file by file. Nothing is installed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{reason}")]
+pub struct StoreError {
+    path: Option<PathBuf>,
+    reason: String,
+}
+
+impl StoreError {
+    /// The directory refused, when a directory is.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+}
+
+impl From<capability_exec::installed::PackageCheckError> for AcquireError {
+    fn from(e: capability_exec::installed::PackageCheckError) -> Self {
+        use capability_exec::installed::PackageCheckError as E;
+        let path = match &e {
+            E::Store { path, .. } => Some(path.clone()),
+            _ => None,
+        };
+        AcquireError::Store(StoreError {
+            path,
+            reason: e.to_string(),
+        })
     }
 }
 

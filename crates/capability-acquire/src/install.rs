@@ -7,12 +7,20 @@
 //!
 //! Nothing is kept unless every check passed: the archive is unpacked into a staging
 //! directory that is renamed into place only at the end, and removed on any failure.
+//!
+//! The store must be the home's own private directory: `<home>/packages` is created 0700,
+//! and it, the staging directory and the package directory must be real directories (not
+//! links), owned by this user, writable by neither group nor others, or the install is
+//! refused. Every entry of the unpacked package is recorded with its SHA-256 in the record
+//! (see [`crate::store`]); a package already in the store is kept only when it is exactly
+//! what the verified tarball unpacks to, and replaced by that otherwise.
 
 use std::path::{Path, PathBuf};
 
 use capability_core::documents::CapabilityLock;
 use capability_core::index::{IndexEntry, create_lock, index_entries, resolve, resolve_lock};
 use capability_exec::home::Home;
+use capability_exec::installed::{PackageFiles, check_private_dir};
 use capability_runtime::source::PackageFile;
 use serde_json::Value;
 
@@ -75,8 +83,97 @@ impl Installation {
 }
 
 fn remove_tree(path: &Path) {
-    // Files are written read-only; their directories are writable, so removal works.
-    let _ = std::fs::remove_dir_all(path);
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.is_dir() => {
+            // Files are read-only; removing them needs their directories writable.
+            crate::unpack::make_writable(path);
+            let _ = std::fs::remove_dir_all(path);
+        }
+        Ok(_) => {
+            let _ = std::fs::remove_file(path);
+        }
+        Err(_) => {}
+    }
+}
+
+/// Creates `path` as a directory with mode 0700 (the parent must exist); an existing one is
+/// left as it is (and checked by the caller).
+fn create_private_dir(path: &Path) -> Result<(), AcquireError> {
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    match builder.create(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(IoError::file(path, &e)),
+    }
+}
+
+/// The store directory `<home>/packages`, created private when missing, and refused unless
+/// it is the home's own private directory.
+fn private_store(home: &Home) -> Result<PathBuf, AcquireError> {
+    let packages = home.packages();
+    create_private_dir(&packages)?;
+    check_private_dir(&packages)?;
+    Ok(packages)
+}
+
+/// Whether `store` holds exactly the package `files` records, in a private directory.
+fn holds(store: &Path, files: &PackageFiles) -> bool {
+    check_private_dir(store)
+        .and_then(|()| files.verify(store))
+        .is_ok()
+}
+
+/// Unpacks and checks the package in a private staging directory of `packages`, records
+/// its files, and puts it in place at `store`: an existing package directory is kept when
+/// it holds exactly what was unpacked, and replaced otherwise (it was altered, or a link).
+fn unpack_into_store(
+    bytes: &[u8],
+    packages: &Path,
+    store: &Path,
+    entry: &IndexEntry,
+    limits: Limits,
+) -> Result<PackageFiles, AcquireError> {
+    let staging = packages.join(format!(".staging-{}", uuid::Uuid::new_v4()));
+    let mut builder = std::fs::DirBuilder::new();
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+        .create(&staging)
+        .map_err(|e| IoError::file(&staging, &e))?;
+    let staged = check_private_dir(&staging)
+        .map_err(AcquireError::from)
+        .and_then(|()| unpack(bytes, &staging, limits))
+        .and_then(|_| check_package(&staging, entry))
+        .and_then(|()| PackageFiles::scan(&staging).map_err(AcquireError::from));
+    let files = match staged {
+        Ok(files) => files,
+        Err(e) => {
+            remove_tree(&staging);
+            return Err(e);
+        }
+    };
+    if std::fs::symlink_metadata(store).is_ok() {
+        if holds(store, &files) {
+            remove_tree(&staging);
+            return Ok(files);
+        }
+        let old = packages.join(format!(".replaced-{}", uuid::Uuid::new_v4()));
+        if let Err(e) = std::fs::rename(store, &old) {
+            remove_tree(&staging);
+            return Err(IoError::file(store, &e));
+        }
+        remove_tree(&old);
+    }
+    if let Err(e) = std::fs::rename(&staging, store) {
+        remove_tree(&staging);
+        // Another install put the same package in place meanwhile.
+        if !holds(store, &files) {
+            return Err(IoError::file(store, &e));
+        }
+    }
+    Ok(files)
 }
 
 /// Installs the capability `query` names (an id exactly, or a query resolved as the
@@ -240,26 +337,8 @@ pub fn install(
     )?;
 
     let store = home.package(&observed.hex);
-    let packages = store.parent().map(Path::to_path_buf).unwrap_or_default();
-    std::fs::create_dir_all(&packages).map_err(|e| IoError::file(&packages, &e))?;
-    if !store.is_dir() {
-        let staging = packages.join(format!(".staging-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir(&staging).map_err(|e| IoError::file(&staging, &e))?;
-        let checked =
-            unpack(&bytes, &staging, options.limits).and_then(|_| check_package(&staging, &entry));
-        if let Err(e) = checked {
-            remove_tree(&staging);
-            return Err(e);
-        }
-        if let Err(e) = std::fs::rename(&staging, &store) {
-            remove_tree(&staging);
-            if !store.is_dir() {
-                return Err(IoError::file(&store, &e));
-            }
-        }
-    } else {
-        check_package(&store, &entry)?;
-    }
+    let packages = private_store(home)?;
+    let files = unpack_into_store(&bytes, &packages, &store, &entry, options.limits)?;
     // A package installed before for another of its capabilities keeps those.
     let mut capabilities = InstallRecord::read(home, &observed.hex)
         .map(|old| old.capabilities)
@@ -287,6 +366,7 @@ pub fn install(
         commit: provenance.as_ref().and_then(|p| p.identity().commit),
         provenance_attestation: provenance.as_ref().map(attestations::Verified::to_json),
         installed_at: capability_core::js::now_iso(),
+        files: Some(files),
     };
     write_record(&home.package_record(&observed.hex), &record)?;
     if let Some(keys) = &keys {

@@ -18,12 +18,15 @@
 //!   or `$CAP_SIGSTORE_TRUSTED_ROOT`, or `<home>/sigstore-trusted-root.json`) and the sha512
 //!   of the downloaded tarball; its documentation says what is and is not checked;
 //! * [`unpack`]: tarballs unpacked into the content-addressed store of the home, refusing
-//!   absolute paths, `..`, links that leave the package, device files, duplicate entries and
-//!   archives that expand past a limit; no lifecycle script ever runs;
+//!   absolute paths, `..`, links that leave the package (each link resolved fully through the
+//!   package's other links), device files, duplicate entries and archives that expand past a
+//!   limit; no lifecycle script ever runs;
 //! * [`install`](mod@install): the whole flow and the reference lockfile
 //!   (`capability.lock.json`);
-//! * [`store`]: the installed-package store, its records and the [`Installed`] source that
-//!   registers its capabilities;
+//! * [`store`]: the installed-package store, its records (with every file of the package
+//!   and its SHA-256) and the [`Installed`] source that registers its capabilities, each
+//!   package sealed so that it runs only as it was installed, from the home's own private
+//!   store;
 //! * [`probe`]: site discovery (`/.well-known/capabilities`);
 //! * [`world`]: external software discovery over npm search and GitHub repository search,
 //!   with the reference's query planning and relevance scores (`cap world`);
@@ -47,7 +50,7 @@ pub mod world;
 
 pub use error::{
     AcquireError, FetchError, IndexError, IntegrityError, IoError, LockError, PackageError,
-    RegistryError, SignatureError, UnpackError,
+    RegistryError, SignatureError, StoreError, UnpackError,
 };
 pub use federation::{Bounds, Network, federate};
 pub use fetch::{FetchConfig, Fetcher};

@@ -3,16 +3,32 @@
 //! acquisition provenance.
 //!
 //! ```text
-//! <home>/packages/<sha512 hex>/        the unpacked tarball (read-only files)
-//! <home>/packages/<sha512 hex>.json    its InstallRecord
+//! <home>/packages/                     the store: 0700, the home's own directory
+//! <home>/packages/<sha512 hex>/        the unpacked tarball (files 0444/0555, dirs 0755)
+//! <home>/packages/<sha512 hex>.json    its InstallRecord, with every file of the package
 //! ```
 //!
 //! The store directories are the only part of the home a sandbox may mount (read-only, one
 //! package at a time; see `capability_sandbox::expose_read_only`).
+//!
+//! # The store is not trusted after install
+//!
+//! The record lists every entry of the unpacked package with the SHA-256 of each file
+//! ([`PackageFiles`], taken from the tarball just verified, never from what was in the store
+//! before), and a receipt of one of its capabilities cites that list's digest
+//! (`packageFiles`) beside the tarball's integrity. [`Installed::from_home`] seals each
+//! package root it loads (`capability_exec::installed::seal_installed`): every resolution
+//! of one of its modules, so every run of it by any executor, first checks that
+//! `<home>/packages` and the package directory are the home's own private directories (not
+//! links, owned by this user, not writable by group or others) and that the package tree is
+//! exactly what was installed, and refuses the run naming the first entry that is not. A
+//! record without the list (written before it existed), or a store that is not private when
+//! the packages are loaded, seals the package as one that may not run, saying why.
 
 use capability_core::index::IndexEntry;
 use capability_core::{CapabilityError, ErrorCode};
 use capability_exec::home::Home;
+use capability_exec::installed::{PackageFiles, check_private_dir, seal_installed};
 use capability_runtime::capability::Capability;
 use capability_runtime::source::{CapabilitySource, PackageFile};
 use serde::{Deserialize, Serialize};
@@ -57,6 +73,10 @@ pub struct InstallRecord {
     /// The verified attestation's summary.
     pub provenance_attestation: Option<Value>,
     pub installed_at: String,
+    /// Every entry of the unpacked package, each file with its SHA-256 (absent from records
+    /// written before it was recorded: such a package is not run, see the module docs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub files: Option<PackageFiles>,
 }
 
 impl InstallRecord {
@@ -103,6 +123,9 @@ impl InstallRecord {
             out.push(("provenanceAttestation", p.clone()));
         }
         out.push(("installedAt", s(&self.installed_at)));
+        if let Some(files) = &self.files {
+            out.push(("packageFiles", s(&files.digest())));
+        }
         out
     }
 }
@@ -126,8 +149,12 @@ fn is_hex_name(s: &str) -> bool {
 
 impl Installed {
     /// Reads the records of the home's store (a record that cannot be read, or whose store
-    /// directory is missing, is skipped: it names nothing that can run).
+    /// directory is missing, is skipped: it names nothing that can run), and seals each
+    /// package it loads: its modules run only from the home's own private store and only
+    /// as they were installed (see the module docs).
     pub fn from_home(home: &Home) -> Installed {
+        let store = home.packages();
+        let refused = check_private_dir(&store).err().map(|e| e.to_string());
         let mut packages = Vec::new();
         for entry in std::fs::read_dir(home.packages())
             .into_iter()
@@ -144,6 +171,16 @@ impl Installed {
             let Ok(package) = PackageFile::read(&home.package(hex).join("package.json")) else {
                 continue;
             };
+            let expected = match (&refused, &record.files) {
+                (Some(reason), _) => Err(reason.clone()),
+                (None, None) => Err(
+                    "its install record lists no files (it was installed by an older version): \
+                     install it again"
+                        .to_string(),
+                ),
+                (None, Some(files)) => Ok(files.clone()),
+            };
+            seal_installed(&home.package(hex), &store, expected);
             packages.push(InstalledPackage { record, package });
         }
         packages.sort_by(|a, b| a.record.installed_at.cmp(&b.record.installed_at));

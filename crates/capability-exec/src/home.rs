@@ -11,8 +11,11 @@
 //!   host.key                       the ed25519 key that signs approval tokens (0600)
 //!   openapi/                       OpenAPI documents kept with `cap openapi add`
 //!   secrets.json                   named secrets, read only when `secrets.read` is granted
-//!   packages/<sha512 hex>/         an installed package, unpacked (read-only files)
-//!   packages/<sha512 hex>.json     its installation record
+//!   packages/                      the package store (0700; refused unless it is this
+//!                                  directory itself, this user's, not group/world-writable)
+//!   packages/<sha512 hex>/         an installed package, unpacked (files 0444, dirs 0755)
+//!   packages/<sha512 hex>.json     its installation record, listing every file and its
+//!                                  SHA-256 (checked before every run, see `installed`)
 //!   index-cache/                   capability index documents, revalidated with ETag
 //!   indexes.json                   the index sources (`{"indexes": [url, ...]}`)
 //!   registry-keys/                 npm registry signing keys, pinned per registry

@@ -102,6 +102,13 @@
 //! a file above a byte limit ([`DEFAULT_MAX_MODULE_BYTES`], 256 MiB, unless the host sets
 //! another) before reading it. Errors are [`IntegrityError`].
 //!
+//! [`installed`] keeps installed packages as they were installed: the acquisition code
+//! records every file of an unpacked package ([`installed::PackageFiles`]) and seals its
+//! root ([`installed::seal_installed`]); [`resolve_module_path`] then checks, before every
+//! run of one of its modules, that the store and the package directory are the home's own
+//! private directories and that the tree is exactly what was recorded, naming the first
+//! entry that is not ([`ModuleError::Installed`]).
+//!
 //! ## Example
 //!
 //! ```
@@ -171,6 +178,7 @@ mod grants;
 mod guest;
 pub mod home;
 mod hook;
+pub mod installed;
 pub mod integrity;
 mod isolation;
 mod limits;

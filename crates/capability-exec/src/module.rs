@@ -6,6 +6,7 @@ use std::path::{Component, Path, PathBuf};
 use capability_core::{CapabilityError, ErrorCode};
 
 use crate::hook::HookError;
+use crate::installed::PackageCheckError;
 use crate::integrity::IntegrityError;
 
 /// A package module whose path was checked: both paths canonical, the file inside the root.
@@ -38,6 +39,10 @@ pub enum ModuleError {
     /// above the size limit, or a read failure.
     #[error(transparent)]
     Bytes(#[from] IntegrityError),
+    /// An installed package whose store or files are not what was installed (see
+    /// [`crate::installed`]): nothing of it is read or run.
+    #[error("{0}; nothing of the package is run")]
+    Installed(#[from] PackageCheckError),
 }
 
 impl ModuleError {
@@ -67,6 +72,9 @@ impl ModuleError {
             ModuleError::Bytes(IntegrityError::TooLarge { .. }) => {
                 invalid(format!("Module of {capability} refused: {self}"))
             }
+            ModuleError::Installed(_) => {
+                invalid(format!("Installed package of {capability} refused: {self}"))
+            }
             ModuleError::NotFound { .. } => HookError::named("ModuleNotFound", self.to_string()),
             ModuleError::Io { .. } | ModuleError::Bytes(_) => {
                 HookError::named("ModuleIo", self.to_string())
@@ -80,7 +88,10 @@ impl ModuleError {
 ///
 /// Refuses: a path not starting with `./`, an absolute path, any `..` component, a NUL byte,
 /// the root itself, a path whose symlinks lead outside the package root, and anything but a
-/// regular file.
+/// regular file. When `package_root` is an installed package sealed by the code that
+/// registered it ([`crate::installed::seal_installed`]), its store, its directory and its
+/// whole tree are first checked against what was installed
+/// ([`crate::installed::check_installed`]).
 pub fn resolve_module_path(package_root: &Path, module: &str) -> Result<ModulePath, ModuleError> {
     let escape = |reason: &str| ModuleError::Escape {
         module: module.to_string(),
@@ -105,6 +116,7 @@ pub fn resolve_module_path(package_root: &Path, module: &str) -> Result<ModulePa
     if rel.as_os_str().is_empty() {
         return Err(escape("it names the package root itself"));
     }
+    crate::installed::check_installed(package_root)?;
     let root = package_root
         .canonicalize()
         .map_err(|source| ModuleError::Io {

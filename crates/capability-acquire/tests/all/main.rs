@@ -12,5 +12,6 @@ mod probe;
 mod progress;
 mod registry;
 mod signatures;
+mod store;
 mod unpack;
 mod world;

@@ -112,3 +112,80 @@ fn without_an_index_there_is_nothing_to_acquire() {
         .unwrap();
     assert!(got.is_none());
 }
+
+/// Rewrites the installed module of `fixture/add` to multiply (same size, same mode).
+fn multiply_instead(store: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt as _;
+    let module = store.join("add.mjs");
+    let text = std::fs::read_to_string(&module).unwrap();
+    std::fs::set_permissions(&module, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::fs::write(
+        &module,
+        text.replace("input.a + input.b", "input.a * input.b"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&module, std::fs::Permissions::from_mode(0o444)).unwrap();
+}
+
+#[test]
+fn an_installed_package_changed_after_install_does_not_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_registry, options) = published();
+    let host = crate::host_with(dir.path(), None);
+    let acquired = host
+        .acquire("fixture/add", &options, &TrustPolicy::default())
+        .unwrap()
+        .expect("an index is configured");
+    let request = Request::new("fixture/add", json!({"a": 2, "b": 3}));
+    let Outcome::Completed(done) = host.invoke(&request) else {
+        panic!("the installed package runs")
+    };
+    assert_eq!(done.receipt.output, Some(json!({"result": 5})));
+    multiply_instead(&acquired.installation.store);
+    // The host that installed it, and a host opened now, refuse to run it: no receipt says
+    // the tarball's bytes produced a result.
+    for (which, host) in [
+        ("same host", host),
+        ("new host", crate::host_with(dir.path(), None)),
+    ] {
+        let outcome = host.invoke(&request);
+        let Outcome::Failed(e) = &outcome else {
+            panic!("{which}: {outcome:?}")
+        };
+        assert!(
+            e.message.contains("`add.mjs` was changed after install"),
+            "{which}: {e:?}"
+        );
+        assert_eq!(e.receipt_id, None, "{which}: refused before it ran");
+    }
+}
+
+#[test]
+fn installed_packages_do_not_run_from_a_store_that_is_a_link() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_registry, options) = published();
+    let host = crate::host_with(dir.path(), None);
+    host.acquire("fixture/add", &options, &TrustPolicy::default())
+        .unwrap()
+        .expect("an index is configured");
+    let request = Request::new("fixture/add", json!({"a": 2, "b": 3}));
+    assert!(matches!(host.invoke(&request), Outcome::Completed(_)));
+    // The same bytes, moved to a world-writable directory `<home>/packages` links to.
+    let packages = dir.path().join("home/packages");
+    let shared = dir.path().join("shared");
+    std::fs::rename(&packages, &shared).unwrap();
+    use std::os::unix::fs::PermissionsExt as _;
+    std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+    std::os::unix::fs::symlink(&shared, &packages).unwrap();
+    for (which, host) in [
+        ("same host", host),
+        ("new host", crate::host_with(dir.path(), None)),
+    ] {
+        let outcome = host.invoke(&request);
+        let Outcome::Failed(e) = &outcome else {
+            panic!("{which}: {outcome:?}")
+        };
+        assert!(e.message.contains("symbolic link"), "{which}: {e:?}");
+        assert_eq!(e.receipt_id, None, "{which}: refused before it ran");
+    }
+}
