@@ -705,7 +705,7 @@ impl Host {
             }
             if let Some(t) = tool.filter(|t| t.included && t.quarantined) {
                 let message = format!(
-                    "The definition of {}/{} changed since it was pinned; it is quarantined until a human accepts it with `cap mcp-pins accept {} {}`",
+                    "The definition of {}/{} changed since it was pinned; it is quarantined until a human reviews it (`cap mcp-pins list`) and accepts it with `cap mcp-pins accept {} {} --hash <its pending hash>`",
                     t.server, t.tool, t.server, t.tool
                 );
                 return Err(self.refuse(request, message, "quarantined"));

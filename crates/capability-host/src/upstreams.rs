@@ -16,7 +16,12 @@
 //! * one audit event per call (with both stages' decisions), the arguments recorded only
 //!   with the config's `record_arguments` (after the call's redactions);
 //! * a quarantined tool is refused before anything runs, with an audit event of code
-//!   `quarantined`.
+//!   `quarantined`;
+//! * arguments carrying a `__proto__` member, or invalid against the tool's pinned input
+//!   schema (or under a schema that does not compile), are refused as `INVALID_INPUT` when
+//!   the call is planned, before policies and approvals (the executor's plan:
+//!   `capability_upstream::arguments`): what is hashed, approved and audited is what is
+//!   forwarded.
 //!
 //! [`Host::sync_upstreams`] starts dead upstreams whose backoff passed, re-lists those that
 //! said their tools changed, re-reads the pins, and re-registers what changed; surfaces call
@@ -166,7 +171,8 @@ impl Host {
         tool: &UpstreamTool,
     ) -> Result<(), ToolRefused> {
         let executor = Arc::new(ToolExecutor::new(Arc::clone(upstreams)));
-        // An input schema this runtime cannot compile is left to the upstream to check.
+        // A tool whose input schema does not compile is registered without it; its calls
+        // are refused when planned (its arguments cannot be checked).
         let manifest = tool.manifest(true);
         let capability = Capability::host_defined(&manifest, executor.clone())
             .or_else(|_| Capability::host_defined(&tool.manifest(false), executor))?;

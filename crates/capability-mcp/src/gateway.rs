@@ -8,6 +8,10 @@
 //!   `outputSchema` (policies may redact or transform a result; the upstream's is in
 //!   `_meta["mcp/outputSchema"]`), with `_meta` naming the capability, the server, the tool
 //!   and the pinned definition hash.
+//! * `tools/call` of arguments carrying a `__proto__` member (at any depth) is refused as
+//!   `INVALID_INPUT` before the host sees it (the canonical form that is hashed, approved and
+//!   audited leaves it out, the upstream would receive it); arguments invalid against the
+//!   tool's pinned input schema are refused by the host when it plans the call.
 //! * `tools/call` is [`Host::invoke`] of `mcp.<server>.<tool>` (or [`Host::resume`] with the
 //!   `approvalToken` argument or `_meta.approvalToken`): plan, effect authorization,
 //!   policies, the upstream call, a receipt and one audit event. The answer is the
@@ -24,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capability_core::json::to_js_string;
-use capability_host::upstream::UpstreamTool;
+use capability_host::upstream::{UpstreamTool, proto_member_of, refuse_proto};
 use capability_host::{ActionType, Actor, Caller, Host, Outcome, Request, approval_document};
 use serde_json::{Map, Value, json};
 
@@ -114,6 +118,11 @@ impl Gateway {
             Value::Object(m) => m,
             _ => Map::new(),
         };
+        if let Some(path) = proto_member_of(&arguments) {
+            let mut meta = Map::new();
+            meta.insert("definitionHash".into(), json!(tool.hash));
+            return failure_result(&refuse_proto(&path), &tool.capability, meta);
+        }
         let token = take_approval_token(&mut arguments, meta, tool.declares("approvalToken"));
         let mut request = Request::new(tool.capability.clone(), Value::Object(arguments));
         request.caller = Caller {

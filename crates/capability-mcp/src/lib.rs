@@ -25,7 +25,13 @@
 //!   errors are `{error: message}` with `isError: true`. `capability_search`,
 //!   `capability_inspect`, `capability_execute`, `capability_coverage`,
 //!   `capability_compose` and `capability_doctor` work; the others answer a tool error that
-//!   says what they need and that it is not built yet.
+//!   says what they need and that it is not built yet. `capability_execute` and the steps of
+//!   `capability_compose` are governed exactly as the projected tool of the same capability
+//!   (Cedar action `mcp_tool_call`, label `surface: mcp`): one capability has one governed
+//!   identity whatever MCP path reaches it. With [`ServeOptions::expose`] or
+//!   [`ServeOptions::expose_all`] given, they run only the capabilities those allow (the
+//!   exposure is an allowlist for execution, not only for listing); with neither, every
+//!   capability of the host, as the policies decide.
 //! * Capabilities projected as tools ([`ServeOptions::expose`] ids or `*` globs,
 //!   [`ServeOptions::expose_all`]) with the reference projection
 //!   ([`capability_core::mcp::to_mcp_tool`]). A call is governed with the Cedar action
@@ -33,6 +39,9 @@
 //!   structuredContent: output, _meta: {receiptId, capabilityId}}`. When the exposed set
 //!   changes ([`McpServer::set_host`]), connected clients get `tools/list_changed` (legacy
 //!   sessions on their stream, 2026-07-28 clients through `subscriptions/listen`).
+//! * Arguments carrying a `__proto__` member at any depth are refused (`INVALID_INPUT`)
+//!   before anything is planned, on every tool: the canonical form that is hashed, approved
+//!   and receipted leaves such members out, the capability would receive them.
 //!
 //! ## Callers and approvals
 //!
@@ -72,9 +81,10 @@ mod tools;
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
-use capability_core::CapabilityError;
 use capability_core::json::to_js_string;
 use capability_core::mcp::{mcp_tool_name, to_mcp_tool};
+use capability_core::{CapabilityError, ErrorCode};
+use capability_host::upstream::{proto_member_of, refuse_proto};
 use capability_host::{
     ActionType, Actor, Caller, Host, Outcome, Request, approval_document, error_document,
 };
@@ -141,16 +151,20 @@ impl std::fmt::Debug for McpServer {
     }
 }
 
+/// Whether `options` project capability `id` as a tool.
+fn projects(options: &ServeOptions, id: &str) -> bool {
+    options.expose_all
+        || options
+            .expose
+            .iter()
+            .any(|p| capability_host::upstream::glob_match(p, id))
+}
+
 fn exposed_of(host: &Host, options: &ServeOptions) -> Exposed {
     let mut exposed = Exposed::default();
     for capability in host.capabilities() {
         let id = capability.id();
-        let wanted = options.expose_all
-            || options
-                .expose
-                .iter()
-                .any(|p| capability_host::upstream::glob_match(p, id));
-        if !wanted {
+        if !projects(options, id) {
             continue;
         }
         let name = mcp_tool_name(id);
@@ -196,14 +210,36 @@ pub(crate) fn failure_result(
     let text = details
         .and_then(|d| d.pointer("/cause/message"))
         .and_then(Value::as_str)
-        .unwrap_or(&e.message)
-        .to_string();
+        .map(str::to_string)
+        .unwrap_or_else(|| error_text(e));
     meta.insert("capabilityId".into(), json!(capability));
     meta.insert("errorCode".into(), json!(code));
     if let Some(r) = &e.receipt_id {
         meta.insert("receiptId".into(), json!(r));
     }
     error_result(text, Some(error_document(e)), Some(Value::Object(meta)))
+}
+
+/// An error's message, with the validation issues of refused input (`path: message`) when
+/// its message does not already give them.
+pub(crate) fn error_text(e: &CapabilityError) -> String {
+    let issues: Vec<String> = match (&e.code, e.details.as_ref()) {
+        (ErrorCode::InvalidInput, Some(Value::Array(issues))) => issues
+            .iter()
+            .filter_map(|i| {
+                let path = i.get("path")?.as_str()?;
+                let message = i.get("message")?.as_str()?;
+                Some(format!("{path}: {message}"))
+            })
+            .filter(|i| !e.message.contains(i.as_str()))
+            .collect(),
+        _ => Vec::new(),
+    };
+    if issues.is_empty() {
+        e.message.clone()
+    } else {
+        format!("{}: {}", e.message, issues.join("; "))
+    }
 }
 
 /// The tool result of a call that waits for a human: the host's approval document.
@@ -339,6 +375,14 @@ impl McpServer {
         tools
     }
 
+    /// Whether `capability_execute` and `capability_compose` may run capability `id`: with
+    /// `--expose` or `--expose-installed` given, only what they allow (see the crate docs);
+    /// with neither, every capability (the policies decide).
+    pub fn may_execute(&self, id: &str) -> bool {
+        let options = &self.inner.options;
+        (options.expose.is_empty() && !options.expose_all) || projects(options, id)
+    }
+
     /// Calls a tool as `actor` and returns the MCP tool result (never a protocol error:
     /// unknown tools and failures are tool errors). Blocking: it runs the capability.
     pub fn call(&self, name: &str, arguments: Value, meta: Option<&Value>, actor: &Actor) -> Value {
@@ -373,6 +417,9 @@ impl McpServer {
                 );
             }
         };
+        if let Some(path) = proto_member_of(&arguments) {
+            return failure_result(&refuse_proto(&path), &id, Map::new());
+        }
         let host = self.host();
         // `approvalToken` and `approved` are the call's, not the capability's input, unless
         // its input schema declares them.

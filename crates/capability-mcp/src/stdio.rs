@@ -20,10 +20,26 @@
 //! object-only `structuredContent`); the surface call and the conversion of its result are
 //! the handler's own ([`crate::handler::tool_call`]), so a client cannot tell which path
 //! answered.
+//!
+//! Every request is answered. rmcp drops without a word a line it cannot parse (not JSON,
+//! nested deeper than serde_json reads, longer than its line limit), and answers a JSON line
+//! that is not a message it knows (a known method with malformed params) with an error
+//! without an id: either way the client of that request would wait forever. The lane
+//! answers those lines itself and does not pass them on: a parse error (-32700) or an
+//! invalid request (-32600), to the request's id when it can be read ([`scan::Scan`] reads
+//! it from any line, however deep), else to a null id. A line too long for the lane to hold
+//! goes to rmcp as it comes; it is scanned on the way and answered when rmcp cannot read it
+//! (too long, too deep).
+
+mod scan;
 
 use std::sync::Arc;
 
-use rmcp::model::{CallToolResponse, ErrorData, RequestId, ServerJsonRpcMessage, ServerResult};
+use rmcp::model::{
+    CallToolResponse, ClientJsonRpcMessage, ErrorData, RequestId, ServerJsonRpcMessage,
+    ServerResult,
+};
+use serde_json::error::Category;
 use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
@@ -37,6 +53,9 @@ const LANE_LINE_MAX: usize = 1 << 20;
 
 /// How much of the client's input or of rmcp's output may wait in an in-memory pipe.
 const PIPE_BYTES: usize = 1 << 16;
+
+/// The longest line rmcp reads, its `\n` included; it drops a longer one.
+const RMCP_LINE_MAX: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
 
 /// The client's output, written by rmcp and the lane alike, one whole line at a time.
 type Output<W> = Arc<Mutex<W>>;
@@ -66,21 +85,128 @@ struct Call {
 enum Line {
     /// A call to answer in the lane.
     Call(Call),
+    /// A line rmcp would not answer: the lane answers it with this error.
+    Refused(Refused),
     /// Anything else: for rmcp, unchanged.
     Rmcp,
 }
 
+/// The error answering a line rmcp would not answer, and the id it goes to.
+#[derive(Debug, PartialEq)]
+struct Refused {
+    id: Option<RequestId>,
+    error: ErrorData,
+}
+
+impl Refused {
+    fn line(self) -> Vec<u8> {
+        let written = match self.id {
+            Some(id) => serde_json::to_vec(&ServerJsonRpcMessage::error(self.error, Some(id))),
+            // JSON-RPC 2.0 answers what has no readable id to `"id": null` (rmcp would leave
+            // the id out).
+            None => serde_json::to_value(&self.error).and_then(|error| {
+                serde_json::to_vec(
+                    &serde_json::json!({"jsonrpc": "2.0", "id": null, "error": error}),
+                )
+            }),
+        };
+        let mut line = written.unwrap_or_else(|_| {
+            // Serializing rmcp's own types does not fail; should it, a parse error.
+            br#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#
+                .to_vec()
+        });
+        line.push(b'\n');
+        line
+    }
+}
+
+/// A line that does not parse (not JSON, or nested too deep): a parse error, to its id when
+/// the line has one that can be read.
+fn unparsable(line: &[u8], e: &serde_json::Error) -> Refused {
+    let scan = scan::Scan::of(line);
+    let message = if scan.max_depth() >= scan::TOO_DEEP {
+        too_deep()
+    } else {
+        format!("Parse error: {e}")
+    };
+    Refused {
+        id: scan.id(),
+        error: ErrorData::parse_error(message, None),
+    }
+}
+
+fn too_deep() -> String {
+    format!(
+        "Parse error: arrays and objects nested {} levels deep or more",
+        scan::TOO_DEEP
+    )
+}
+
+/// `None` when rmcp answers `line` (it reads it; it skips a blank line), else what the lane
+/// answers: a line that does not parse (rmcp drops it), or a request that is not a message
+/// rmcp knows (rmcp answers it, but without its id).
+fn admit(line: &[u8]) -> Option<Refused> {
+    // rmcp reads past a byte-order mark.
+    let line = line.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(line);
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return None;
+    }
+    let e = serde_json::from_slice::<ClientJsonRpcMessage>(line).err()?;
+    match e.classify() {
+        Category::Syntax | Category::Eof => Some(unparsable(line, &e)),
+        Category::Data => invalid_request(line, &e),
+        Category::Io => None,
+    }
+}
+
+/// A JSON line that is not a message rmcp knows: when it is a request (a `method` and an id
+/// that a request id can be), an invalid request to its id; anything else is rmcp's (a
+/// notification is never answered).
+fn invalid_request(line: &[u8], e: &serde_json::Error) -> Option<Refused> {
+    let Ok(Value::Object(msg)) = serde_json::from_slice::<Value>(line) else {
+        return None;
+    };
+    msg.get("method")?;
+    let id = serde_json::from_value::<RequestId>(msg.get("id")?.clone()).ok()?;
+    Some(Refused {
+        id: Some(id),
+        error: ErrorData::invalid_request(format!("Invalid request: {e}"), None),
+    })
+}
+
+/// A line too long for the lane, scanned as it went to rmcp: rmcp does not read it if it is
+/// longer than rmcp's limit or nested too deep.
+fn refused_long(scan: &scan::Scan) -> Option<Refused> {
+    let error = if scan.len() > RMCP_LINE_MAX {
+        ErrorData::invalid_request(
+            format!("Invalid request: a message longer than {RMCP_LINE_MAX} bytes"),
+            None,
+        )
+    } else if scan.max_depth() >= scan::TOO_DEEP {
+        ErrorData::parse_error(too_deep(), None)
+    } else {
+        return None;
+    };
+    Some(Refused {
+        id: scan.id(),
+        error,
+    })
+}
+
 /// Reads one line (without its `\n`); a `tools/call` of a session past its handshake whose
 /// every part the lane knows becomes a [`Call`]; `initialize` and
-/// `notifications/initialized` advance the handshake.
+/// `notifications/initialized` advance the handshake. A line it parses and finds not to be
+/// JSON is [`Line::Refused`]; the other lines for rmcp go through [`admit`] after.
 fn classify(line: &[u8], handshake: &mut Handshake) -> Line {
     // Most lines are calls: the cheap test first.
     let call = contains(line, b"\"tools/call\"");
     if !call && !contains(line, b"initialize") {
         return Line::Rmcp;
     }
-    let Ok(Value::Object(mut msg)) = serde_json::from_slice::<Value>(line) else {
-        return Line::Rmcp;
+    let mut msg = match serde_json::from_slice::<Value>(line) {
+        Ok(Value::Object(msg)) => msg,
+        Ok(_) => return Line::Rmcp,
+        Err(e) => return Line::Refused(unparsable(line, &e)),
     };
     if msg.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Line::Rmcp;
@@ -249,8 +375,8 @@ async fn read_input<S, R, W>(
     let mut line = Vec::new();
     'input: loop {
         line.clear();
-        // A line longer than the lane looks at goes to rmcp as it comes.
-        let mut too_long = false;
+        // A line longer than the lane looks at goes to rmcp as it comes, scanned.
+        let mut long: Option<scan::Scan> = None;
         loop {
             let (used, complete) = match input.fill_buf().await {
                 Ok(available) if !available.is_empty() => {
@@ -268,8 +394,8 @@ async fn read_input<S, R, W>(
                 }
             };
             input.consume(used);
-            if too_long || line.len() > LANE_LINE_MAX {
-                too_long = true;
+            if long.is_some() || line.len() > LANE_LINE_MAX {
+                long.get_or_insert_with(scan::Scan::default).feed(&line);
                 if to_rmcp.write_all(&line).await.is_err() {
                     break 'input;
                 }
@@ -279,7 +405,12 @@ async fn read_input<S, R, W>(
                 break;
             }
         }
-        if too_long {
+        if let Some(scan) = long {
+            if let Some(refused) = refused_long(&scan)
+                && write_line(&output, &refused.line()).await.is_err()
+            {
+                break;
+            }
             continue;
         }
         let text = line.strip_suffix(b"\n").unwrap_or(&line);
@@ -298,8 +429,17 @@ async fn read_input<S, R, W>(
                 // Forget the calls that have ended.
                 while calls.try_join_next().is_some() {}
             }
+            Line::Refused(refused) => {
+                if write_line(&output, &refused.line()).await.is_err() {
+                    break;
+                }
+            }
             Line::Rmcp => {
-                if to_rmcp.write_all(&line).await.is_err() {
+                if let Some(refused) = admit(text) {
+                    if write_line(&output, &refused.line()).await.is_err() {
+                        break;
+                    }
+                } else if to_rmcp.write_all(&line).await.is_err() {
                     break;
                 }
             }
@@ -380,7 +520,11 @@ mod tests {
         ] {
             assert_eq!(classify(&line(odd.clone()), &mut h), Line::Rmcp, "{odd}");
         }
-        assert_eq!(classify(b"{\"tools/call\"", &mut h), Line::Rmcp);
+        // Not JSON: answered by the lane.
+        assert!(matches!(
+            classify(b"{\"tools/call\"", &mut h),
+            Line::Refused(_)
+        ));
     }
 
     /// The same call through the lane and through rmcp (a `_meta` that names the session's
@@ -471,6 +615,138 @@ mod tests {
             drop(lines);
             drop(client);
             serving.await.unwrap().unwrap();
+        });
+    }
+
+    /// Serves a fresh server over an in-memory pipe; `drive` gets the client's ends.
+    fn with_served<F>(drive: F)
+    where
+        F: AsyncFnOnce(
+            &mut tokio::io::WriteHalf<tokio::io::DuplexStream>,
+            &mut tokio::io::Lines<
+                tokio::io::BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>,
+            >,
+        ),
+    {
+        let home = tempfile::tempdir().unwrap();
+        let host = capability_host::Host::open(capability_host::HostConfig {
+            home: Some(home.path().to_path_buf()),
+            storage: capability_host::Storage::Memory,
+            ..Default::default()
+        })
+        .unwrap();
+        let options = crate::ServeOptions {
+            expose: vec!["text/slugify".into()],
+            ..Default::default()
+        };
+        let server = crate::McpServer::new(Arc::new(host), options);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let (client, server_io) = tokio::io::duplex(1 << 20);
+            let (input, output) = tokio::io::split(server_io);
+            let handler = crate::handler::Handler {
+                surface: server,
+                transport: crate::handler::Transport::Stdio,
+            };
+            let serving = tokio::spawn(serve(handler, input, output));
+            let (read, mut write) = tokio::io::split(client);
+            let mut lines = tokio::io::BufReader::new(read).lines();
+            drive(&mut write, &mut lines).await;
+            drop(write);
+            drop(lines);
+            serving.await.unwrap().unwrap();
+        });
+    }
+
+    /// Every line that rmcp would drop (not JSON; nested deeper than serde_json reads, in a
+    /// line the lane holds or in one too long for it; longer than rmcp reads) or answer
+    /// without the request's id (malformed params) is answered, to the id when it can be
+    /// read; the session goes on.
+    #[test]
+    fn every_refused_line_is_answered() {
+        use tokio::io::AsyncWriteExt;
+        with_served(async |write, lines| {
+            let mut send = async |text: &str| {
+                write.write_all(text.as_bytes()).await.unwrap();
+                write.write_all(b"\n").await.unwrap();
+            };
+            send(r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}"#).await;
+            send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#).await;
+            let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+            let call = |id: &str, arguments: &str| {
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"text__slugify","arguments":{arguments}}}}}"#
+                )
+            };
+            // Too deep, in the lane's reach: the id before and after the nesting.
+            send(&call("2", &format!(r#"{{"a":{}}}"#, deep(200)))).await;
+            send(&format!(r#"{{"jsonrpc":"2.0","method":"tools/call","params":{{"name":"x","arguments":{{"a":{}}}}},"id":"late"}}"#, deep(130))).await;
+            // Not JSON; a deep notification; malformed params of a known method.
+            send("this is not json").await;
+            send(&format!(
+                r#"{{"jsonrpc":"2.0","method":"notifications/progress","params":{}}}"#,
+                deep(300)
+            ))
+            .await;
+            send(r#"{"jsonrpc":"2.0","id":5,"method":"tools/list","params":7}"#).await;
+            // Too deep in a line too long for the lane; longer than rmcp reads.
+            let pad = "x".repeat(LANE_LINE_MAX);
+            send(&format!(
+                r#"{{"jsonrpc":"2.0","id":6,"method":"ping","params":{{"p":"{pad}","d":{}}}}}"#,
+                deep(150)
+            ))
+            .await;
+            let huge = "x".repeat(RMCP_LINE_MAX);
+            send(&format!(
+                r#"{{"jsonrpc":"2.0","id":7,"method":"ping","params":{{"p":"{huge}"}}}}"#
+            ))
+            .await;
+            // And the session goes on.
+            // (Through rmcp: a call in the lane would count in `LANE_CALLS`, which another
+            // test reads.)
+            send(r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"text__slugify","arguments":{"text":"Still Here"},"_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}}"#).await;
+            let mut answers = std::collections::BTreeMap::new();
+            let mut nulls = Vec::new();
+            while answers.len() < 7 || nulls.len() < 2 {
+                let line =
+                    tokio::time::timeout(std::time::Duration::from_secs(30), lines.next_line())
+                        .await
+                        .unwrap_or_else(|_| panic!("no answer; so far {answers:?} {nulls:?}"))
+                        .unwrap()
+                        .unwrap();
+                let answer: Value = serde_json::from_str(&line).unwrap();
+                match &answer["id"] {
+                    Value::Null => nulls.push(answer),
+                    id => {
+                        answers.insert(id.to_string(), answer);
+                    }
+                }
+            }
+            let code = |id: &str| answers[id]["error"]["code"].clone();
+            assert!(answers["1"]["result"].is_object(), "{}", answers["1"]);
+            assert_eq!(code("2"), json!(-32700), "{}", answers["2"]);
+            assert!(
+                answers["2"]["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .contains("128 levels")
+            );
+            assert_eq!(code("\"late\""), json!(-32700));
+            assert_eq!(code("5"), json!(-32600), "{}", answers["5"]);
+            assert_eq!(code("6"), json!(-32700), "{}", answers["6"]);
+            assert_eq!(code("7"), json!(-32600), "{}", answers["7"]);
+            assert_eq!(
+                answers["8"]["result"]["structuredContent"]["slug"],
+                "still-here"
+            );
+            for null in &nulls {
+                assert_eq!(null.get("id"), Some(&Value::Null), "{null}");
+                assert_eq!(null["error"]["code"], -32700, "{null}");
+            }
         });
     }
 

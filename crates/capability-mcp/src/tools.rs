@@ -5,7 +5,10 @@ use capability_host::composition::{contracts_compose, split_pipeline_intent};
 use capability_host::{ActionType, Actor, Caller, Outcome, Request, approval_document};
 use serde_json::{Map, Value, json};
 
-use crate::{McpServer, approval_result, error_result, governed, take_approval_token, traceparent};
+use crate::{
+    McpServer, approval_result, error_result, error_text, governed, take_approval_token,
+    traceparent,
+};
 
 /// `{content: [{type: "text", text: pretty JSON}], structuredContent: value}`. MCP
 /// structured content is an object, so a value that is not one (the search hits) is given
@@ -60,6 +63,11 @@ pub(crate) fn call_bootstrap(
              capability_search, capability_inspect and capability_execute"
         ));
     }
+    // An input that carries `__proto__` is refused before anything is planned (see the
+    // crate docs).
+    if let Some(path) = capability_host::upstream::proto_member_of(&args) {
+        return refused(&capability_host::upstream::refuse_proto(&path));
+    }
     match name {
         "capability_search" => search(server, &args),
         "capability_inspect" => inspect(server, &args),
@@ -104,7 +112,27 @@ fn inspect(server: &McpServer, args: &Map<String, Value>) -> Value {
     }
 }
 
-/// A governed call of a bootstrap tool (action `tool_call`, surface `mcp`).
+/// The refusal `e` in the reference's error shape, with its code.
+fn refused(e: &capability_core::CapabilityError) -> Value {
+    let mut value = json!({"error": error_text(e), "code": e.code.as_str()});
+    if let Some(r) = &e.receipt_id {
+        value["receiptId"] = json!(r);
+    }
+    let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+    error_result(text, Some(value), None)
+}
+
+/// `capability_execute` and `capability_compose` run only what the server may execute
+/// ([`McpServer::may_execute`]).
+fn not_exposed(id: &str) -> Value {
+    err(format!(
+        "{id} is not exposed by this server (--expose / --expose-installed): it cannot be run \
+         through MCP"
+    ))
+}
+
+/// A governed call of a capability through a bootstrap tool: governed exactly as its
+/// projected tool (action `mcp_tool_call`, surface `mcp`; see the crate docs).
 fn call_request(
     id: &str,
     input: Value,
@@ -115,7 +143,7 @@ fn call_request(
     let mut request = Request::new(id, input);
     request.caller = Caller {
         actor: actor.clone(),
-        action_type: ActionType::ToolCall,
+        action_type: ActionType::McpToolCall,
         ..Caller::default()
     };
     request.caller.labels.insert("surface".into(), "mcp".into());
@@ -143,6 +171,9 @@ fn execute(
         Ok(id) => id,
         Err(e) => return err(e.message),
     };
+    if !server.may_execute(&id) {
+        return not_exposed(&id);
+    }
     let input = args.get("input").cloned().unwrap_or_else(|| json!({}));
     let token = take_approval_token(args, meta, false);
     let package = host
@@ -158,23 +189,13 @@ fn execute(
             "receipt": done.receipt.to_value(),
         })),
         Outcome::NeedsApproval(p) => approval_result(approval_document(&p), &id),
-        Outcome::Failed(e) => {
-            let mut value = json!({"error": e.message});
-            if let Value::Object(m) = &mut value {
-                m.insert("code".into(), json!(e.code.as_str()));
-                if let Some(r) = &e.receipt_id {
-                    m.insert("receiptId".into(), json!(r));
-                }
-            }
-            let text = serde_json::to_string_pretty(&value).unwrap_or_default();
-            error_result(text, Some(value), None)
-        }
+        Outcome::Failed(e) => refused(&e),
     }
 }
 
 /// Splits the intent into a pipeline, resolves each part to the best capability whose
-/// contract the previous step can feed, and (given `input`) runs the steps in turn, each
-/// one governed by the host.
+/// contract the previous step can feed (among those the server may execute), and (given
+/// `input`) runs the steps in turn, each one governed by the host as its projected tool.
 fn compose(
     server: &McpServer,
     args: &mut Map<String, Value>,
@@ -204,12 +225,15 @@ fn compose(
             limit: Some(6),
             ..Default::default()
         });
-        let chosen = hits.iter().find(|h| match &previous {
-            None => true,
-            Some(p) => {
-                contracts_compose(p.output.as_ref(), h.item.manifest.input.as_ref()).compatible
-            }
-        });
+        let chosen = hits
+            .iter()
+            .filter(|h| server.may_execute(&h.item.manifest.id))
+            .find(|h| match &previous {
+                None => true,
+                Some(p) => {
+                    contracts_compose(p.output.as_ref(), h.item.manifest.input.as_ref()).compatible
+                }
+            });
         let Some(hit) = chosen else {
             return gap(vec![format!("{part}: {} candidates", hits.len())]);
         };
@@ -243,6 +267,9 @@ fn compose(
     let mut receipts = Vec::new();
     for step in &steps {
         let id = step["id"].as_str().unwrap_or_default();
+        if !server.may_execute(id) {
+            return not_exposed(id);
+        }
         let request = call_request(id, value.clone(), actor, approve, meta);
         let mut outcome = governed(&host, &request, None);
         if matches!(outcome, Outcome::NeedsApproval(_))
@@ -258,7 +285,7 @@ fn compose(
             }
             Outcome::NeedsApproval(p) => return approval_result(approval_document(&p), id),
             Outcome::Failed(e) => {
-                return err(format!("step {id} failed: {}", e.message));
+                return err(format!("step {id} failed: {}", error_text(&e)));
             }
         }
     }

@@ -71,31 +71,48 @@ pub fn parse(pointer: &str) -> Result<Vec<String>, PointerError> {
 
 /// Replaces every value the (possibly wildcarded) pointer reaches with [`REDACTED`]; returns
 /// how many values were masked. A pointer that reaches nothing masks nothing.
-/// Whether `pointer` leads into text where `value` has no structure to follow: a string
-/// (or an array of strings) met while segments remain. A value there may hold what the
-/// pointer names in a form no pointer reaches (`"password: hunter2"`, a secret split
-/// across two text blocks), so it cannot be redacted and must not be delivered. An object
-/// that lacks the member holds nothing to redact.
+/// Whether `pointer` leads into text that names what it points at: a string (or the text of
+/// an array of strings) met while segments remain, holding the name of the pointer's last
+/// member (`"password: hunter2"` for `/password`, or `{"password": "hun` and `ter2"}` split
+/// across two text blocks). What is there cannot be redacted, so it must not be delivered.
+/// An object that lacks the member, or text that does not name it, holds nothing to redact.
 pub fn hidden_in_text(value: &Value, pointer: &str) -> bool {
-    match parse(pointer) {
-        Ok(segments) => text_at(value, &segments),
-        Err(_) => false,
-    }
+    let Ok(segments) = parse(pointer) else {
+        return false;
+    };
+    let Some(name) = segments
+        .iter()
+        .rev()
+        .find(|s| *s != "*" && s.parse::<usize>().is_err())
+        .map(|s| s.to_lowercase())
+    else {
+        return false;
+    };
+    text_at(value, &segments, &name)
 }
 
-fn text_at(value: &Value, segments: &[String]) -> bool {
+fn names(text: &str, name: &str) -> bool {
+    text.to_lowercase().contains(name)
+}
+
+fn text_at(value: &Value, segments: &[String], name: &str) -> bool {
     let Some((first, rest)) = segments.split_first() else {
         return false;
     };
     match value {
-        Value::String(_) => true,
-        Value::Object(map) if first == "*" => map.values().any(|v| text_at(v, rest)),
-        Value::Object(map) => map.get(first.as_str()).is_some_and(|v| text_at(v, rest)),
-        Value::Array(items) if first == "*" => items.iter().any(|v| text_at(v, rest)),
+        Value::String(s) => names(s, name),
+        Value::Object(map) if first == "*" => map.values().any(|v| text_at(v, rest, name)),
+        Value::Object(map) => map
+            .get(first.as_str())
+            .is_some_and(|v| text_at(v, rest, name)),
+        Value::Array(items) if first == "*" => items.iter().any(|v| text_at(v, rest, name)),
         Value::Array(items) => match first.parse::<usize>() {
-            Ok(i) => items.get(i).is_some_and(|v| text_at(v, rest)),
-            // A member name where the value is a list: its texts may hold it.
-            Err(_) => items.iter().any(|v| v.is_string() || text_at(v, segments)),
+            Ok(i) => items.get(i).is_some_and(|v| text_at(v, rest, name)),
+            // A member name where the value is a list: its texts, joined, may name it.
+            Err(_) => {
+                let joined: String = items.iter().filter_map(Value::as_str).collect();
+                names(&joined, name) || items.iter().any(|v| text_at(v, segments, name))
+            }
         },
         _ => false,
     }

@@ -10,8 +10,15 @@
 //!   character outside `[A-Za-z0-9_-]` replaced by `_`; a name longer than 64 characters, or
 //!   one that two tools would share, becomes its first 55 characters, `_` and 8 hex digits of
 //!   the SHA-256 of `<server>/<tool>` (always `^[a-zA-Z0-9_-]{1,64}$`; [`downstream_name`]).
-//! * Pins ([`crate::pins`]): a changed definition is quarantined until a human accepts it;
-//!   upstream `list_changed` makes [`Upstreams::refresh`] list the server again.
+//! * Pins ([`crate::pins`]): a definition changed in any member is quarantined until a human
+//!   accepts it (as is every tool whose pin cannot be checked: the pins file does not read
+//!   or cannot be written); upstream `list_changed` makes [`Upstreams::refresh`] list the
+//!   server again. Each tool's input schema is compiled once per definition
+//!   ([`UpstreamTool::input`]).
+//! * An upstream's stderr is the operator's: a failed upstream's error, as callers see it
+//!   ([`Upstreams::session`], [`Unavailable`]), never holds it; the tail of its stderr is
+//!   written to this process's stderr with the server's name and kept in
+//!   [`Upstreams::problems`], which only operators read.
 //! * An upstream that crashes, hangs, answers too much or sends garbage is restarted with
 //!   backoff (1 s doubling to 30 s with each consecutive failure; a session that stayed up
 //!   60 s counts as healthy, and the next failure waits 1 s again). A slow start delays no
@@ -27,6 +34,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::arguments::InputSchema;
 use crate::config::{Connect, GatewayConfig, HANDSHAKE_TIMEOUT_FLOOR, ServerConfig, start};
 use crate::pins::{PinState, Pins, PinsError, definition_hash, hidden_characters};
 use crate::session::{McpSession, UpstreamError};
@@ -110,6 +118,9 @@ pub struct UpstreamTool {
     pub risk: String,
     /// The config keeps it (`include`, `exclude`).
     pub included: bool,
+    /// Its input schema, compiled (or why it does not compile): what its arguments are
+    /// checked against before a call ([`crate::arguments`]).
+    pub input: InputSchema,
 }
 
 impl UpstreamTool {
@@ -136,11 +147,7 @@ impl UpstreamTool {
     pub fn manifest(&self, with_input: bool) -> Value {
         let def = &self.definition;
         let hint = |k: &str| def.pointer(&format!("/annotations/{k}")) == Some(&Value::Bool(true));
-        let input = def
-            .get("inputSchema")
-            .filter(|v| v.is_object())
-            .cloned()
-            .unwrap_or_else(|| json!({"type": "object"}));
+        let input = crate::arguments::input_schema_of(def);
         let name = def
             .get("title")
             .and_then(Value::as_str)
@@ -210,6 +217,18 @@ fn effects_of(server: &ServerConfig, tool: &Value) -> Vec<String> {
     effects
 }
 
+/// Writes a failed upstream's error and stderr tail to this process's stderr (the
+/// operator's log; see the module docs).
+fn operator_note(server: &str, error: &UpstreamError, stderr: Option<&str>) {
+    match stderr {
+        Some(tail) => {
+            let tail = tail.trim_end().replace('\n', "\n    ");
+            eprintln!("upstream {server}: {error}; its stderr ends with:\n    {tail}");
+        }
+        None => eprintln!("upstream {server}: {error}"),
+    }
+}
+
 /// How long an upstream must stay up, after its last start, for its backoff to begin again
 /// at 1 s.
 const HEALTHY_AFTER: Duration = Duration::from_secs(60);
@@ -219,7 +238,10 @@ struct Upstream {
     session: Option<Arc<dyn McpSession>>,
     failures: u32,
     retry_at: Option<Instant>,
+    /// Why it failed last, as callers may read it (never its stderr).
     last_error: Option<String>,
+    /// The tail of its stderr when it failed last (the operator's only).
+    last_stderr: Option<String>,
     /// When the current session was started.
     started_at: Option<Instant>,
     /// A start is under way (outside the upstreams lock): nobody starts another.
@@ -234,6 +256,7 @@ impl Upstream {
             failures: 0,
             retry_at: None,
             last_error: None,
+            last_stderr: None,
             started_at: None,
             starting: false,
         }
@@ -241,9 +264,21 @@ impl Upstream {
 
     /// Records a failure; the next start waits `retry_after`, or the backoff (1 s doubling
     /// with each consecutive failure, at most 30 s). A session that stayed up
-    /// [`HEALTHY_AFTER`] was healthy: the count of failures starts again.
-    fn fail(&mut self, error: String, retry_after: Option<Duration>) {
-        self.fail_at(error, retry_after, Instant::now());
+    /// [`HEALTHY_AFTER`] was healthy: the count of failures starts again. The error as
+    /// callers see it is kept; the stderr tail (`stderr`, else the error's own) goes to the
+    /// operator only (see the module docs).
+    fn fail(
+        &mut self,
+        error: &UpstreamError,
+        stderr: Option<String>,
+        retry_after: Option<Duration>,
+    ) {
+        let stderr = stderr
+            .or_else(|| error.stderr().map(str::to_string))
+            .filter(|s| !s.trim().is_empty());
+        operator_note(&self.config.name, error, stderr.as_deref());
+        self.last_stderr = stderr;
+        self.fail_at(error.to_string(), retry_after, Instant::now());
     }
 
     fn fail_at(&mut self, error: String, retry_after: Option<Duration>, now: Instant) {
@@ -350,11 +385,19 @@ impl Upstreams {
             .map(Arc::clone)
     }
 
-    /// Upstreams that are down and why.
+    /// Upstreams that are down and why, with the tail of their stderr: for the operator
+    /// only (see the module docs).
     pub fn problems(&self) -> Vec<(String, String)> {
         lock(&self.upstreams)
             .iter()
-            .filter_map(|u| u.last_error.clone().map(|e| (u.config.name.clone(), e)))
+            .filter_map(|u| {
+                let error = u.last_error.clone()?;
+                let problem = match &u.last_stderr {
+                    Some(tail) => format!("{error}; its stderr ends with: {}", tail.trim_end()),
+                    None => error,
+                };
+                Some((u.config.name.clone(), problem))
+            })
             .collect()
     }
 
@@ -369,11 +412,11 @@ impl Upstreams {
         {
             let mut upstreams = lock(&self.upstreams);
             for u in upstreams.iter_mut() {
-                if let Some(s) = &u.session
+                if let Some(s) = u.session.clone()
                     && let Some(e) = s.dead()
                 {
                     u.session = None;
-                    u.fail(e.to_string(), None);
+                    u.fail(&e, s.stderr_tail(), None);
                 }
                 if u.session.is_none() {
                     if !u.starting && u.retry_at.is_none_or(|t| Instant::now() >= t) {
@@ -402,9 +445,10 @@ impl Upstreams {
                     u.session = Some(Arc::clone(&s));
                     u.started_at = Some(Instant::now());
                     u.last_error = None;
+                    u.last_stderr = None;
                     relist.push((server, s));
                 }
-                Err(e) => u.fail(e.to_string(), None),
+                Err(e) => u.fail(&e, None, None),
             }
             drop(upstreams);
             self.started.notify_all();
@@ -428,10 +472,14 @@ impl Upstreams {
     pub fn mark_failed(&self, server: &str, e: &UpstreamError) {
         let mut upstreams = lock(&self.upstreams);
         if let Some(u) = upstreams.iter_mut().find(|u| u.config.name == server) {
+            let mut stderr = None;
             if let Some(s) = u.session.take() {
-                crate::may_block(|| s.kill());
+                crate::may_block(|| {
+                    s.kill();
+                    stderr = s.stderr_tail();
+                });
             }
-            u.fail(e.to_string(), Some(Duration::from_secs(1)));
+            u.fail(e, stderr, Some(Duration::from_secs(1)));
         }
     }
 
@@ -448,7 +496,12 @@ impl Upstreams {
             let Some(name) = def.get("name").and_then(Value::as_str).map(str::to_string) else {
                 continue;
             };
-            let state = pins.check(&server.name, &def).unwrap_or(PinState::Pinned);
+            // A pin that cannot be checked quarantines (the pins file does not read, or
+            // cannot be written).
+            let quarantined = !matches!(
+                pins.check(&server.name, &def),
+                Ok(PinState::New | PinState::Pinned)
+            );
             let taken = |n: &str| {
                 tools
                     .iter()
@@ -471,7 +524,8 @@ impl Upstreams {
                 capability: format!("mcp.{}.{}", server.name, name),
                 downstream,
                 hash: definition_hash(&def),
-                quarantined: matches!(state, PinState::Changed { .. }),
+                input: InputSchema::of(&def),
+                quarantined,
                 hidden,
                 effects: effects_of(server, &def),
                 risk: server.risk.clone().unwrap_or_else(|| "medium".into()),

@@ -1,9 +1,13 @@
 //! The executor of upstream tools: a governed call of `mcp.<server>.<tool>` crosses to its
 //! server here, after the host planned, authorized and decided it.
 //!
-//! * **plan**: the plan's `data` names the server, the tool and the hash of the definition
-//!   the call is planned against (`{"mcp": {"server", "tool", "definitionHash"}}`), so the
-//!   plan fingerprint — and an approval bound to it — covers the exact definition.
+//! * **plan**: refused (`INVALID_INPUT`, before policies and approvals) when the input
+//!   carries a `__proto__` member, or does not validate against the tool's pinned input
+//!   schema, or that schema does not compile ([`crate::arguments`]). Else the plan's `data`
+//!   names the server, the tool and the hash of the definition the call is planned against
+//!   (`{"mcp": {"server", "tool", "definitionHash"}}`), so the plan fingerprint — and an
+//!   approval bound to it — covers the exact definition, and the input checked is the
+//!   input forwarded.
 //! * **execute**: refused when the tool is gone, quarantined, or its definition is no
 //!   longer the planned one (an approval granted for one definition never runs another);
 //!   refused when a policy's `sandbox` floor is above what the server runs behind (a
@@ -15,7 +19,9 @@
 //!   as [`Executed::reply`] (content items such as images survive when policies changed
 //!   nothing). Notes for the audit event: `latencyUs` (the round trip) and `toolOutcome`
 //!   (`ok`, `tool_error`, `upstream_error`). A server that crashed, stalled or (a child)
-//!   hung or flooded is restarted with backoff.
+//!   hung or flooded is restarted with backoff. The error of a call the server failed is
+//!   its message only: a crashed server's stderr goes to the operator, never into the
+//!   receipt, the audit event or the caller's answer.
 //! * The boundary record is `{"boundary": "mcp-upstream", "server", "tool", "transport":
 //!   "stdio" | "http", "sandboxed": bool}`: the host claims nothing else about a server it
 //!   reaches over a protocol.
@@ -97,10 +103,13 @@ impl Executor for ToolExecutor {
     fn plan(
         &self,
         capability: &dyn CapabilityView,
-        _input: &Value,
+        input: &Value,
         _cancel: &CancelToken,
     ) -> HookResult<Option<PlanDetails>> {
         let tool = self.tool(capability)?;
+        crate::arguments::check_no_proto(input)?;
+        tool.input
+            .check(&format!("{}/{}", tool.server, tool.tool), input)?;
         Ok(Some(PlanDetails {
             data: Some(json!({"mcp": {
                 "server": tool.server,
@@ -116,7 +125,8 @@ impl Executor for ToolExecutor {
         if tool.quarantined {
             return Err(refused(format!(
                 "the definition of {}/{} changed since it was pinned; it is quarantined until a \
-                 human accepts it with `cap mcp-pins accept {} {}`",
+                 human reviews it (`cap mcp-pins list`) and accepts it with `cap mcp-pins \
+                 accept {} {} --hash <its pending hash>`",
                 tool.server, tool.tool, tool.server, tool.tool
             )));
         }
@@ -164,7 +174,9 @@ impl Executor for ToolExecutor {
                 // only when it cannot be reached (one slow call is its own).
                 let child = server.is_some_and(|s| s.command.is_some());
                 let broken = match e {
-                    UpstreamError::Exited { .. } | UpstreamError::Stalled => true,
+                    UpstreamError::Exited { .. }
+                    | UpstreamError::Unreachable(_)
+                    | UpstreamError::Stalled => true,
                     UpstreamError::TooLarge | UpstreamError::Timeout(_) => child,
                     _ => false,
                 };

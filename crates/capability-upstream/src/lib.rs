@@ -12,8 +12,10 @@
 //!   and the gateway's and each tenant's policy files;
 //! * [`session`]: clients of one server over stdio or streamable HTTP ([`McpSession`]),
 //!   safe against servers that crash, hang, flood or send garbage;
-//! * [`pins`]: tool definitions pinned on first sight, a changed one quarantined until a
-//!   human accepts it;
+//! * [`pins`]: tool definitions pinned on first sight (every member), a changed one
+//!   quarantined until a human accepts it by the hash they reviewed;
+//! * [`arguments`]: what a call's arguments must be before anything is decided about them
+//!   (no `__proto__` member, valid against the pinned input schema);
 //! * [`catalog`]: the [`Upstreams`] catalog (sessions restarted with backoff, tools listed,
 //!   pinned and named);
 //! * [`executor`]: [`ToolExecutor`], the execution step of a governed upstream call;
@@ -33,6 +35,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod arguments;
 pub mod catalog;
 pub mod config;
 pub mod executor;
@@ -40,6 +43,7 @@ pub mod import;
 pub mod pins;
 pub mod session;
 
+pub use arguments::{InputSchema, check_no_proto, proto_member, proto_member_of, refuse_proto};
 pub use catalog::{Unavailable, UpstreamTool, Upstreams, downstream_name, glob_match};
 pub use config::{ConfigError, Connect, GatewayConfig, ServerConfig, TenantConfig, start};
 pub use executor::ToolExecutor;

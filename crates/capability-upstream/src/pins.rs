@@ -1,22 +1,41 @@
 //! Tool-definition pins: what each upstream tool looked like when it was trusted.
 //!
-//! The pin of a tool is the SHA-256 of the canonical JSON of its `{name, title, description,
-//! inputSchema, outputSchema, annotations}`. On first sight a tool is pinned (trust on first
-//! use); a tool whose definition later differs is quarantined — hidden and refused — and its
-//! new definition is kept as `pending` until a human accepts it (`cap mcp-pins accept`).
+//! The pin of a tool is the SHA-256 of its whole definition as listed — every member,
+//! `_meta`, `icons` and `__proto__` members included, at any depth ([`definition_hash`]: the
+//! canonical form with sorted keys, except that no member is dropped). On first sight a tool
+//! is pinned (trust on first use); a tool whose definition later differs in any member is
+//! quarantined — hidden and refused — and its new definition is kept as `pending` until a
+//! human accepts that very definition by its hash (`cap mcp-pins accept <server> <tool>
+//! --hash <pending hash shown by cap mcp-pins list>`): a definition that changed again after
+//! the review is not accepted.
 //!
 //! The file (`<home>/mcp-pins.json`, or the config's `pins`) is
-//! `{"<server>": {"<tool>": {"hash", "pinnedAt", "pending"?: {"hash", "definition", "seenAt"}}}}`,
-//! written atomically (a temporary file renamed over it) and re-read when its
-//! [`FileStamp`] changes.
+//! `{"<server>": {"<tool>": {"hash", "hashVersion": 2, "pinnedAt", "pending"?: {"hash",
+//! "definition", "seenAt"}}}}`, written atomically (a temporary file renamed over it) and
+//! re-read when its [`FileStamp`] changes. A pending definition nested deeper than
+//! [`MAX_DEPTH`] is kept without its `definition` (it could not be read back, nor reviewed,
+//! nor accepted). A file that no longer reads keeps the pins read before it, and every check
+//! fails (the catalog quarantines) until it reads again.
+//!
+//! Pins of the first form (no `hashVersion`: the hash of `{name, title, description,
+//! inputSchema, outputSchema, annotations}` only) still read: a definition whose six members
+//! match is pinned again under the whole hash (the entry records `migratedFrom`, the old
+//! hash: the members the old pin did not cover are trusted on this first sight, as they were
+//! before), one that does not is quarantined as changed.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use capability_core::json::{canonical_hash, parse};
+use capability_core::json::{
+    MAX_DEPTH, as_f64, canonical_hash, compare_keys, depth, format_number, parse_record,
+    sha256_hex, write_json_string,
+};
 use serde_json::{Map, Value, json};
 
 use capability_sandbox::stamp::FileStamp;
+
+/// The `hashVersion` of pins over the whole definition.
+pub const HASH_VERSION: u64 = 2;
 
 /// Code points that hide text from a human reading a description: zero-width characters,
 /// bidirectional controls and Unicode tag characters.
@@ -31,8 +50,52 @@ pub fn hidden_characters(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// The pinned part of a tool definition, and its hash.
+/// The hash a tool is pinned by: SHA-256 of its whole definition, written with sorted keys
+/// and JavaScript numbers like the canonical form, except that no member (`__proto__`
+/// included) is left out.
 pub fn definition_hash(tool: &Value) -> String {
+    let mut out = String::with_capacity(512);
+    write_whole(&mut out, tool);
+    sha256_hex(out.as_bytes())
+}
+
+/// The canonical form of `v`, keeping every member.
+fn write_whole(out: &mut String, v: &Value) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => format_number(as_f64(n), out),
+        Value::String(s) => write_json_string(out, s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_whole(out, item);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            members.sort_unstable_by(|a, b| compare_keys(a.0.as_bytes(), b.0.as_bytes()));
+            out.push('{');
+            for (i, (k, item)) in members.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_json_string(out, k);
+                out.push(':');
+                write_whole(out, item);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// The hash of pins of the first form (no `hashVersion`): the canonical hash of `{name,
+/// title, description, inputSchema, outputSchema, annotations}`; read only to migrate them.
+pub fn legacy_definition_hash(tool: &Value) -> String {
     let mut m = Map::new();
     for key in [
         "name",
@@ -68,6 +131,22 @@ pub enum PinsError {
     NoServer { server: String },
     #[error("`{server}/{tool}` has no pending definition")]
     NothingPending { server: String, tool: String },
+    #[error(
+        "the pending definition of `{server}/{tool}` is {pending}, not the reviewed {reviewed}: \
+         it changed since; review it again with `cap mcp-pins list`"
+    )]
+    NotReviewed {
+        server: String,
+        tool: String,
+        reviewed: String,
+        pending: String,
+    },
+    #[error("the pending definition of `{server}/{tool}` cannot be accepted: {reason}")]
+    Unacceptable {
+        server: String,
+        tool: String,
+        reason: String,
+    },
 }
 
 /// The pins file.
@@ -76,10 +155,19 @@ pub struct Pins {
     path: PathBuf,
     doc: BTreeMap<String, Map<String, Value>>,
     read_at: Option<FileStamp>,
+    /// Why the file last failed to read (the pins read before it are kept meanwhile).
+    unreadable: Option<String>,
 }
 
 fn now_iso() -> String {
     capability_core::js::now_iso()
+}
+
+/// The hash a pin entry holds, and whether it is of the whole definition.
+fn pinned_hash(entry: &Value) -> Option<(&str, bool)> {
+    let hash = entry.get("hash").and_then(Value::as_str)?;
+    let whole = entry.get("hashVersion").and_then(Value::as_u64) == Some(HASH_VERSION);
+    Some((hash, whole))
 }
 
 impl Pins {
@@ -89,6 +177,7 @@ impl Pins {
             path: path.to_path_buf(),
             doc: BTreeMap::new(),
             read_at: None,
+            unreadable: None,
         };
         pins.reload()?;
         Ok(pins)
@@ -98,30 +187,49 @@ impl Pins {
         FileStamp::of(&self.path)
     }
 
-    /// Re-reads the file when it changed on disk (another process accepted a pin).
+    /// Re-reads the file when it changed on disk (another process accepted a pin). A file
+    /// that does not read keeps the pins read before, and is an error until it reads.
     pub fn reload(&mut self) -> Result<(), PinsError> {
         let modified = self.modified();
         if modified.is_some() && modified == self.read_at {
-            return Ok(());
+            return match &self.unreadable {
+                Some(reason) => Err(self.failed(reason)),
+                None => Ok(()),
+            };
         }
-        self.doc.clear();
+        match self.read() {
+            Ok(doc) => {
+                self.doc = doc;
+                self.unreadable = None;
+                self.read_at = modified;
+                Ok(())
+            }
+            Err(reason) => {
+                self.unreadable = Some(reason.clone());
+                self.read_at = modified;
+                Err(self.failed(reason))
+            }
+        }
+    }
+
+    fn read(&self) -> Result<BTreeMap<String, Map<String, Value>>, String> {
+        let mut doc = BTreeMap::new();
         match std::fs::read(&self.path) {
             Ok(bytes) => {
-                let value = parse(&bytes).map_err(|e| self.failed(e))?;
+                let value = parse_record(&bytes).map_err(|e| e.to_string())?;
                 let Value::Object(servers) = value else {
-                    return Err(self.failed("not a JSON object"));
+                    return Err("not a JSON object".into());
                 };
                 for (server, tools) in servers {
                     if let Value::Object(tools) = tools {
-                        self.doc.insert(server, tools);
+                        doc.insert(server, tools);
                     }
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(self.failed(e)),
+            Err(e) => return Err(e.to_string()),
         }
-        self.read_at = modified;
-        Ok(())
+        Ok(doc)
     }
 
     fn failed(&self, reason: impl std::fmt::Display) -> PinsError {
@@ -148,27 +256,39 @@ impl Pins {
         Ok(())
     }
 
-    /// Checks a tool against its pin: pins it on first sight, records a changed definition
-    /// as pending.
+    /// Checks a tool against its pin: pins it on first sight, migrates a pin of the first
+    /// form that matches, records a changed definition as pending. An error (the file does
+    /// not read, or cannot be written) decides nothing: the caller quarantines.
     pub fn check(&mut self, server: &str, tool: &Value) -> Result<PinState, PinsError> {
+        if let Some(reason) = &self.unreadable {
+            return Err(self.failed(reason));
+        }
         let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
         let hash = definition_hash(tool);
         let tools = self.doc.entry(server.to_string()).or_default();
-        let state = match tools
+        let pinned = tools
             .get(name)
-            .and_then(|p| p.get("hash"))
-            .and_then(Value::as_str)
-        {
+            .and_then(pinned_hash)
+            .map(|(h, whole)| (h.to_string(), whole));
+        let state = match pinned {
             None => {
                 tools.insert(
                     name.to_string(),
-                    json!({"hash": hash, "pinnedAt": now_iso()}),
+                    json!({"hash": hash, "hashVersion": HASH_VERSION, "pinnedAt": now_iso()}),
                 );
                 PinState::New
             }
-            Some(pinned) if pinned == hash => return Ok(PinState::Pinned),
-            Some(pinned) => {
-                let pinned = pinned.to_string();
+            Some((pinned, true)) if pinned == hash => return Ok(PinState::Pinned),
+            Some((pinned, false)) if pinned == legacy_definition_hash(tool) => {
+                if let Some(Value::Object(entry)) = tools.get_mut(name) {
+                    entry.insert("hash".into(), json!(hash));
+                    entry.insert("hashVersion".into(), json!(HASH_VERSION));
+                    entry.insert("migratedFrom".into(), json!(pinned));
+                    entry.insert("migratedAt".into(), json!(now_iso()));
+                }
+                PinState::Pinned
+            }
+            Some((pinned, _)) => {
                 let already = tools
                     .get(name)
                     .and_then(|p| p.pointer("/pending/hash"))
@@ -177,11 +297,15 @@ impl Pins {
                 if already {
                     return Ok(PinState::Changed { pinned });
                 }
+                // What could not be read back is not kept (nor reviewable, nor acceptable).
+                let pending = if depth(tool) <= MAX_DEPTH {
+                    json!({"hash": hash, "definition": tool, "seenAt": now_iso()})
+                } else {
+                    json!({"hash": hash, "seenAt": now_iso(),
+                           "unreviewable": format!("the definition nests deeper than {MAX_DEPTH} levels")})
+                };
                 if let Some(Value::Object(entry)) = tools.get_mut(name) {
-                    entry.insert(
-                        "pending".into(),
-                        json!({"hash": hash, "definition": tool, "seenAt": now_iso()}),
-                    );
+                    entry.insert("pending".into(), pending);
                 }
                 PinState::Changed { pinned }
             }
@@ -190,42 +314,64 @@ impl Pins {
         Ok(state)
     }
 
-    /// Accepts the pending definitions of a server's tools (all, or one); returns the tools
-    /// accepted.
-    pub fn accept(&mut self, server: &str, tool: Option<&str>) -> Result<Vec<String>, PinsError> {
+    /// Accepts the pending definition of `server`'s `tool` whose hash is `reviewed` (the
+    /// one `cap mcp-pins list` showed the human): refused when the pending definition is
+    /// another one (it changed since the review), when there is none, or when the kept
+    /// definition does not hash to its recorded hash.
+    pub fn accept(&mut self, server: &str, tool: &str, reviewed: &str) -> Result<(), PinsError> {
         self.reload()?;
         let Some(tools) = self.doc.get_mut(server) else {
             return Err(PinsError::NoServer {
                 server: server.to_string(),
             });
         };
-        let mut accepted = Vec::new();
-        for (name, entry) in tools.iter_mut() {
-            if tool.is_some_and(|t| t != name) {
-                continue;
-            }
-            let Value::Object(entry) = entry else {
-                continue;
-            };
-            if let Some(pending) = entry.remove("pending") {
-                entry.insert(
-                    "hash".into(),
-                    pending.get("hash").cloned().unwrap_or(Value::Null),
-                );
-                entry.insert("pinnedAt".into(), json!(now_iso()));
-                accepted.push(name.clone());
-            }
-        }
-        if let Some(t) = tool
-            && accepted.is_empty()
-        {
-            return Err(PinsError::NothingPending {
+        let nothing = || PinsError::NothingPending {
+            server: server.to_string(),
+            tool: tool.to_string(),
+        };
+        let Some(Value::Object(entry)) = tools.get_mut(tool) else {
+            return Err(nothing());
+        };
+        let Some(pending) = entry.get("pending") else {
+            return Err(nothing());
+        };
+        let pending_hash = pending
+            .get("hash")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        if pending_hash != reviewed {
+            return Err(PinsError::NotReviewed {
                 server: server.to_string(),
-                tool: t.to_string(),
+                tool: tool.to_string(),
+                reviewed: reviewed.to_string(),
+                pending: pending_hash,
             });
         }
-        self.save()?;
-        Ok(accepted)
+        let unacceptable = |reason: &str| PinsError::Unacceptable {
+            server: server.to_string(),
+            tool: tool.to_string(),
+            reason: reason.to_string(),
+        };
+        let Some(definition) = pending.get("definition").filter(|d| d.is_object()) else {
+            return Err(unacceptable(
+                pending
+                    .get("unreviewable")
+                    .and_then(Value::as_str)
+                    .unwrap_or("no definition is kept for it"),
+            ));
+        };
+        if definition_hash(definition) != reviewed {
+            return Err(unacceptable(
+                "its kept definition does not hash to its recorded hash (recorded by another \
+                 version, or edited); the gateway records it again when it next lists the tool",
+            ));
+        }
+        entry.remove("pending");
+        entry.insert("hash".into(), json!(reviewed));
+        entry.insert("hashVersion".into(), json!(HASH_VERSION));
+        entry.insert("pinnedAt".into(), json!(now_iso()));
+        self.save()
     }
 
     /// The whole file.
@@ -258,13 +404,49 @@ mod tests {
             pins.check("s", &changed).unwrap(),
             PinState::Changed { .. }
         ));
-        // Another process accepts it.
+        // Another process accepts it, by the hash it shows.
         let mut other = Pins::open(&path).unwrap();
+        let shown = other.to_json()["s"]["echo"]["pending"]["hash"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert_eq!(shown, definition_hash(&changed));
         // At once: within one timestamp tick of the write before it.
-        assert_eq!(other.accept("s", Some("echo")).unwrap(), ["echo"]);
+        other.accept("s", "echo", &shown).unwrap();
         pins.reload().unwrap();
         assert_eq!(pins.check("s", &changed).unwrap(), PinState::Pinned);
-        assert!(other.accept("s", Some("echo")).is_err());
+        assert!(other.accept("s", "echo", &shown).is_err());
+    }
+
+    #[test]
+    fn the_whole_definition_is_hashed() {
+        let base = json!({"name": "t", "inputSchema": {"type": "object"}});
+        let mut seen = vec![definition_hash(&base)];
+        for (pointer, value) in [
+            ("/__proto__", json!({"x": 1})),
+            ("/inputSchema/__proto__", json!({})),
+            ("/_meta", json!({"a": 1})),
+            ("/icons", json!([])),
+            ("/anything", json!(null)),
+        ] {
+            let mut changed = base.clone();
+            let (parent, key) = pointer.rsplit_once('/').unwrap();
+            changed
+                .pointer_mut(if parent.is_empty() { "" } else { parent })
+                .unwrap()
+                .as_object_mut()
+                .unwrap()
+                .insert(key.to_string(), value);
+            let h = definition_hash(&changed);
+            assert!(!seen.contains(&h), "{pointer}");
+            seen.push(h);
+        }
+        // Key order and number spelling are not changes.
+        let reordered: Value =
+            serde_json::from_str(r#"{"inputSchema": {"type": "object"}, "name": "t"}"#).unwrap();
+        assert_eq!(definition_hash(&reordered), seen[0]);
+        let a: Value = serde_json::from_str(r#"{"n": 1.0}"#).unwrap();
+        assert_eq!(definition_hash(&a), definition_hash(&json!({"n": 1})));
     }
 
     #[test]

@@ -3,8 +3,11 @@
 //! 2.0 with numeric ids from 1) and over streamable HTTP ([`HttpSession`]); both do the
 //! `initialize` handshake (2025-11-25), `tools/list` and `tools/call`.
 //!
-//! A server that crashes fails the calls in flight with its exit status and the tail of its
-//! stderr; one that never answers is cut by the call's timeout; a line longer than
+//! A server that crashes fails the calls in flight with its exit status; the tail of its
+//! stderr rides along for the operator only ([`UpstreamError::stderr`],
+//! [`McpSession::stderr_tail`]): it is never part of an error's message, which callers and
+//! agents read (a crashing server's stderr may hold its environment, keys included). One
+//! that never answers is cut by the call's timeout; a line longer than
 //! [`MAX_LINE`] (a 50 MB answer) fails the call and the session; invalid JSON-RPC and floods
 //! of notifications are dropped and counted, never buffered. Blocking API: a caller waiting
 //! for its answer reads the server's output itself (the `Inbox`, non-blocking), handing
@@ -45,16 +48,24 @@ const NAP: Duration = Duration::from_millis(10);
 /// How often the idle drainer looks at the output (it is woken earlier by output).
 const IDLE_POLL: Duration = Duration::from_millis(100);
 
-/// How much of a crashed server's stderr is kept for the error.
+/// How much of a crashed server's stderr is kept for the operator.
 const STDERR_TAIL: usize = 16 << 10;
 
-/// Why an upstream call failed.
+/// How long a killed server's stderr is waited for (its last lines, for the operator).
+const STDERR_DRAIN: Duration = Duration::from_millis(200);
+
+/// Why an upstream call failed. The message (`Display`) is what callers may be told; the
+/// stderr of a server that exited is not part of it ([`UpstreamError::stderr`]).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum UpstreamError {
     #[error("cannot start the MCP server: {0}")]
     Spawn(String),
-    #[error("MCP server exited{status}: {stderr}")]
+    /// A stdio server ended; `stderr` is the tail of its stderr, for the operator only.
+    #[error("MCP server exited{status}")]
     Exited { status: String, stderr: String },
+    /// A streamable-HTTP server could not be reached (or answered no HTTP).
+    #[error("MCP server unreachable: {0}")]
+    Unreachable(String),
     #[error("MCP server did not answer within {0} ms")]
     Timeout(u128),
     #[error("MCP server sent a message larger than {MAX_LINE} bytes")]
@@ -63,6 +74,17 @@ pub enum UpstreamError {
     Stalled,
     #[error("MCP server error {code}: {message}")]
     Rpc { code: i64, message: String },
+}
+
+impl UpstreamError {
+    /// The tail of the stderr of a server that exited: the operator's, never to be shown to
+    /// a caller.
+    pub fn stderr(&self) -> Option<&str> {
+        match self {
+            UpstreamError::Exited { stderr, .. } => Some(stderr),
+            _ => None,
+        }
+    }
 }
 
 type Reply = Result<Value, UpstreamError>;
@@ -149,6 +171,8 @@ struct Shared {
     /// Set once the session is unusable, with the reason every later call gets.
     dead: Mutex<Option<UpstreamError>>,
     stderr: Mutex<Vec<u8>>,
+    /// The server's stderr has ended (or its reader stopped).
+    stderr_done: AtomicBool,
     notifications: AtomicU64,
     list_changed: AtomicBool,
     invalid: AtomicU64,
@@ -170,6 +194,7 @@ impl Shared {
             pending: Mutex::new(HashMap::new()),
             dead: Mutex::new(None),
             stderr: Mutex::new(Vec::new()),
+            stderr_done: AtomicBool::new(false),
             notifications: AtomicU64::new(0),
             list_changed: AtomicBool::new(false),
             invalid: AtomicU64::new(0),
@@ -195,15 +220,19 @@ impl Shared {
         }
     }
 
-    /// What ended output fails the calls in flight with: the exit, with the stderr tail.
+    /// What ended output fails the calls in flight with: the exit, with the stderr tail
+    /// (for the operator).
     fn exited(&self) -> UpstreamError {
         UpstreamError::Exited {
             status: String::new(),
-            stderr: String::from_utf8_lossy(
-                &self.stderr.lock().unwrap_or_else(PoisonError::into_inner),
-            )
-            .to_string(),
+            stderr: self.stderr_tail(),
         }
+    }
+
+    /// The tail of the server's stderr read so far.
+    fn stderr_tail(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap_or_else(PoisonError::into_inner))
+            .to_string()
     }
 
     /// Reads what the server has written so far, without blocking, and hands each message
@@ -554,6 +583,7 @@ impl StdioSession {
                             tail.drain(..cut);
                         }
                     }
+                    shared.stderr_done.store(true, Ordering::Release);
                 });
         }
         let mut session = StdioSession {
@@ -568,7 +598,14 @@ impl StdioSession {
             Ok(info) => session.server_info = info,
             Err(e) => {
                 session.kill();
-                return Err(e);
+                // Its last words, now that it is gone (for the operator).
+                return Err(match e {
+                    UpstreamError::Exited { status, .. } => UpstreamError::Exited {
+                        status,
+                        stderr: session.shared.stderr_tail(),
+                    },
+                    other => other,
+                });
             }
         }
         session.notify("notifications/initialized", json!({}));
@@ -627,14 +664,7 @@ impl StdioSession {
             .unwrap_or_default();
         UpstreamError::Exited {
             status,
-            stderr: String::from_utf8_lossy(
-                &self
-                    .shared
-                    .stderr
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner),
-            )
-            .to_string(),
+            stderr: self.shared.stderr_tail(),
         }
     }
 
@@ -731,12 +761,16 @@ impl StdioSession {
         dead
     }
 
-    /// Stops the server.
+    /// Stops the server, and waits a little ([`STDERR_DRAIN`]) for the rest of its stderr.
     pub fn kill(&self) {
         self.child
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .kill();
+        let deadline = Instant::now() + STDERR_DRAIN;
+        while !self.shared.stderr_done.load(Ordering::Acquire) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 }
 
@@ -750,6 +784,12 @@ pub trait McpSession: Send + Sync + std::fmt::Debug {
     fn take_list_changed(&self) -> bool;
     /// Stops the session (and the server, for a child).
     fn kill(&self);
+
+    /// The tail of the server's stderr (a child's), for the operator only: never to be
+    /// shown to a caller.
+    fn stderr_tail(&self) -> Option<String> {
+        None
+    }
 
     /// Every tool, following `nextCursor`.
     fn list_tools(&self, timeout: Duration) -> Result<Vec<Value>, UpstreamError> {
@@ -853,6 +893,9 @@ impl McpSession for StdioSession {
     }
     fn kill(&self) {
         StdioSession::kill(self)
+    }
+    fn stderr_tail(&self) -> Option<String> {
+        Some(self.shared.stderr_tail())
     }
 }
 
@@ -965,10 +1008,7 @@ impl HttpSession {
             .map_err(|e| match e {
                 HttpError::Timeout(ms) => UpstreamError::Timeout(ms),
                 HttpError::TooLarge(_) => UpstreamError::TooLarge,
-                other => UpstreamError::Exited {
-                    status: String::new(),
-                    stderr: other.to_string(),
-                },
+                other => UpstreamError::Unreachable(other.to_string()),
             })?;
         if let Some(s) = response.mcp_session_id {
             *self.session.lock().unwrap_or_else(PoisonError::into_inner) = Some(s);
@@ -1028,7 +1068,7 @@ impl McpSession for HttpSession {
             Some(id),
             timeout,
         );
-        if let Err(e @ UpstreamError::Exited { .. }) = &reply {
+        if let Err(e @ UpstreamError::Unreachable(_)) = &reply {
             // Unreachable: restart (a new handshake) after the backoff.
             *self.dead.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.clone());
         }

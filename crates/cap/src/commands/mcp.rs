@@ -38,6 +38,10 @@ pub struct McpServeArgs {
     /// Most MCP sessions open at once.
     #[arg(long, default_value_t = 256)]
     pub max_sessions: usize,
+    /// Most MCP sessions one principal (a token, or the anonymous agent) holds at once
+    /// (default: a quarter of --max-sessions, at least 1).
+    #[arg(long)]
+    pub max_sessions_per_principal: Option<usize>,
     /// HTTP requests without a bearer token act as this agent (loopback listeners only;
     /// for local clients that cannot send a token, such as the conformance suite).
     #[arg(long)]
@@ -101,6 +105,9 @@ pub fn mcp_serve(args: McpServeArgs) -> Result<i32, String> {
         http: HttpLimits {
             guard: args.serving.guard(true),
             max_sessions: args.max_sessions,
+            max_sessions_per_principal: args
+                .max_sessions_per_principal
+                .unwrap_or((args.max_sessions / 4).max(1)),
             ..HttpLimits::default()
         },
     };
@@ -378,12 +385,17 @@ pub struct McpPinsArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum McpPinsCommand {
-    /// Every pinned tool definition, with pending (quarantined) changes.
+    /// Every pinned tool definition, with pending (quarantined) changes: each pending
+    /// definition with the hash to accept it by.
     List,
-    /// Accept the changed definitions of a server's tools (all, or one).
+    /// Accept the pending definition of a tool, by the hash shown with it by `list` (the
+    /// definition reviewed): refused when the pending definition is another one.
     Accept {
         server: String,
-        tool: Option<String>,
+        tool: String,
+        /// The `pending.hash` of the definition reviewed (from `cap mcp-pins list`).
+        #[arg(long)]
+        hash: String,
     },
 }
 
@@ -397,11 +409,10 @@ pub fn mcp_pins(args: McpPinsArgs) -> Result<i32, String> {
     let mut pins = capability_host::upstream::Pins::open(&path).map_err(|e| e.to_string())?;
     match args.command {
         McpPinsCommand::List => print_json(&pins.to_json())?,
-        McpPinsCommand::Accept { server, tool } => {
-            let accepted = pins
-                .accept(&server, tool.as_deref())
-                .map_err(|e| e.to_string())?;
-            print_json(&json!({"server": server, "accepted": accepted}))?;
+        McpPinsCommand::Accept { server, tool, hash } => {
+            pins.accept(&server, &tool, &hash)
+                .map_err(|e| format!("mcp-pins accept: {e}"))?;
+            print_json(&json!({"server": server, "accepted": [tool], "hash": hash}))?;
         }
     }
     Ok(0)

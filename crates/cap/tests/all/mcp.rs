@@ -227,7 +227,7 @@ fn python_client_lists_searches_inspects_and_executes_over_stdio_and_http() {
     assert!(
         events
             .iter()
-            .any(|e| e["action_type"] == "tool_call" && e["tenant_id"] == "acme")
+            .any(|e| e["action_type"] == "mcp_tool_call" && e["tenant_id"] == "acme")
     );
     let verify = cap(&home, &["audit", "verify"]);
     assert_eq!(verify.status.code(), Some(0));
@@ -876,7 +876,15 @@ fn gateway_pins_definitions_and_flags_hidden_characters() {
             .unwrap()
             .contains("id_rsa")
     );
-    let accepted = stdout_json(&cap(&home, &["mcp-pins", "accept", "rug", "fetch"]));
+    // The human accepts the definition reviewed: its hash, as `mcp-pins list` shows it.
+    let reviewed = pins["rug"]["fetch"]["pending"]["hash"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let accepted = stdout_json(&cap(
+        &home,
+        &["mcp-pins", "accept", "rug", "fetch", "--hash", &reviewed],
+    ));
     assert_eq!(accepted["accepted"], json!(["fetch"]));
     let third = run(ops);
     let r = third["results"].as_array().unwrap();

@@ -6,6 +6,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod clients;
+mod execute;
+mod gateway;
 mod http_gate;
+mod http_sessions;
+mod http_slow;
 mod serve;
+mod stdio_refusals;
 mod tools;

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use capability_host::{Host, HostConfig};
-use capability_mcp::{McpServer, ServeOptions};
+use capability_mcp::{GatewayServer, McpServer, ServeOptions};
 
 /// A host over `home`, with the built-in capabilities.
 pub fn host(home: &Path) -> Arc<Host> {
@@ -28,6 +28,31 @@ pub struct Served {
 
 /// Serves `server` over streamable HTTP on a free loopback port.
 pub fn serve_http(server: McpServer) -> Served {
+    spawn_http(move |listener, stopped| async move {
+        let stopped = async {
+            let _ = stopped.await;
+        };
+        server.serve_http(listener, stopped).await
+    })
+}
+
+/// Serves the gateway over streamable HTTP on a free loopback port.
+pub fn serve_gateway(gateway: GatewayServer) -> Served {
+    spawn_http(move |listener, stopped| async move {
+        let stopped = async {
+            let _ = stopped.await;
+        };
+        gateway.serve_http(listener, stopped).await
+    })
+}
+
+/// Runs `serve` on a runtime of its own with a listener on a free loopback port, until the
+/// returned [`Served`] is dropped.
+fn spawn_http<F, Fut>(serve: F) -> Served
+where
+    F: FnOnce(tokio::net::TcpListener, tokio::sync::oneshot::Receiver<()>) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = std::io::Result<()>>,
+{
     let (tx, rx) = std::sync::mpsc::channel();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::spawn(move || {
@@ -39,12 +64,7 @@ pub fn serve_http(server: McpServer) -> Served {
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             tx.send(listener.local_addr().unwrap()).unwrap();
-            server
-                .serve_http(listener, async {
-                    let _ = stopped.await;
-                })
-                .await
-                .unwrap();
+            serve(listener, stopped).await.unwrap();
         });
     });
     let addr = rx.recv().unwrap().to_string();

@@ -51,8 +51,16 @@ fn structured_outputs_are_redacted_or_have_nothing_to_hide() {
     assert_eq!(v, json!({"password": pointer::REDACTED, "user": "ada"}));
     let v = run(json!({"user": "ada", "texts": ["free text"]})).unwrap();
     assert_eq!(v, json!({"user": "ada", "texts": ["free text"]}));
-    assert!(pointer::hidden_in_text(&json!({"a": "x y"}), "/a/b"));
-    assert!(pointer::hidden_in_text(&json!([["a"], "b"]), "/k"));
+    assert_eq!(run(json!("Echo: hello")).unwrap(), json!("Echo: hello"));
+    assert!(pointer::hidden_in_text(&json!({"a": "the B is 7"}), "/a/b"));
+    assert!(pointer::hidden_in_text(&json!([["a"], "k: 1"]), "/k"));
+    assert!(pointer::hidden_in_text(
+        &json!(["{\"pass", "word\": 1}"]),
+        "/password"
+    ));
+    // Text that does not name the member has nothing to redact (an echo of other fields).
+    assert!(!pointer::hidden_in_text(&json!("Echo: hello"), "/password"));
+    assert!(!pointer::hidden_in_text(&json!({"a": "x y"}), "/a/b"));
     assert!(!pointer::hidden_in_text(&json!({"a": "x"}), "/a"));
     assert!(!pointer::hidden_in_text(
         &json!({"a": [{"b": 1}]}),
