@@ -628,6 +628,12 @@ fn redacted_forms(secrets: &[String]) -> Vec<String> {
     forms
 }
 
+/// Masks every credential of `secrets` in `text`, in every form a server can echo it in
+/// (see `secret_forms`): the one redactor of credentials.
+pub fn mask_secrets(text: &str, secrets: &[String]) -> String {
+    scrub_text(text, &redacted_forms(secrets))
+}
+
 /// Masks every form in `forms` (from [`redacted_forms`]).
 fn scrub_text(s: &str, forms: &[String]) -> String {
     let mut out = s.to_string();

@@ -75,7 +75,9 @@ pub fn parse(pointer: &str) -> Result<Vec<String>, PointerError> {
 /// an array of strings) met while segments remain, holding the name of the pointer's last
 /// member (`"password: hunter2"` for `/password`, or `{"password": "hun` and `ter2"}` split
 /// across two text blocks). What is there cannot be redacted, so it must not be delivered.
-/// An object that lacks the member, or text that does not name it, holds nothing to redact.
+/// Text that does not name it holds nothing to redact; neither does an object that lacks the
+/// member and whose texts do not name it (one whose texts do, such as an MCP result with an
+/// embedded resource, is treated as text).
 pub fn hidden_in_text(value: &Value, pointer: &str) -> bool {
     let Ok(segments) = parse(pointer) else {
         return false;
@@ -95,6 +97,16 @@ fn names(text: &str, name: &str) -> bool {
     text.to_lowercase().contains(name)
 }
 
+/// Whether any string in `value` (at any depth, keys aside) names `name`.
+fn any_text_names(value: &Value, name: &str) -> bool {
+    match value {
+        Value::String(s) => names(s, name),
+        Value::Array(items) => items.iter().any(|v| any_text_names(v, name)),
+        Value::Object(map) => map.values().any(|v| any_text_names(v, name)),
+        _ => false,
+    }
+}
+
 fn text_at(value: &Value, segments: &[String], name: &str) -> bool {
     let Some((first, rest)) = segments.split_first() else {
         return false;
@@ -102,9 +114,12 @@ fn text_at(value: &Value, segments: &[String], name: &str) -> bool {
     match value {
         Value::String(s) => names(s, name),
         Value::Object(map) if first == "*" => map.values().any(|v| text_at(v, rest, name)),
-        Value::Object(map) => map
-            .get(first.as_str())
-            .is_some_and(|v| text_at(v, rest, name)),
+        Value::Object(map) => match map.get(first.as_str()) {
+            Some(v) => text_at(v, rest, name),
+            // Not where the pointer says: text elsewhere in it (an MCP result's embedded
+            // resource, a message) may still hold it.
+            None => any_text_names(value, name),
+        },
         Value::Array(items) if first == "*" => items.iter().any(|v| text_at(v, rest, name)),
         Value::Array(items) => match first.parse::<usize>() {
             Ok(i) => items.get(i).is_some_and(|v| text_at(v, rest, name)),

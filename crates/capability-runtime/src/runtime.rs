@@ -708,7 +708,10 @@ impl CapabilityRuntime {
             req = req.approval_token(token.clone());
         }
         let intercepted = governor.intercept_with(req, |exec| {
-            let ran = self.run_governed(governor, capability, &plan, options, exec)?;
+            let mut ran = self.run_governed(governor, capability, &plan, options, exec)?;
+            if let Err(failure) = &mut ran.run.outcome {
+                withhold_named_in_error(governor, exec.action, &mut failure.error);
+            }
             let notes = match &ran.run.outcome {
                 Ok((executed, _)) => &executed.notes,
                 Err(failure) => &failure.notes,
@@ -1099,6 +1102,41 @@ fn withheld_failure(error: HookError, outcome: RunResult) -> ExecutionFailure {
     match outcome {
         Ok((executed, _)) => ExecutionFailure::after(error, executed),
         Err(failure) => ExecutionFailure { error, ..failure },
+    }
+}
+
+/// An execution's error reaches the agent, the receipt and the audit log as it is, and no
+/// redaction applies to it (an MCP tool's `isError` text, a guest's message): when its text
+/// names a member an after-stage `redact` points at, the text is withheld instead.
+fn withhold_named_in_error(
+    governor: &Governor,
+    action: &capability_policy::AgentAction,
+    error: &mut HookError,
+) {
+    let text = Value::String(error.message().to_string());
+    let Ok(verdict) = governor.evaluate_action(
+        action,
+        capability_policy::Stage::AfterCapability,
+        Some(text.clone()),
+    ) else {
+        return;
+    };
+    let Some(pointer) = verdict
+        .obligations
+        .redact
+        .iter()
+        .find(|p| capability_policy::pointer::hidden_in_text(&text, p))
+    else {
+        return;
+    };
+    let withheld =
+        format!("the error text is withheld: it names `{pointer}`, which a policy redacts");
+    match error {
+        HookError::Capability(c) => {
+            c.message = withheld;
+            c.details = None;
+        }
+        HookError::Other { message, .. } => *message = withheld,
     }
 }
 

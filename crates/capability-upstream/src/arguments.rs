@@ -225,4 +225,56 @@ mod tests {
         assert!(none.check("t", &json!({})).is_ok());
         assert!(none.check("t", &json!("x")).is_err());
     }
+
+    /// Values with `__proto__` members planted at random depths: the detector finds every
+    /// one (and the canonical form, which drops them, differs exactly when it does), so
+    /// nothing approved under the canonical form is forwarded with more (issue 30, item 2).
+    mod fuzz {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn value() -> impl Strategy<Value = Value> {
+            let leaf = prop_oneof![
+                Just(json!(null)),
+                any::<i64>().prop_map(|i| json!(i)),
+                "[a-z_]{0,8}".prop_map(|s| json!(s)),
+            ];
+            leaf.prop_recursive(5, 40, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                    prop::collection::btree_map(
+                        prop_oneof![Just("__proto__".to_string()), "[a-z_]{1,8}"],
+                        inner,
+                        0..4
+                    )
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        fn has_proto(v: &Value) -> bool {
+            match v {
+                Value::Object(m) => m.contains_key("__proto__") || m.values().any(has_proto),
+                Value::Array(items) => items.iter().any(has_proto),
+                _ => false,
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+            #[test]
+            fn every_proto_member_is_found(v in value()) {
+                prop_assert_eq!(proto_member(&v).is_some(), has_proto(&v), "{}", v);
+                prop_assert_eq!(check_no_proto(&v).is_ok(), !has_proto(&v));
+                if !has_proto(&v) {
+                    // What is hashed and approved is then byte for byte what is forwarded.
+                    prop_assert_eq!(
+                        capability_core::json::canonical_string(&v),
+                        capability_core::json::canonical_string(&serde_json::from_str::<Value>(&v.to_string()).unwrap())
+                    );
+                }
+            }
+        }
+    }
 }

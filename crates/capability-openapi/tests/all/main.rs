@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod credential_echo;
+mod fuzz;
 mod http_executor;
 mod import;
 mod request_target;

@@ -202,3 +202,32 @@ mod numbers {
         }
     }
 }
+
+/// The redactor (issue 30, item 5): a text that names the member a pointer redacts, in
+/// whatever surroundings or split across text blocks, is never taken for harmless text.
+mod redaction {
+    use capability_policy::pointer::hidden_in_text;
+    use capability_test_support::fuzz::config;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    proptest! {
+        #![proptest_config(config(256, 0x0dec_0005))]
+
+        #[test]
+        fn text_that_names_the_member_is_never_delivered_past_a_redaction(
+            name in "[a-z]{3,10}", before in "\\PC{0,20}", after in "\\PC{0,20}", cut in 0usize..30,
+        ) {
+            let pointer = format!("/{name}");
+            let text = format!("{before}{}{after}", name.to_uppercase());
+            prop_assert!(hidden_in_text(&json!(text), &pointer));
+            // Split across two text blocks at any point.
+            let at = text.char_indices().map(|(i, _)| i).nth(cut.min(text.chars().count())).unwrap_or(text.len());
+            let (a, b) = text.split_at(at);
+            prop_assert!(hidden_in_text(&json!([a, b]), &pointer));
+            // Inside an MCP result without structured content.
+            let result = json!({"content": [{"type": "resource", "resource": {"text": text}}]});
+            prop_assert!(hidden_in_text(&result, &pointer));
+        }
+    }
+}

@@ -61,6 +61,11 @@ fn structured_outputs_are_redacted_or_have_nothing_to_hide() {
     // Text that does not name the member has nothing to redact (an echo of other fields).
     assert!(!pointer::hidden_in_text(&json!("Echo: hello"), "/password"));
     assert!(!pointer::hidden_in_text(&json!({"a": "x y"}), "/a/b"));
+    // An MCP result without structured content: the resource's text names it.
+    let embedded = json!({"content": [{"type": "resource",
+        "resource": {"uri": "file:///x", "text": "password = hunter2"}}]});
+    assert!(pointer::hidden_in_text(&embedded, "/password"));
+    assert!(!pointer::hidden_in_text(&embedded, "/token"));
     assert!(!pointer::hidden_in_text(&json!({"a": "x"}), "/a"));
     assert!(!pointer::hidden_in_text(
         &json!({"a": [{"b": 1}]}),

@@ -507,3 +507,64 @@ fn a_governance_failure_after_the_capability_ran_keeps_its_receipt() {
         assert_eq!(receipts[0].status, expected);
     }
 }
+
+/// An execution's error text is not delivered past a redaction (issue 30, item 5): when it
+/// names what an after-stage `redact` hides, the agent, the receipt and the audit log get a
+/// withheld text instead.
+#[test]
+fn an_error_text_naming_a_redacted_member_is_withheld() {
+    let w = world(vec![
+        Policy::after("vault/*", |_| Decision::redact(["/password"])).with_id("hide"),
+    ]);
+    for (id, message) in [
+        ("vault/leaky", "upstream said: password=hunter2-secret"),
+        ("vault/plain", "the vault is sealed"),
+    ] {
+        let cap = Capability::builder(json!({
+            "specVersion": "0.1", "id": id, "version": "1.0.0", "name": "Vault",
+            "description": "Reads a secret.", "effects": []
+        }))
+        .execute_json(move |_, _| Err(capability_runtime::HookError::msg(message)))
+        .build()
+        .unwrap();
+        w.runtime.register(cap).unwrap();
+    }
+    let err = w
+        .runtime
+        .invoke("vault/leaky", json!({}), &ExecuteOptions::default())
+        .unwrap_err();
+    let receipt = w
+        .runtime
+        .get_receipt(err.receipt_id.as_deref().unwrap())
+        .unwrap()
+        .unwrap();
+    let everything = format!(
+        "{err:?} {} {}",
+        serde_json::to_string(receipt.as_ref()).unwrap(),
+        serde_json::to_string(
+            &w.store
+                .tail(None, 100)
+                .unwrap()
+                .iter()
+                .map(|r| &r.event)
+                .collect::<Vec<_>>()
+        )
+        .unwrap()
+    );
+    assert!(!everything.contains("hunter2"), "{everything}");
+    assert!(receipt.error.as_ref().unwrap().message.contains("withheld"));
+    // A text that does not name it is kept.
+    let err = w
+        .runtime
+        .invoke("vault/plain", json!({}), &ExecuteOptions::default())
+        .unwrap_err();
+    let receipt = w
+        .runtime
+        .get_receipt(err.receipt_id.as_deref().unwrap())
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        receipt.error.as_ref().unwrap().message,
+        "the vault is sealed"
+    );
+}
