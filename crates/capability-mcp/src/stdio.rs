@@ -532,34 +532,8 @@ mod tests {
     /// rmcp and is answered too; the end of the input ends the service.
     #[test]
     fn the_lane_answers_as_rmcp_does() {
-        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
-        let home = tempfile::tempdir().unwrap();
-        let host = capability_host::Host::open(capability_host::HostConfig {
-            home: Some(home.path().to_path_buf()),
-            storage: capability_host::Storage::Memory,
-            ..Default::default()
-        })
-        .unwrap();
-        let options = crate::ServeOptions {
-            expose: vec!["text/slugify".into()],
-            ..Default::default()
-        };
-        let server = crate::McpServer::new(Arc::new(host), options);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
-            let (mut client, server_io) = tokio::io::duplex(1 << 20);
-            let (input, output) = tokio::io::split(server_io);
-            let handler = crate::handler::Handler {
-                surface: server,
-                transport: crate::handler::Transport::Stdio,
-            };
-            let serving = tokio::spawn(serve(handler, input, output));
-            let (read, mut write) = tokio::io::split(&mut client);
-            let mut lines = tokio::io::BufReader::new(read).lines();
+        use tokio::io::AsyncWriteExt;
+        with_served(async |write, lines| {
             let mut ask = async |msg: Value| -> Option<Value> {
                 let mut line = serde_json::to_vec(&msg).unwrap();
                 line.push(b'\n');
@@ -611,10 +585,6 @@ mod tests {
                 Some(long.len())
             );
             assert_eq!(taken(), 1);
-            drop(write);
-            drop(lines);
-            drop(client);
-            serving.await.unwrap().unwrap();
         });
     }
 
