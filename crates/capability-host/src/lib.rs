@@ -711,6 +711,12 @@ impl Host {
                 return Err(self.refuse(request, message, "quarantined"));
             }
         }
+        // What is hashed, approved and receipted is the canonical form, which leaves
+        // `__proto__` members out: an input that carries one would run with more than was
+        // approved. Refused on every surface (the MCP ones refuse it before this too).
+        if let Err(e) = capability_upstream::check_no_proto(&request.input) {
+            return Err(Outcome::Failed(e));
+        }
         if let Err(e) = self.check_trust(&request.capability) {
             return Err(Outcome::Failed(e));
         }

@@ -277,3 +277,31 @@ fn a_new_home_opened_by_many_at_once_ends_with_one_key() {
         r.unwrap();
     }
 }
+
+/// An input with a `__proto__` member is refused on every surface, not only MCP's (issue 30,
+/// item 2): the canonical form that is approved and receipted leaves it out, so what ran
+/// would be more than what was approved; a resume that adds one is refused too.
+#[test]
+fn an_input_with_a_proto_member_is_refused_before_anything_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let host = crate::host_with(dir.path(), None);
+    for input in [
+        json!({"text": "a", "__proto__": {"text": "b"}}),
+        json!({"text": "a", "options": {"__proto__": {"separator": "_"}}}),
+    ] {
+        match host.invoke(&Request::new("text/slugify", input.clone())) {
+            Outcome::Failed(e) => {
+                assert_eq!(e.code, capability_core::ErrorCode::InvalidInput, "{e:?}");
+                assert!(e.message.contains("__proto__"), "{e:?}");
+                assert!(e.receipt_id.is_none(), "nothing ran: {e:?}");
+            }
+            other => panic!("{input}: {other:?}"),
+        }
+    }
+    let mut retry = Request::new("text/slugify", json!({"text": "a", "__proto__": 1}));
+    retry.caller.actor.agent_id = Some("bot".into());
+    assert!(matches!(
+        host.resume(&retry, "capapr1.anything"),
+        Outcome::Failed(e) if e.code == capability_core::ErrorCode::InvalidInput
+    ));
+}
