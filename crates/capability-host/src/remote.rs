@@ -720,6 +720,10 @@ impl Host {
             open,
             owner: Some(owner.clone()),
         };
+        // The approval binds the canonical form, which leaves `__proto__` out.
+        if let Err(e) = capability_upstream::check_no_proto(&request.input) {
+            return Err(InvalidRequest::new(e.message).into());
+        }
         let capability = self.action_capability(request.capability)?;
         let mut req = InterceptRequest::new(capability, request.action_type, request.input)
             .actor(principal.actor())

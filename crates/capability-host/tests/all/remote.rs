@@ -175,6 +175,12 @@ fn open_actions_belong_to_their_principal_and_expire_as_abandoned() {
             .risk(capability_policy::RiskLevel::Critical),
     ));
     assert_eq!(host.decide_action(&a, redefined).unwrap_err().status(), 400);
+    // An input the canonical form would not show whole is refused.
+    let mut proto = call(0.0);
+    proto.input = serde_json::json!({"prompt": "p", "__proto__": {"prompt": "q"}});
+    let e = host.decide_action(&a, proto).unwrap_err();
+    assert_eq!(e.status(), 400);
+    assert!(e.to_string().contains("__proto__"), "{e}");
 }
 
 #[test]
