@@ -113,6 +113,11 @@ impl SandboxPool {
         grants: &Grants,
         limits: &Limits<ProcessLimits>,
     ) -> Option<Session> {
+        // An installed package that is no longer what was installed is not run from a spare
+        // either: without one, the run starts its own sandbox, which refuses it by name.
+        if capability_exec::installed::check_installed(&spec.package_root).is_err() {
+            return None;
+        }
         let key = Key::of(spec, grants, limits);
         let now = stamp(spec);
         let (claimed, stale) = {

@@ -189,3 +189,46 @@ fn installed_packages_do_not_run_from_a_store_that_is_a_link() {
         assert_eq!(e.receipt_id, None, "{which}: refused before it ran");
     }
 }
+
+/// A pre-started spare is not a way round the check: a package that changed after install
+/// (here, a file beside the module, which the spare's stamp does not cover) is refused on a
+/// host that keeps spares too.
+#[test]
+fn a_pooled_run_of_a_changed_package_is_refused_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_registry, options) = published();
+    let host = capability_host::Host::open(capability_host::HostConfig {
+        home: Some(dir.path().join("home")),
+        sandbox_pool: 1,
+        ..capability_host::HostConfig::default()
+    })
+    .unwrap();
+    let acquired = host
+        .acquire("fixture/add", &options, &TrustPolicy::default())
+        .unwrap()
+        .expect("an index is configured");
+    let request = Request::new("fixture/add", json!({"a": 2, "b": 3}));
+    assert!(matches!(host.invoke(&request), Outcome::Completed(_)));
+    // A spare for it is started (the run above left one too); give it time to be up, so
+    // that the next run would take it.
+    assert!(host.prewarm_pool() > 0);
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let extra = acquired.installation.store.join("planted.mjs");
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir_mode = std::fs::metadata(&acquired.installation.store)
+        .unwrap()
+        .permissions();
+    std::fs::set_permissions(
+        &acquired.installation.store,
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .unwrap();
+    std::fs::write(&extra, "export default 1;\n").unwrap();
+    std::fs::set_permissions(&acquired.installation.store, dir_mode).unwrap();
+    let outcome = host.invoke(&request);
+    let Outcome::Failed(e) = &outcome else {
+        panic!("{outcome:?}")
+    };
+    assert!(e.message.contains("planted.mjs"), "{e:?}");
+    assert_eq!(e.receipt_id, None);
+}
