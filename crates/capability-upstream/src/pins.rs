@@ -26,10 +26,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use capability_core::json::{
-    MAX_DEPTH, as_f64, canonical_hash, compare_keys, depth, format_number, parse_record,
-    sha256_hex, write_json_string,
-};
+use capability_core::json::{MAX_DEPTH, canonical_hash, depth, parse_record, sha256_hex};
 use serde_json::{Map, Value, json};
 
 use capability_sandbox::stamp::FileStamp;
@@ -55,42 +52,8 @@ pub fn hidden_characters(text: &str) -> Vec<String> {
 /// included) is left out.
 pub fn definition_hash(tool: &Value) -> String {
     let mut out = String::with_capacity(512);
-    write_whole(&mut out, tool);
+    capability_core::json::write_canonical_whole(&mut out, tool);
     sha256_hex(out.as_bytes())
-}
-
-/// The canonical form of `v`, keeping every member.
-fn write_whole(out: &mut String, v: &Value) {
-    match v {
-        Value::Null => out.push_str("null"),
-        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Value::Number(n) => format_number(as_f64(n), out),
-        Value::String(s) => write_json_string(out, s),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_whole(out, item);
-            }
-            out.push(']');
-        }
-        Value::Object(map) => {
-            let mut members: Vec<(&String, &Value)> = map.iter().collect();
-            members.sort_unstable_by(|a, b| compare_keys(a.0.as_bytes(), b.0.as_bytes()));
-            out.push('{');
-            for (i, (k, item)) in members.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_json_string(out, k);
-                out.push(':');
-                write_whole(out, item);
-            }
-            out.push('}');
-        }
-    }
 }
 
 /// The hash of pins of the first form (no `hashVersion`): the canonical hash of `{name,

@@ -21,7 +21,7 @@ pub(crate) use write::with_scratch;
 pub use write::{
     canonical_hash, canonical_node_string, canonical_string, compare_keys, compare_utf16,
     format_number, is_array_index, sha256_hex, to_js_string, to_pretty_string, write_canonical,
-    write_json_string,
+    write_canonical_whole, write_json_string,
 };
 
 use serde_json::{Map, Number, Value};

@@ -227,6 +227,17 @@ fn write_js_str(out: &mut String, s: &JsString) {
 
 /// Appends the canonical JSON of `v` to `out`.
 pub fn write_canonical(out: &mut String, v: &Value) {
+    write_value(out, v, false);
+}
+
+/// [`write_canonical`] keeping `__proto__` members, which the canonical form (as
+/// JavaScript) leaves out: for a hash that must cover every member of a document (a pinned
+/// tool definition).
+pub fn write_canonical_whole(out: &mut String, v: &Value) {
+    write_value(out, v, true);
+}
+
+fn write_value(out: &mut String, v: &Value, keep_proto: bool) {
     match v {
         Value::Null => out.push_str("null"),
         Value::Bool(true) => out.push_str("true"),
@@ -239,21 +250,22 @@ pub fn write_canonical(out: &mut String, v: &Value) {
                 if i > 0 {
                     out.push(',');
                 }
-                write_canonical(out, item);
+                write_value(out, item, keep_proto);
             }
             out.push(']');
         }
-        Value::Object(map) => write_canonical_object(out, map),
+        Value::Object(map) => write_canonical_object(out, map, keep_proto),
     }
 }
 
-fn write_canonical_object(out: &mut String, map: &Map<String, Value>) {
+fn write_canonical_object(out: &mut String, map: &Map<String, Value>, keep_proto: bool) {
+    let kept = |k: &&String| keep_proto || k.as_str() != "__proto__";
     // Small objects (the common case) are sorted on the stack.
     const SMALL: usize = 16;
     if map.len() <= SMALL {
         let mut members: [Option<(&String, &Value)>; SMALL] = [None; SMALL];
         let mut n = 0;
-        for (k, v) in map.iter().filter(|(k, _)| k.as_str() != "__proto__") {
+        for (k, v) in map.iter().filter(|(k, _)| kept(k)) {
             // Insertion sort: keys are few and often already in order.
             let mut at = n;
             while at > 0
@@ -267,18 +279,19 @@ fn write_canonical_object(out: &mut String, map: &Map<String, Value>) {
             members[at] = Some((k, v));
             n += 1;
         }
-        write_members(out, members[..n].iter().flatten().copied());
+        write_members(out, members[..n].iter().flatten().copied(), keep_proto);
         return;
     }
-    let mut members: Vec<(&String, &Value)> = map
-        .iter()
-        .filter(|(k, _)| k.as_str() != "__proto__")
-        .collect();
+    let mut members: Vec<(&String, &Value)> = map.iter().filter(|(k, _)| kept(k)).collect();
     members.sort_unstable_by(|a, b| compare_keys(a.0.as_bytes(), b.0.as_bytes()));
-    write_members(out, members.into_iter());
+    write_members(out, members.into_iter(), keep_proto);
 }
 
-fn write_members<'a>(out: &mut String, members: impl Iterator<Item = (&'a String, &'a Value)>) {
+fn write_members<'a>(
+    out: &mut String,
+    members: impl Iterator<Item = (&'a String, &'a Value)>,
+    keep_proto: bool,
+) {
     out.push('{');
     for (i, (k, v)) in members.enumerate() {
         if i > 0 {
@@ -286,7 +299,7 @@ fn write_members<'a>(out: &mut String, members: impl Iterator<Item = (&'a String
         }
         write_json_string(out, k);
         out.push(':');
-        write_canonical(out, v);
+        write_value(out, v, keep_proto);
     }
     out.push('}');
 }
