@@ -88,8 +88,13 @@ impl Throttle {
     /// How long to wait before this attempt may be made, or `None` if it may be now.
     pub(crate) fn check(&self, attempt: &Attempt<'_>, from: Option<IpAddr>) -> Option<Duration> {
         let now = Instant::now();
-        let mut map = self.lock();
-        map.retain(|_, f| now.duration_since(f.first) < WINDOW);
+        let map = self.lock();
+        // Failures older than the window are gone (removed when failures are counted, so
+        // that an authentication that succeeds never walks the table).
+        let current = |key: &Key| {
+            map.get(key)
+                .filter(|f| now.duration_since(f.first) < WINDOW)
+        };
         let mut until: Option<Instant> = None;
         let mut later = |t: Option<Instant>| {
             if let Some(t) = t.filter(|t| *t > now) {
@@ -97,16 +102,12 @@ impl Throttle {
             }
         };
         if let Some(a) = from {
-            later(
-                map.get(&Key::Address(a))
-                    .and_then(|f| f.locked_until(FREE_PER_ADDRESS)),
-            );
+            later(current(&Key::Address(a)).and_then(|f| f.locked_until(FREE_PER_ADDRESS)));
         }
         if let Attempt::Login(name) = attempt {
-            let alarmed = map
-                .get(&Key::Login(name.to_string()))
-                .is_some_and(|f| f.count >= LOGIN_ALARM);
-            let pair = map.get(&Key::Pair(name.to_string(), from));
+            let alarmed =
+                current(&Key::Login(name.to_string())).is_some_and(|f| f.count >= LOGIN_ALARM);
+            let pair = current(&Key::Pair(name.to_string(), from));
             later(match pair {
                 // Under a spread guess, an address that failed for it waits the longest.
                 Some(f) if alarmed => Some(f.last + MAX_LOCK),
@@ -121,6 +122,7 @@ impl Throttle {
     pub(crate) fn failed(&self, attempt: &Attempt<'_>, from: Option<IpAddr>) {
         let now = Instant::now();
         let mut map = self.lock();
+        map.retain(|_, f| now.duration_since(f.first) < WINDOW);
         let mut bump = |key: Key| {
             let f = map.entry(key).or_insert_with(|| Failures::new(now));
             f.count = f.count.saturating_add(1);
