@@ -713,7 +713,7 @@ impl Host {
         }
         // What is hashed, approved and receipted is the canonical form, which leaves
         // `__proto__` members out: an input that carries one would run with more than was
-        // approved. Refused on every surface (the MCP ones refuse it before this too).
+        // approved. Refused here for every surface (and by `Host::plan`).
         if let Err(e) = capability_upstream::check_no_proto(&request.input) {
             return Err(Outcome::Failed(e));
         }
@@ -781,6 +781,7 @@ impl Host {
 
     /// Plans a call (the plan hook of a module runs behind the executor with no effect).
     pub fn plan(&self, id: &str, input: Value) -> Result<Plan, CapabilityError> {
+        capability_upstream::check_no_proto(&input)?;
         self.runtime.plan(id, input)
     }
 

@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capability_core::json::to_js_string;
-use capability_host::upstream::{UpstreamTool, proto_member_of, refuse_proto};
+use capability_host::upstream::UpstreamTool;
 use capability_host::{ActionType, Actor, Caller, Host, Outcome, Request, approval_document};
 use serde_json::{Map, Value, json};
 
@@ -118,11 +118,6 @@ impl Gateway {
             Value::Object(m) => m,
             _ => Map::new(),
         };
-        if let Some(path) = proto_member_of(&arguments) {
-            let mut meta = Map::new();
-            meta.insert("definitionHash".into(), json!(tool.hash));
-            return failure_result(&refuse_proto(&path), &tool.capability, meta);
-        }
         let token = take_approval_token(&mut arguments, meta, tool.declares("approvalToken"));
         let mut request = Request::new(tool.capability.clone(), Value::Object(arguments));
         request.caller = Caller {

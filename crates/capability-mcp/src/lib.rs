@@ -84,7 +84,6 @@ use std::sync::{Arc, PoisonError, RwLock};
 use capability_core::json::to_js_string;
 use capability_core::mcp::{mcp_tool_name, to_mcp_tool};
 use capability_core::{CapabilityError, ErrorCode};
-use capability_host::upstream::{proto_member_of, refuse_proto};
 use capability_host::{
     ActionType, Actor, Caller, Host, Outcome, Request, approval_document, error_document,
 };
@@ -417,9 +416,6 @@ impl McpServer {
                 );
             }
         };
-        if let Some(path) = proto_member_of(&arguments) {
-            return failure_result(&refuse_proto(&path), &id, Map::new());
-        }
         let host = self.host();
         // `approvalToken` and `approved` are the call's, not the capability's input, unless
         // its input schema declares them.

@@ -107,7 +107,6 @@ impl Executor for ToolExecutor {
         _cancel: &CancelToken,
     ) -> HookResult<Option<PlanDetails>> {
         let tool = self.tool(capability)?;
-        crate::arguments::check_no_proto(input)?;
         tool.input
             .check(&format!("{}/{}", tool.server, tool.tool), input)?;
         Ok(Some(PlanDetails {
