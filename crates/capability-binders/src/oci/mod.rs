@@ -1,0 +1,1 @@
+//! `capability/oci-command`: an OCI image bound by its manifest digest.

@@ -1,0 +1,3 @@
+//! TODO: being written
+#[derive(Debug)]
+pub struct Index;

@@ -1,0 +1,1 @@
+//! `capability/wasm-module`: a WASM module pinned by sha256.
