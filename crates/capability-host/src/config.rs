@@ -101,6 +101,9 @@ pub struct HostConfig {
     /// Where signed checkpoints of the audit log are kept, outside the home
     /// ([`crate::witness`]); `None`: the log is not anchored (`cap doctor` warns).
     pub audit_witness: Option<crate::witness::Witness>,
+    /// The metabolic binders ([`crate::binders`]): each registered binder is a governed
+    /// capability of kind `sandbox`; `None`: bindings cannot be run here.
+    pub binders: Option<Arc<capability_core::binder::MetabolicBinderRegistry>>,
 }
 
 impl Default for HostConfig {
@@ -129,6 +132,7 @@ impl Default for HostConfig {
             action_timeout: crate::remote::DEFAULT_RESULT_TIMEOUT,
             max_open_actions_per_principal: crate::remote::DEFAULT_MAX_OPEN_PER_PRINCIPAL,
             audit_witness: None,
+            binders: None,
         }
     }
 }

@@ -137,6 +137,7 @@ pub mod acquisition;
 pub mod actions;
 pub mod approvals;
 pub mod audit;
+pub mod binders;
 pub mod budgets;
 mod config;
 pub mod error;
@@ -205,6 +206,7 @@ pub use capability_upstream as upstream;
 pub use acquisition::Acquired;
 pub use approvals::{ApprovalList, approval_document, approval_json};
 pub use audit::{AuditFilter, AuditPage, ExportFormat};
+pub use binders::{BindingExecuted, BindingOutcome, BindingRun};
 pub use budgets::BudgetConfig;
 pub use capability_exec::ExecutorChoice;
 pub use config::{DEFAULT_AGENT, HostConfig, Request, Storage, TenantPolicies, policy_files};
@@ -305,6 +307,10 @@ pub struct Host {
     recovery_warnings: Vec<String>,
     /// The witness that keeps checkpoints of the audit log, when one is named.
     anchor: Option<Arc<witness::Anchor>>,
+    /// The metabolic binders software is bound with ([`binders`](mod@binders)).
+    binders: Option<Arc<capability_core::binder::MetabolicBinderRegistry>>,
+    /// Execution receipts of bindings.
+    metabolic: binders::MetabolicStore,
 }
 
 impl std::fmt::Debug for Host {
@@ -423,6 +429,7 @@ impl Host {
             }
             None => None,
         };
+        let metabolic = binders::MetabolicStore::new(stores.database.clone());
         let host = Host {
             runtime,
             receipts: stores.receipts,
@@ -458,12 +465,15 @@ impl Host {
             throttle: throttle::Throttle::default(),
             recovery_warnings,
             anchor,
+            binders: config.binders.clone(),
+            metabolic,
             home,
         };
         host.register_sources(&config.sources)?;
         for capability in &config.governed {
             host.declare(capability.clone())?;
         }
+        host.declare_binders()?;
         host.sync_upstreams(true);
         Ok(host)
     }

@@ -9,6 +9,7 @@ mod acquire;
 mod actions;
 mod approval_events;
 mod audit_scope;
+mod binders;
 mod guard;
 mod invoke;
 mod limits;
