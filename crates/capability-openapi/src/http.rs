@@ -26,6 +26,8 @@
 //! * **Redirects** are followed (up to `max_redirects`) only to the same origin; a redirect
 //!   elsewhere is not followed and fails the call.
 //!   A redirect from `https://` to `http://` is refused outright.
+//!   With `max_redirects` 0 none is followed: the 3xx response is returned with its
+//!   `Location` (an OCI registry's blob redirect to a CDN, which the caller checks itself).
 //! * **Retries** happen only for idempotent methods (GET, HEAD, PUT, DELETE, OPTIONS,
 //!   TRACE), on connection failures and 502/503/504, with a short backoff (never on a TLS
 //!   or certificate failure).
@@ -58,6 +60,8 @@ pub struct HttpConfig {
     pub timeout: Duration,
     pub connect_timeout: Duration,
     pub max_response_bytes: usize,
+    /// Redirects followed (same origin only). 0: none is followed, a 3xx response is
+    /// returned as it is ([`Incoming::location`] says where) for the caller to judge.
     pub max_redirects: u32,
     /// Extra attempts for idempotent methods.
     pub retries: u32,
@@ -157,6 +161,12 @@ pub struct Incoming {
     pub mcp_session_id: Option<String>,
     /// The `ETag` response header (for a later `If-None-Match`).
     pub etag: Option<String>,
+    /// The `Location` response header (a redirect the client did not follow).
+    pub location: Option<String>,
+    /// The `WWW-Authenticate` response header (a 401's challenge).
+    pub www_authenticate: Option<String>,
+    /// The `Docker-Content-Digest` response header (an OCI registry's digest of the body).
+    pub docker_content_digest: Option<String>,
 }
 
 /// Called as a response body arrives, on the client's own thread: the bytes received so far
@@ -472,8 +482,9 @@ async fn send_following(
     let mut redirects = 0;
     loop {
         let (status, location, response) = send_once(inner, allowed, &request, progress).await?;
-        let Some(location) = location.filter(|_| matches!(status, 301 | 302 | 303 | 307 | 308))
-        else {
+        let Some(location) = location.filter(|_| {
+            matches!(status, 301 | 302 | 303 | 307 | 308) && inner.config.max_redirects > 0
+        }) else {
             let mut r = response;
             r.redirects = redirects;
             return Ok(r);
@@ -694,6 +705,10 @@ async fn send_once(
     let location = header(hyper::header::LOCATION);
     let mcp_session_id = header(hyper::header::HeaderName::from_static("mcp-session-id"));
     let etag = header(hyper::header::ETAG);
+    let www_authenticate = header(hyper::header::WWW_AUTHENTICATE);
+    let docker_content_digest = header(hyper::header::HeaderName::from_static(
+        "docker-content-digest",
+    ));
     let limit = config.max_response_bytes;
     let length = header(hyper::header::CONTENT_LENGTH).and_then(|l| l.parse::<u64>().ok());
     if let Some(len) = length
@@ -722,7 +737,7 @@ async fn send_once(
     inner.keep_idle(origin, address, sender);
     Ok((
         status,
-        location,
+        location.clone(),
         Incoming {
             status,
             content_type,
@@ -732,6 +747,9 @@ async fn send_once(
             address,
             mcp_session_id,
             etag,
+            location,
+            www_authenticate,
+            docker_content_digest,
         },
     ))
 }
