@@ -34,8 +34,9 @@ pub enum Command {
     Validate(commands::core::ValidateArgs),
     /// Canonical JSON and SHA-256 of a JSON text, byte-identical to the reference.
     Hash(commands::core::HashArgs),
-    /// Run the offline protocol conformance suite; exits 1 on any failed check.
-    Conformance,
+    /// Run the offline protocol conformance suite (or, with --binders, the binder conformance
+    /// suite against the binders given an artifact); exits 1 on any failed check.
+    Conformance(commands::binders::BinderConformanceArgs),
     /// Inspect a package's capability declaration without importing any code.
     Package(commands::core::PackageArgs),
     /// Write a public index from package.json files.
@@ -113,16 +114,20 @@ pub enum Command {
     Solve(Pending),
     #[command(hide = true)]
     Metabolize(Pending),
-    #[command(hide = true)]
-    PypiInspect(Pending),
-    #[command(hide = true)]
-    PypiMine(Pending),
-    #[command(hide = true)]
-    PypiForge(Pending),
-    #[command(hide = true)]
-    OciInspect(Pending),
-    #[command(hide = true)]
-    OciRun(Pending),
+    /// A PyPI release and the exact wheel bound for it (nothing installed or run).
+    PypiInspect(commands::binders::PypiInspectArgs),
+    /// The candidates of a wheel (console scripts, public functions), read without importing
+    /// it: Python's ast inside the process sandbox.
+    PypiMine(commands::binders::PypiMineArgs),
+    /// Bind a wheel's function as a capability; with --execute and --approve, run it once in
+    /// the process sandbox under the host's policies.
+    PypiForge(commands::binders::PypiForgeArgs),
+    /// Resolve an OCI image to its manifest digest through the registry's HTTP API.
+    OciInspect(commands::binders::OciInspectArgs),
+    /// Run an OCI image by digest, hardened, under the host's policies (needs --approve).
+    OciRun(commands::binders::OciRunArgs),
+    /// Bind a WASM module by its sha256 (file or URL) and run it on the WASM engine.
+    WasmRun(commands::binders::WasmRunArgs),
     #[command(hide = true)]
     ComposeIntent(Pending),
     #[command(hide = true)]
@@ -147,7 +152,8 @@ fn run(cli: Cli) -> Result<i32, String> {
     match cli.command {
         C::Validate(a) => commands::core::validate(a),
         C::Hash(a) => commands::core::hash(a),
-        C::Conformance => commands::core::conformance(),
+        C::Conformance(a) if a.binders => commands::binders::binder_conformance(a),
+        C::Conformance(_) => commands::core::conformance(),
         C::Package(a) => commands::core::package(a),
         C::Index(a) => commands::core::index(a),
         C::RegistryEntry(a) => commands::core::registry_entry(a),
@@ -184,11 +190,12 @@ fn run(cli: Cli) -> Result<i32, String> {
         C::Forge(_) => pending("forge"),
         C::Solve(_) => pending("solve"),
         C::Metabolize(_) => pending("metabolize"),
-        C::PypiInspect(_) => pending("pypi-inspect"),
-        C::PypiMine(_) => pending("pypi-mine"),
-        C::PypiForge(_) => pending("pypi-forge"),
-        C::OciInspect(_) => pending("oci-inspect"),
-        C::OciRun(_) => pending("oci-run"),
+        C::PypiInspect(a) => commands::binders::pypi_inspect(a),
+        C::PypiMine(a) => commands::binders::pypi_mine(a),
+        C::PypiForge(a) => commands::binders::pypi_forge(a),
+        C::OciInspect(a) => commands::binders::oci_inspect(a),
+        C::OciRun(a) => commands::binders::oci_run(a),
+        C::WasmRun(a) => commands::binders::wasm_run(a),
         C::ComposeIntent(_) => pending("compose-intent"),
         C::BuildGap(_) => pending("build-gap"),
         C::NpmInspect(a) => commands::acquire::npm_inspect(a),

@@ -23,3 +23,101 @@
 pub mod oci;
 pub mod pypi;
 pub mod wasm;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use capability_core::binder::{BinderError, MetabolicBinderRegistry};
+use serde_json::{Value, json};
+
+/// What the default binders need: where they keep verified artifacts, the package index,
+/// and which registries may be spoken to over plain HTTP.
+#[derive(Clone, Debug)]
+pub struct BinderConfig {
+    /// `<home>/binders`: verified wheels and forges (`pypi/`), modules (`wasm/`).
+    pub cache_dir: PathBuf,
+    pub pypi: pypi::PypiConfig,
+    pub oci: oci::OciOptions,
+}
+
+impl BinderConfig {
+    /// The configuration of a home's binders: `index_url` as `--index-url` (else
+    /// `$CAP_PYPI_URL`, `$PIP_INDEX_URL`, pip's configuration, PyPI), the loopback
+    /// registries named insecure, the platform of multi-platform images (`os/arch`).
+    pub fn new(
+        cache_dir: PathBuf,
+        index_url: Option<&str>,
+        insecure_registries: &[String],
+        platform: Option<&str>,
+    ) -> Result<BinderConfig, BinderError> {
+        let pypi = pypi::PypiConfig::new(
+            pypi::index::resolve_index_url(index_url),
+            cache_dir.join("pypi"),
+        );
+        let oci = oci_options(insecure_registries, platform)?;
+        Ok(BinderConfig {
+            cache_dir,
+            pypi,
+            oci,
+        })
+    }
+}
+
+/// OCI options with these insecure loopback registries and platform (default: this
+/// machine's).
+pub fn oci_options(
+    insecure_registries: &[String],
+    platform: Option<&str>,
+) -> Result<oci::OciOptions, BinderError> {
+    let mut options = oci::OciOptions {
+        insecure_registries: insecure_registries.to_vec(),
+        ..oci::OciOptions::default()
+    };
+    if let Some(p) = platform {
+        options.platform = oci::Platform::parse(p).map_err(|e| BinderError(e.to_string()))?;
+    }
+    Ok(options)
+}
+
+/// The PyPI, OCI and WASM binders in one registry (in that order).
+pub fn default_registry(config: &BinderConfig) -> Result<MetabolicBinderRegistry, BinderError> {
+    let mut registry = MetabolicBinderRegistry::new();
+    registry.register(Arc::new(pypi::PypiBinder::new(config.pypi.clone())))?;
+    registry.register(Arc::new(oci::OciBinder::new(config.oci.clone())))?;
+    registry.register(Arc::new(wasm::WasmBinder::new(config.cache_dir.join("wasm"))))?;
+    Ok(registry)
+}
+
+/// The binders this implementation has, for `cap coverage`: what each binds and the
+/// boundary of its first execution.
+pub fn coverage() -> Value {
+    json!([
+        {
+            "binder": pypi::BINDER_ID,
+            "substrate": pypi::SUBSTRATE,
+            "discovery": "explicit",
+            "artifact": "<name>@<version>#sha256:<wheel digest>, and every wheel of its dependency closure",
+            "firstExecution": "process-sandbox",
+            "network": "none",
+            "notes": "Universal and interpreter-matching platform wheels; sha256 checked on download and before every run; mined with ast inside the sandbox; observed effects recorded."
+        },
+        {
+            "binder": oci::BINDER_ID,
+            "substrate": oci::SUBSTRATE,
+            "discovery": "explicit",
+            "artifact": "<registry>/<repository>@sha256:<manifest digest>",
+            "firstExecution": "oci-container",
+            "network": "none unless asked",
+            "notes": "Resolved through the registry's HTTP API without an engine; run by digest with podman or docker, read-only, no capabilities, user 65534; a moved tag is refused."
+        },
+        {
+            "binder": wasm::WASM_BINDER_ID,
+            "substrate": wasm::WASM_SUBSTRATE,
+            "discovery": "explicit",
+            "artifact": "sha256:<module digest>",
+            "firstExecution": "wasm",
+            "network": "none",
+            "notes": "A WASI preview 1 module from a file or URL; WASI preopens only as granted."
+        }
+    ])
+}

@@ -325,7 +325,10 @@ pub fn gap(args: GapArgs) -> Result<i32, String> {
 }
 
 pub fn coverage() -> Result<i32, String> {
-    print_json(&capability_core::gap::metabolic_coverage())?;
+    // The reference's report, plus the binders this implementation has (`binders`).
+    let mut report = capability_core::gap::metabolic_coverage();
+    report["binders"] = capability_binders::coverage();
+    print_json(&report)?;
     Ok(0)
 }
 

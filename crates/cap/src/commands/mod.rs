@@ -1,4 +1,5 @@
 pub mod acquire;
+pub mod binders;
 pub mod core;
 pub mod governance;
 pub mod host;

@@ -197,10 +197,17 @@ pub struct ReceiptsArgs {
 pub enum ReceiptsCommand {
     /// List receipts, newest first.
     List(ReceiptFilter),
-    /// Show one receipt.
+    /// Show one receipt (a binding's execution receipt too: `mrc_…`).
     Show {
         /// The receipt id.
         receipt_id: String,
+    },
+    /// List the execution receipts of bindings (`pypi-forge --execute`, `oci-run`,
+    /// `wasm-run`), newest first.
+    Metabolic {
+        /// The most receipts to return.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
     },
     /// Write receipts as JSON lines (to standard output, or a file).
     Export {
@@ -264,6 +271,20 @@ pub fn receipts(args: ReceiptsArgs) -> Result<i32, String> {
             print_json(&Value::Array(
                 listing.receipts.iter().map(|r| r.to_value()).collect(),
             ))?;
+            Ok(0)
+        }
+        ReceiptsCommand::Show { receipt_id } if receipt_id.starts_with("mrc_") => {
+            let receipt = host
+                .metabolic_receipt(&me, &receipt_id)
+                .map_err(|e| e.to_string())?;
+            print_json(&receipt)?;
+            Ok(0)
+        }
+        ReceiptsCommand::Metabolic { limit } => {
+            let receipts = host
+                .metabolic_receipts(&me, limit)
+                .map_err(|e| e.to_string())?;
+            print_json(&Value::Array(receipts))?;
             Ok(0)
         }
         ReceiptsCommand::Show { receipt_id } => {
