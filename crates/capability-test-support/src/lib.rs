@@ -9,6 +9,8 @@
 //! | [`http`] | loopback HTTP: a server from an axum router or from a route table, a free port, the URL a server child announces, a raw HTTP/1.1 client |
 //! | [`tls`] | `https://` on loopback: a test certificate authority and a TLS terminator in front of a plain server |
 //! | [`registry`] | a fake npm registry on loopback ([`registry::Registry`]), crafted tarballs and indexes, verdaccio |
+//! | [`pypi`] | wheels built in Rust, sdists, and pypiserver on loopback |
+//! | [`oci`] | docker-registry on loopback, podman, a scratch image of a static guest pushed to it |
 //! | [`mcp`] | the MCP clients of `tools/mcp` (Python client, Inspector CLI, conformance suite) and a raw `POST /mcp` |
 //! | [`process`] | the processes alive on this machine |
 //! | [`vectors`] | the reference vectors and other files of `testdata/` |
@@ -24,8 +26,10 @@ pub mod fuzz;
 pub mod governed;
 pub mod http;
 pub mod mcp;
+pub mod oci;
 pub mod measure;
 pub mod process;
+pub mod pypi;
 pub mod registry;
 pub mod tls;
 pub mod vectors;

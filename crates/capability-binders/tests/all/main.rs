@@ -4,5 +4,4 @@
 mod oci;
 mod pypi_forge;
 mod pypi_index;
-mod support;
 mod wasm;

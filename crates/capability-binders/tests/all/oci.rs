@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -24,13 +24,9 @@ use capability_core::binder::{
 };
 use capability_openapi::http::{HttpClient, HttpConfig, Outgoing, Resolver, origin_of};
 use capability_sandbox::{ENGINE_PROBE_TIMEOUT, OciEngine, probe_cli};
-use capability_test_support::http::free_port;
-use capability_test_support::process::Running;
+use capability_test_support::oci::{DockerRegistry, push_guest, run_ok};
 use serde_json::json;
 use sha2::Digest as _;
-
-const REQUIRE_REGISTRY_ENV: &str = "CAPABILITY_TEST_REQUIRE_REGISTRY";
-const REQUIRE_OCI_ENV: &str = "CAPABILITY_TEST_REQUIRE_OCI";
 
 fn sha(bytes: &[u8]) -> String {
     format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
@@ -43,8 +39,7 @@ fn sha(bytes: &[u8]) -> String {
 /// `docker-registry serve` on a free loopback port, its storage in a temporary directory;
 /// killed when dropped.
 struct Registry {
-    _process: Running,
-    _dir: tempfile::TempDir,
+    _server: DockerRegistry,
     /// `127.0.0.1:<port>`.
     addr: String,
     http: HttpClient,
@@ -52,40 +47,7 @@ struct Registry {
 
 impl Registry {
     fn start() -> Option<Registry> {
-        let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-            .map(|d| d.join("docker-registry"))
-            .find(|p| p.is_file());
-        let Some(program) = found else {
-            assert!(
-                std::env::var_os(REQUIRE_REGISTRY_ENV).is_none(),
-                "{REQUIRE_REGISTRY_ENV} is set but docker-registry is not on PATH"
-            );
-            eprintln!(
-                "skipping: docker-registry is not installed (apt-get install docker-registry)"
-            );
-            return None;
-        };
-        let dir = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let addr = format!("127.0.0.1:{port}");
-        let config = dir.path().join("registry.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog: {{ level: error, accesslog: {{ disabled: true }} }}\nstorage: {{ filesystem: {{ rootdirectory: {} }}, delete: {{ enabled: true }} }}\nhttp: {{ addr: \"{addr}\" }}\n",
-                dir.path().join("data").display()
-            ),
-        )
-        .unwrap();
-        let child = Command::new(program)
-            .arg("serve")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let process = Running(child);
+        let server = DockerRegistry::start()?;
         let http = HttpClient::new(
             HttpConfig {
                 max_redirects: 0,
@@ -95,20 +57,11 @@ impl Registry {
             Resolver::System,
         )
         .unwrap();
-        let registry = Registry {
-            _process: process,
-            _dir: dir,
-            addr,
+        Some(Registry {
+            addr: server.addr.clone(),
+            _server: server,
             http,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Ok((200, _, _)) = registry.send("GET", "/v2/", &[], None) {
-                return Some(registry);
-            }
-            assert!(Instant::now() < deadline, "docker-registry did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        })
     }
 
     fn send(
@@ -736,108 +689,10 @@ fn the_binder_is_explicit_and_executable_and_reads_inputs_as_strings() {
 // Images built, pushed and run with podman
 // ---------------------------------------------------------------------------------------------
 
-const GUEST: &str = r#"
-#include <stdio.h>
-#include <string.h>
-#include <unistd.h>
-int main(int argc, char **argv) {
-    if (argc > 1 && strcmp(argv[1], "sleep") == 0) { sleep(120); return 0; }
-    if (argc > 1 && strcmp(argv[1], "fail") == 0) { fprintf(stderr, "failing on purpose\n"); return 3; }
-    FILE *m = fopen("/marker", "r");
-    char marker[64] = {0};
-    if (m) { fgets(marker, sizeof marker, m); fclose(m); }
-    printf("marker=%s uid=%d\n", marker, (int)getuid());
-    for (int i = 1; i < argc; i++) printf("arg[%d]=%s\n", i, argv[i]);
-    return 0;
-}
-"#;
-
-/// The static guest, compiled once.
-fn guest() -> &'static [u8] {
-    static GUEST_BIN: OnceLock<Vec<u8>> = OnceLock::new();
-    GUEST_BIN.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("guest.c"), GUEST).unwrap();
-        let out = Command::new("gcc")
-            .args(["-static", "-O1", "-o"])
-            .arg(dir.path().join("guest"))
-            .arg(dir.path().join("guest.c"))
-            .output()
-            .unwrap_or_else(|e| panic!("gcc is required for the OCI tests: {e}"));
-        assert!(
-            out.status.success(),
-            "gcc -static failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        std::fs::read(dir.path().join("guest")).unwrap()
-    })
-}
-
-/// podman, when it answers; else `None` after saying why (a failure under
-/// `CAPABILITY_TEST_REQUIRE_OCI`).
+/// podman as the binder's engine, when it runs here (see `capability_test_support::oci`).
 fn podman() -> Option<OciEngine> {
-    match probe_cli("podman", None, ENGINE_PROBE_TIMEOUT * 5) {
-        Ok(engine) => Some(engine),
-        Err(e) => {
-            assert!(
-                std::env::var_os(REQUIRE_OCI_ENV).is_none(),
-                "{REQUIRE_OCI_ENV} is set but podman cannot run: {e}"
-            );
-            eprintln!("skipping: podman cannot run here: {e}");
-            None
-        }
-    }
-}
-
-fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// Builds a `FROM scratch` image of the guest with `marker`, pushes it to `<registry>/<repo>:
-/// <tag>` and returns the digest podman reports for the push (`--digestfile`).
-fn push_guest(engine: &OciEngine, registry: &str, repo: &str, tag: &str, marker: &str) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("guest"), guest()).unwrap();
-    std::fs::write(dir.path().join("marker"), marker).unwrap();
-    {
-        use std::os::unix::fs::PermissionsExt as _;
-        let mode = std::fs::Permissions::from_mode(0o755);
-        std::fs::set_permissions(dir.path().join("guest"), mode).unwrap();
-        std::fs::set_permissions(
-            dir.path().join("marker"),
-            std::fs::Permissions::from_mode(0o644),
-        )
-        .unwrap();
-    }
-    std::fs::write(
-        dir.path().join("Containerfile"),
-        "FROM scratch\nCOPY guest /guest\nCOPY marker /marker\nENTRYPOINT [\"/guest\"]\n",
-    )
-    .unwrap();
-    let local = format!("localhost/capability-binders-test/{repo}:{marker}");
-    run_ok(
-        Command::new(&engine.program)
-            .args(["build", "-q", "--timestamp", "0", "-t", &local])
-            .arg(dir.path()),
-    );
-    let digestfile = dir.path().join("digest");
-    run_ok(
-        Command::new(&engine.program)
-            .args(["push", "-q", "--tls-verify=false", "--digestfile"])
-            .arg(&digestfile)
-            .arg(&local)
-            .arg(format!("docker://{registry}/{repo}:{tag}")),
-    );
-    std::fs::read_to_string(&digestfile)
-        .unwrap()
-        .trim()
-        .to_string()
+    capability_test_support::oci::podman()?;
+    Some(probe_cli("podman", None, ENGINE_PROBE_TIMEOUT * 5).unwrap())
 }
 
 /// The registry and podman, or `None` when either is missing (after saying so).
@@ -852,7 +707,7 @@ fn podman_pushed_images_inspect_to_podmans_digest_and_run_by_digest() {
     let Some((reg, engine)) = engine_and_registry() else {
         return;
     };
-    let pushed = push_guest(&engine, &reg.addr, "guest/echo", "v1", "first");
+    let pushed = push_guest(&engine.program, &reg.addr, "guest/echo", "v1", "first");
     let options = reg.options();
     let inspection = oci::inspect(&format!("{}/guest/echo:v1", reg.addr), &options).unwrap();
     assert_eq!(inspection.manifest_digest, pushed);
@@ -952,7 +807,7 @@ fn the_binder_binds_a_tag_runs_it_by_digest_and_refuses_a_moved_tag() {
     let Some((reg, engine)) = engine_and_registry() else {
         return;
     };
-    let first = push_guest(&engine, &reg.addr, "guest/tool", "stable", "first");
+    let first = push_guest(&engine.program, &reg.addr, "guest/tool", "stable", "first");
     let binder = Arc::new(OciBinder::new(reg.options()).with_engine(engine.clone()));
     let mut registry = MetabolicBinderRegistry::new();
     registry.register(binder.clone()).unwrap();
@@ -1028,7 +883,7 @@ fn the_binder_binds_a_tag_runs_it_by_digest_and_refuses_a_moved_tag() {
     assert!(report.ok, "{}", report.to_value());
 
     // The tag moves: the binding (approved for what it showed) no longer runs.
-    let second = push_guest(&engine, &reg.addr, "guest/tool", "stable", "second");
+    let second = push_guest(&engine.program, &reg.addr, "guest/tool", "stable", "second");
     assert_ne!(first, second);
     let e = binder.check_locator(&binding).unwrap_err();
     assert_eq!(e.kind, OciErrorKind::Moved, "{e}");

@@ -20,7 +20,7 @@ use capability_core::binder::{ExecuteOptions, MetabolicBinder, MetabolicBinderRe
 use capability_sandbox::ProcessSandbox;
 use serde_json::{Value, json};
 
-use crate::support::{PypiServer, WheelSpec, build_wheel, sha256_file};
+use capability_test_support::pypi::{PypiServer, WheelSpec, build_wheel, sha256_file};
 
 /// Whether the process sandbox can run Python here; says why not otherwise.
 fn sandbox_ready() -> bool {

@@ -16,7 +16,7 @@ use capability_binders::pypi::{PypiConfig, PypiErrorKind};
 use capability_test_support::http::Server;
 use serde_json::json;
 
-use crate::support::{PypiServer, WheelSpec, build_wheel, sha256_file, sha256_hex};
+use capability_test_support::pypi::{PypiServer, WheelSpec, build_wheel, sha256_file, sha256_hex};
 
 fn config(index_url: &str, cache: &Path) -> PypiConfig {
     PypiConfig {

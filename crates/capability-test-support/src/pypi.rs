@@ -5,16 +5,14 @@
 //! Without pypiserver (`tools/pypi/.venv/bin/pypi-server`) [`PypiServer::start`] says so and
 //! returns `None` (the test passes), unless `CAPABILITY_TEST_REQUIRE_PYPI=1`, where it panics.
 
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::http::free_port;
+use crate::process::Running;
 use base64::Engine as _;
-use capability_test_support::http::free_port;
-use capability_test_support::process::Running;
 use sha2::Digest as _;
 
 /// Set (by CI) where pypiserver is installed: a missing pypiserver then fails the tests
@@ -287,8 +285,7 @@ impl PypiServer {
                 panic!("pypiserver exited before it answered: {status}");
             }
             if std::net::TcpStream::connect(&addr).is_ok() {
-                let (status, _, _) =
-                    capability_test_support::http::http(&addr, "GET", "/health", &[], "");
+                let (status, _, _) = crate::http::http(&addr, "GET", "/health", &[], "");
                 if status == 200 {
                     break;
                 }
