@@ -84,7 +84,9 @@ pub fn default_registry(config: &BinderConfig) -> Result<MetabolicBinderRegistry
     let mut registry = MetabolicBinderRegistry::new();
     registry.register(Arc::new(pypi::PypiBinder::new(config.pypi.clone())))?;
     registry.register(Arc::new(oci::OciBinder::new(config.oci.clone())))?;
-    registry.register(Arc::new(wasm::WasmBinder::new(config.cache_dir.join("wasm"))))?;
+    registry.register(Arc::new(wasm::WasmBinder::new(
+        config.cache_dir.join("wasm"),
+    )))?;
     Ok(registry)
 }
 

@@ -61,7 +61,8 @@ fn open_with_binders(
     let probe = crate::commands::host::open_home(&options.home)?;
     let config = binder_config(&probe, index, registries)?;
     drop(probe);
-    let registry = Arc::new(capability_binders::default_registry(&config).map_err(|e| e.to_string())?);
+    let registry =
+        Arc::new(capability_binders::default_registry(&config).map_err(|e| e.to_string())?);
     let mut host_config = options.config(vec![Arc::new(capability_host::Builtins)])?;
     host_config.binders = Some(Arc::clone(&registry));
     let host = crate::commands::host::open_host(host_config)?;
@@ -108,11 +109,13 @@ fn execute(
             }
             out.insert("receipt".into(), done.receipt.clone());
             print_json(&Value::Object(out))?;
-            Ok(if done.status == capability_core::binder::BinderStatus::Succeeded {
-                0
-            } else {
-                1
-            })
+            Ok(
+                if done.status == capability_core::binder::BinderStatus::Succeeded {
+                    0
+                } else {
+                    1
+                },
+            )
         }
         BindingOutcome::NeedsApproval { approval, reason } => {
             print_json(&json!({
@@ -143,7 +146,10 @@ pub struct PypiInspectArgs {
     pub home: crate::commands::host::HomeArg,
 }
 
-fn pypi_index(home: &crate::commands::host::HomeArg, index: &PypiIndexArgs) -> Result<pypi::Index, String> {
+fn pypi_index(
+    home: &crate::commands::host::HomeArg,
+    index: &PypiIndexArgs,
+) -> Result<pypi::Index, String> {
     let host = crate::commands::host::open_home(home)?;
     let config = binder_config(&host, index, &OciRegistryArgs::default())?;
     pypi::Index::new(&config.pypi).map_err(|e| e.to_string())
@@ -271,8 +277,11 @@ pub fn oci_inspect(args: OciInspectArgs) -> Result<i32, String> {
 }
 
 fn oci_options(registries: &OciRegistryArgs) -> Result<oci::OciOptions, String> {
-    capability_binders::oci_options(&registries.insecure_registries, registries.platform.as_deref())
-        .map_err(|e| e.to_string())
+    capability_binders::oci_options(
+        &registries.insecure_registries,
+        registries.platform.as_deref(),
+    )
+    .map_err(|e| e.to_string())
 }
 
 #[derive(Args, Debug)]
@@ -336,7 +345,11 @@ pub struct WasmRunArgs {
 }
 
 pub fn wasm_run(args: WasmRunArgs) -> Result<i32, String> {
-    let (host, _) = open_with_binders(&args.options, &PypiIndexArgs::default(), &OciRegistryArgs::default())?;
+    let (host, _) = open_with_binders(
+        &args.options,
+        &PypiIndexArgs::default(),
+        &OciRegistryArgs::default(),
+    )?;
     let mut preopens = Vec::new();
     for (dirs, write) in [(&args.preopens, false), (&args.preopens_rw, true)] {
         for d in dirs {
@@ -352,7 +365,13 @@ pub fn wasm_run(args: WasmRunArgs) -> Result<i32, String> {
         return Ok(0);
     }
     let input = parse_input(&args.input)?;
-    execute(&host, &args.options, &binding, &input, json!({"binding": binding}))
+    execute(
+        &host,
+        &args.options,
+        &binding,
+        &input,
+        json!({"binding": binding}),
+    )
 }
 
 /// `cap conformance --binders`: the reference's binder conformance against each binder
@@ -396,7 +415,10 @@ pub fn binder_conformance(args: BinderConformanceArgs) -> Result<i32, String> {
                input: Value| {
         let id = binder.id().to_string();
         let report = capability_core::conformance::run_binder_conformance(binder, &request, &input);
-        (report.ok, json!({"binder": id, "report": report.to_value()}))
+        (
+            report.ok,
+            json!({"binder": id, "report": report.to_value()}),
+        )
     };
     let skipped = |id: &str, why: &str| (true, json!({"binder": id, "skipped": why}));
     let results = [

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod acquire;
+mod binders;
 mod common;
 mod console;
 mod documents;

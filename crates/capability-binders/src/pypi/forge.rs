@@ -385,11 +385,11 @@ pub fn select_candidate(
 ) -> Result<PythonCandidate, PypiError> {
     let module = selection.module.as_deref().filter(|m| !m.is_empty());
     let symbol = selection.symbol.as_deref().filter(|s| !s.is_empty());
-    if let Some(found) = report
-        .candidates
-        .iter()
-        .find(|c| module.is_none_or(|m| c.module == m) && symbol.is_none_or(|s| c.symbol == s))
-    {
+    if let Some(found) = report.candidates.iter().find(|c| {
+        // A console script is also found by its script name (`--symbol calc`).
+        let named = |s: &str| c.symbol == s || c.script.as_deref() == Some(s);
+        module.is_none_or(|m| c.module == m) && symbol.is_none_or(named)
+    }) {
         return Ok(found.clone());
     }
     let listed: Vec<String> = report

@@ -111,13 +111,19 @@ impl Inspection {
         }
         v.insert("projectUrls".into(), json!(self.project_urls));
         v.insert("wheel".into(), self.wheel.to_json());
-        v.insert("vulnerabilities".into(), Value::Array(self.vulnerabilities.clone()));
+        v.insert(
+            "vulnerabilities".into(),
+            Value::Array(self.vulnerabilities.clone()),
+        );
         Value::Object(v)
     }
 
     /// `<name>@<version>#sha256:<hex>`: the binding's immutable artifact.
     pub fn immutable_artifact(&self) -> String {
-        format!("{}@{}#sha256:{}", self.name, self.version, self.wheel.sha256)
+        format!(
+            "{}@{}#sha256:{}",
+            self.name, self.version, self.wheel.sha256
+        )
     }
 }
 
