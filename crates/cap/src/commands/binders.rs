@@ -7,7 +7,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use capability_binders::{BinderConfig, oci, pypi, wasm};
-use capability_core::binder::MetabolicBinderRegistry;
 use capability_host::{BindingOutcome, BindingRun, Host, Principal};
 use clap::Args;
 use serde_json::{Value, json};
@@ -37,13 +36,15 @@ pub struct OciRegistryArgs {
     pub platform: Option<String>,
 }
 
+/// The binders' configuration for the home `home` names (their cache is `<home>/binders`).
 fn binder_config(
-    home: &Host,
+    home: &crate::commands::host::HomeArg,
     index: &PypiIndexArgs,
     registries: &OciRegistryArgs,
 ) -> Result<BinderConfig, String> {
+    let root = capability_host::home::resolve(home.home.as_deref());
     BinderConfig::new(
-        home.home().root().join("binders"),
+        root.join("binders"),
         index.index_url.as_deref(),
         &registries.insecure_registries,
         registries.platform.as_deref(),
@@ -56,17 +57,13 @@ fn open_with_binders(
     options: &RunOptions,
     index: &PypiIndexArgs,
     registries: &OciRegistryArgs,
-) -> Result<(Host, Arc<MetabolicBinderRegistry>), String> {
-    // The home is resolved once to place the binders' cache in it.
-    let probe = crate::commands::host::open_home(&options.home)?;
-    let config = binder_config(&probe, index, registries)?;
-    drop(probe);
+) -> Result<Host, String> {
+    let config = binder_config(&options.home, index, registries)?;
     let registry =
         Arc::new(capability_binders::default_registry(&config).map_err(|e| e.to_string())?);
     let mut host_config = options.config(vec![Arc::new(capability_host::Builtins)])?;
-    host_config.binders = Some(Arc::clone(&registry));
-    let host = crate::commands::host::open_host(host_config)?;
-    Ok((host, registry))
+    host_config.binders = Some(registry);
+    crate::commands::host::open_host(host_config)
 }
 
 fn principal(options: &RunOptions) -> Principal {
@@ -150,8 +147,7 @@ fn pypi_index(
     home: &crate::commands::host::HomeArg,
     index: &PypiIndexArgs,
 ) -> Result<pypi::Index, String> {
-    let host = crate::commands::host::open_home(home)?;
-    let config = binder_config(&host, index, &OciRegistryArgs::default())?;
+    let config = binder_config(home, index, &OciRegistryArgs::default())?;
     pypi::Index::new(&config.pypi).map_err(|e| e.to_string())
 }
 
@@ -218,7 +214,7 @@ pub struct PypiForgeArgs {
 }
 
 pub fn pypi_forge(args: PypiForgeArgs) -> Result<i32, String> {
-    let (host, _) = open_with_binders(&args.options, &args.index, &OciRegistryArgs::default())?;
+    let host = open_with_binders(&args.options, &args.index, &OciRegistryArgs::default())?;
     let mut request = json!({"package": args.package});
     for (key, value) in [
         ("version", &args.version),
@@ -303,7 +299,7 @@ pub fn oci_run(args: OciRunArgs) -> Result<i32, String> {
     if !args.options.approve && args.options.approval.is_none() {
         return Err("OCI first execution requires explicit approval".into());
     }
-    let (host, _) = open_with_binders(&args.options, &PypiIndexArgs::default(), &args.registries)?;
+    let host = open_with_binders(&args.options, &PypiIndexArgs::default(), &args.registries)?;
     let mut request = json!({"image": args.image, "network": args.network});
     if let Some(p) = &args.registries.platform {
         request["platform"] = json!(p);
@@ -345,7 +341,7 @@ pub struct WasmRunArgs {
 }
 
 pub fn wasm_run(args: WasmRunArgs) -> Result<i32, String> {
-    let (host, _) = open_with_binders(
+    let host = open_with_binders(
         &args.options,
         &PypiIndexArgs::default(),
         &OciRegistryArgs::default(),
@@ -407,9 +403,7 @@ pub struct BinderConformanceArgs {
 }
 
 pub fn binder_conformance(args: BinderConformanceArgs) -> Result<i32, String> {
-    let host = crate::commands::host::open_home(&args.home)?;
-    let config = binder_config(&host, &args.index, &args.registries)?;
-    drop(host);
+    let config = binder_config(&args.home, &args.index, &args.registries)?;
     let run = |binder: Arc<dyn capability_core::binder::MetabolicBinder>,
                request: Value,
                input: Value| {
