@@ -302,7 +302,8 @@ pub use error::{
 pub use executor::{ModuleExecutor, hook_error};
 pub use oci::{
     ENGINE_PROBE_TIMEOUT, OCI_ENGINE_ENV, OCI_WORKSPACE, OciEngine, OciExecutor, OciImages, OciRun,
-    check_pinned_image, detect_engine, docker_args, probe_cli, probe_engine,
+    check_pinned_image, detect_engine, docker_args, last_line as engine_message, probe_cli,
+    probe_engine,
 };
 pub use package::{ResolvedModule, resolve_module, resolve_module_limited, verify_integrity};
 pub use pool::SandboxPool;

@@ -189,7 +189,7 @@ fn run_bounded(
 }
 
 /// The last non-empty line of an engine's stderr, shortened: its error message.
-fn last_line(stderr: &str) -> String {
+pub fn last_line(stderr: &str) -> String {
     let line = stderr
         .lines()
         .map(str::trim)

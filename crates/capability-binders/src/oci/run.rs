@@ -125,20 +125,6 @@ fn engine_error(message: String) -> OciError {
     OciError::new(OciErrorKind::Engine, message)
 }
 
-/// The last non-empty line of an engine's stderr, shortened.
-fn last_line(stderr: &str) -> String {
-    let line = stderr
-        .lines()
-        .map(str::trim)
-        .rfind(|l| !l.is_empty())
-        .unwrap_or("");
-    if line.chars().count() > 400 {
-        line.chars().take(400).collect::<String>() + "…"
-    } else {
-        line.to_string()
-    }
-}
-
 /// Reads a pipe to its end on a thread: the first `cap` bytes (`head`) or the last (tail),
 /// and whether anything was dropped.
 fn drain(
@@ -351,7 +337,7 @@ pub fn run(image: &str, args: &[String], options: &RunOptions) -> Result<OciExec
                 engine.name,
                 f.code
                     .map_or_else(|| "on a signal".to_string(), |c| c.to_string()),
-                last_line(&String::from_utf8_lossy(&f.stderr))
+                capability_sandbox::engine_message(&String::from_utf8_lossy(&f.stderr))
             )));
         }
         Ended::TimedOut => {
@@ -424,7 +410,7 @@ pub fn run(image: &str, args: &[String], options: &RunOptions) -> Result<OciExec
         return Err(engine_error(format!(
             "{} could not start {pinned} (exit 125): {}",
             engine.name,
-            last_line(&stderr)
+            capability_sandbox::engine_message(&stderr)
         )));
     }
     Ok(OciExecution {
