@@ -7,7 +7,10 @@
 * warm: the same into a home that already holds the verified wheel (the index is asked
   again, the download is skipped), a new forge directory;
 * execution alone: the execution receipt's `endedAt - startedAt` (the binder's run: wheel
-  re-hash, unpack, process sandbox, the function), in ms.
+  re-hash, unpack, process sandbox, the function), in ms;
+* the way without a binder, for scale: `pip install --no-deps --target <new dir>` of the same
+  wheel from the same index, then `python3 -c "from benchfix_add import add; print(add(2, 3))"`
+  (no isolation, no pinning, no receipt).
 
 Usage: python3 benches/binders/bench.py <path to the release cap binary> [runs=15]
 """
@@ -99,13 +102,27 @@ def forge(cap, home, index, work, n):
     return elapsed, millis(receipt["endedAt"]) - millis(receipt["startedAt"])
 
 
+def pip_way(index, work, n):
+    target = os.path.join(work, f"pip-{n}")
+    started = time.perf_counter()
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+         "--no-deps", "--no-cache-dir", "--index-url", index, "--target", target, NAME],
+        check=True, capture_output=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "from benchfix_add import add; print(add(2, 3))"],
+        check=True, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": target})
+    assert out.stdout.strip() == "5", out.stdout
+    return (time.perf_counter() - started) * 1000
+
+
 def main():
     cap = os.path.abspath(sys.argv[1])
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 15
     with tempfile.TemporaryDirectory() as work:
         proc, index = start_index(work)
         try:
-            cold, warm, run_cold, run_warm = [], [], [], []
+            cold, warm, run_cold, run_warm, pip = [], [], [], [], []
             warm_home = os.path.join(work, "warm-home")
             forge(cap, warm_home, index, work, "prime")
             for i in range(runs):
@@ -115,6 +132,7 @@ def main():
                 t, r = forge(cap, warm_home, index, work, f"w{i}")
                 warm.append(t)
                 run_warm.append(r)
+                pip.append(pip_way(index, work, i))
         finally:
             proc.kill()
     result = {
@@ -124,6 +142,7 @@ def main():
         "warm_ms_p50": round(statistics.median(warm), 1),
         "warm_ms_min": round(min(warm), 1),
         "execution_ms_p50": round(statistics.median(run_cold + run_warm), 1),
+        "pip_install_and_call_ms_p50": round(statistics.median(pip), 1),
     }
     print(json.dumps(result))
 
