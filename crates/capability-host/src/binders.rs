@@ -23,6 +23,7 @@
 //!   registry (incomplete authority without consent, a tampered binding) is audited as a
 //!   failed action and leaves no execution receipt, because nothing ran.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use capability_core::binder::{
@@ -36,7 +37,7 @@ use capability_policy::{ActionType, GovernedCapability};
 use serde_json::{Value, json};
 
 use crate::Host;
-use crate::error::{Forbidden, HostError, InvalidRequest, NotFound, StoreError};
+use crate::error::{HostError, InvalidRequest, NotFound, StoreError};
 use crate::principal::{Access, Principal};
 
 /// How one binding is run.
@@ -98,16 +99,15 @@ fn binding_context(binding: &Value) -> Value {
 
 impl Host {
     /// Declares every binder of the configured registry as a governed capability.
-    pub(crate) fn declare_binders(&self) -> Result<(), HostError> {
+    pub(crate) fn declare_binders(&self) {
         let Some(registry) = &self.binders else {
-            return Ok(());
+            return;
         };
         for summary in registry.list() {
             if let Some(id) = summary["id"].as_str() {
                 self.governor.register_capability(governed(id));
             }
         }
-        Ok(())
     }
 
     /// The binder registry this host was configured with.
@@ -129,7 +129,7 @@ impl Host {
         binder_id: &str,
         request: &Value,
     ) -> Result<Value, HostError> {
-        may(principal, Access::Call)?;
+        principal.require(Access::Call)?;
         self.registry()?
             .bind(binder_id, request)
             .map_err(|e| InvalidRequest::new(e.0).into())
@@ -143,7 +143,7 @@ impl Host {
         input: &Value,
         run: &BindingRun,
     ) -> Result<BindingOutcome, HostError> {
-        may(principal, Access::Call)?;
+        principal.require(Access::Call)?;
         let registry = Arc::clone(self.registry()?);
         let binder_id = binding
             .get("binderId")
@@ -229,16 +229,7 @@ impl Host {
                     .clone()
                     .unwrap_or_else(|| "approval required".into()),
             }),
-            (Err(InterceptError::Approval(e)), _) => Err(e.into()),
-            (Err(InterceptError::NotFound(e)), _) => {
-                Err(NotFound::new("capability", e.name).into())
-            }
-            (Err(InterceptError::Transform(e)), _) => {
-                Err(InvalidRequest::new(format!("transform by policy failed: {e}")).into())
-            }
-            (Err(e @ (InterceptError::Engine(_) | InterceptError::Audit(_))), _) => {
-                Err(StoreError::new("governance", e).into())
-            }
+            (Err(e), _) => Err(crate::remote::governance_error(e)),
             (Ok(_), None) => {
                 Err(StoreError::new("binders", "the execution left no receipt").into())
             }
@@ -269,7 +260,7 @@ impl Host {
         principal: &Principal,
         limit: usize,
     ) -> Result<Vec<Value>, HostError> {
-        may(principal, Access::Read)?;
+        principal.require(Access::Read)?;
         let scope = principal.tenant_scope();
         self.metabolic
             .list(limit, &|tenant| scope.is_none_or(|s| s.contains(tenant)))
@@ -278,7 +269,7 @@ impl Host {
 
     /// One execution receipt of a binding.
     pub fn metabolic_receipt(&self, principal: &Principal, id: &str) -> Result<Value, HostError> {
-        may(principal, Access::Read)?;
+        principal.require(Access::Read)?;
         let scope = principal.tenant_scope();
         match self
             .metabolic
@@ -289,21 +280,6 @@ impl Host {
             _ => Err(NotFound::new("metabolic receipt", id).into()),
         }
     }
-}
-
-fn may(principal: &Principal, access: Access) -> Result<(), HostError> {
-    if principal.may(access) {
-        return Ok(());
-    }
-    Err(Forbidden::new(
-        principal.name(),
-        format!(
-            "(role {}) may not {}",
-            principal.role().as_str(),
-            access.verb()
-        ),
-    )
-    .into())
 }
 
 const SCHEMA: &str = "
@@ -322,14 +298,16 @@ CREATE INDEX IF NOT EXISTS metabolic_receipts_by_start ON metabolic_receipts (st
 /// one writer, committed before the call answers) or memory.
 pub(crate) enum MetabolicStore {
     Memory(Mutex<Vec<(String, String, Value)>>),
-    Database(Arc<Database>),
+    /// The database, and whether this process made sure of the table (on its first write;
+    /// a command that never runs a binding never touches it).
+    Database(Arc<Database>, AtomicBool),
 }
 
 impl std::fmt::Debug for MetabolicStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             MetabolicStore::Memory(_) => "MetabolicStore::Memory",
-            MetabolicStore::Database(_) => "MetabolicStore::Database",
+            MetabolicStore::Database(..) => "MetabolicStore::Database",
         })
     }
 }
@@ -339,7 +317,7 @@ type Failure = String;
 impl MetabolicStore {
     pub(crate) fn new(database: Option<Arc<Database>>) -> MetabolicStore {
         match database {
-            Some(db) => MetabolicStore::Database(db),
+            Some(db) => MetabolicStore::Database(db, AtomicBool::new(false)),
             None => MetabolicStore::Memory(Mutex::new(Vec::new())),
         }
     }
@@ -354,7 +332,7 @@ impl MetabolicStore {
                 ));
                 Ok(())
             }
-            MetabolicStore::Database(db) => {
+            MetabolicStore::Database(db, ready) => {
                 let body = serde_json::to_string(receipt).map_err(|e| e.to_string())?;
                 let text = |k: &str| {
                     receipt
@@ -371,8 +349,11 @@ impl MetabolicStore {
                     text("startedAt"),
                     body,
                 );
+                let create = !ready.load(Ordering::Acquire);
                 db.call(move |conn| -> rusqlite::Result<()> {
-                    conn.execute_batch(SCHEMA)?;
+                    if create {
+                        conn.execute_batch(SCHEMA)?;
+                    }
                     conn.execute(
                         "INSERT INTO metabolic_receipts (id, binder_id, status, tenant, started_at, body)
                          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -381,7 +362,9 @@ impl MetabolicStore {
                     Ok(())
                 })
                 .map_err(|_| "the database writer stopped".to_string())?
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+                ready.store(true, Ordering::Release);
+                Ok(())
             }
         }
     }
@@ -397,7 +380,7 @@ impl MetabolicStore {
                 .take(limit)
                 .map(|(_, _, r)| r.clone())
                 .collect()),
-            MetabolicStore::Database(db) => {
+            MetabolicStore::Database(db, _) => {
                 let Some(conn) = Self::reader(db)? else {
                     return Ok(Vec::new());
                 };
@@ -439,7 +422,7 @@ impl MetabolicStore {
                 .iter()
                 .find(|(i, _, _)| i == id)
                 .map(|(_, t, r)| (t.clone(), r.clone()))),
-            MetabolicStore::Database(db) => {
+            MetabolicStore::Database(db, _) => {
                 let Some(conn) = Self::reader(db)? else {
                     return Ok(None);
                 };

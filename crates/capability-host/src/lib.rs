@@ -473,7 +473,7 @@ impl Host {
         for capability in &config.governed {
             host.declare(capability.clone())?;
         }
-        host.declare_binders()?;
+        host.declare_binders();
         host.sync_upstreams(true);
         Ok(host)
     }

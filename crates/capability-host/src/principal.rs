@@ -156,6 +156,17 @@ impl Principal {
         }
     }
 
+    /// [`Principal::may`] as a refusal: `<name> (role <role>) may not <verb>`.
+    pub fn require(&self, access: Access) -> Result<(), crate::error::Forbidden> {
+        if self.may(access) {
+            return Ok(());
+        }
+        Err(crate::error::Forbidden::new(
+            self.name(),
+            format!("(role {}) may not {}", self.role.as_str(), access.verb()),
+        ))
+    }
+
     /// Whether it may see approvals of `tenant`: an approver those of its tenants (one
     /// without a tenant needs `*`); every other role that reads sees all.
     pub fn sees_tenant(&self, tenant: Option<&str>) -> bool {

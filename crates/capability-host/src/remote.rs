@@ -604,6 +604,20 @@ fn owner_of(principal: &Principal) -> String {
     principal.id().to_string()
 }
 
+/// The host's error for a lifecycle that stopped for a reason other than a decision or the
+/// execution: an unknown capability, a refused token, a failed transform, the engine or the
+/// audit chain. (Decisions and execution failures are each caller's own answers.)
+pub(crate) fn governance_error<E: std::fmt::Display>(e: InterceptError<E>) -> HostError {
+    match e {
+        InterceptError::NotFound(e) => NotFound::new("capability", e.name).into(),
+        InterceptError::Approval(e) => e.into(),
+        InterceptError::Transform(e) => {
+            InvalidRequest::new(format!("transform by policy failed: {e}")).into()
+        }
+        e => StoreError::new("governance", e).into(),
+    }
+}
+
 /// An action left without a result.
 #[derive(Debug)]
 struct Abandoned(Duration);
@@ -695,17 +709,7 @@ impl Host {
         principal: &Principal,
         request: ActionRequest,
     ) -> Result<ActionDecided, HostError> {
-        if !principal.may(Access::Call) {
-            return Err(Forbidden::new(
-                principal.name(),
-                format!(
-                    "(role {}) may not {}",
-                    principal.role().as_str(),
-                    Access::Call.verb()
-                ),
-            )
-            .into());
-        }
+        principal.require(Access::Call)?;
         let owner = owner_of(principal);
         let open = &self.open_actions;
         if !open.reserve(&owner) {
@@ -793,15 +797,8 @@ impl Host {
                 decision: *decision,
                 approval,
             }),
-            Err(InterceptError::NotFound(e)) => Err(NotFound::new("capability", e.name).into()),
-            Err(InterceptError::Approval(e)) => Err(e.into()),
-            Err(InterceptError::Transform(e)) => {
-                Err(InvalidRequest::new(format!("transform by policy failed: {e}")).into())
-            }
-            Err(e @ (InterceptError::Engine(_) | InterceptError::Audit(_))) => {
-                Err(StoreError::new("governance", e).into())
-            }
             Err(InterceptError::Execution { error, .. }) => match error {},
+            Err(e) => Err(governance_error(e)),
         }
     }
 
