@@ -27,8 +27,10 @@ pub mod wasm;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use capability_core::binder::{BinderError, MetabolicBinderRegistry};
-use serde_json::{Value, json};
+use capability_core::binder::{
+    BinderError, METABOLIC_BINDING_VERSION, MetabolicBinder, MetabolicBinderRegistry,
+};
+use serde_json::{Map, Value, json};
 
 /// What the default binders need: where they keep verified artifacts, the package index,
 /// and which registries may be spoken to over plain HTTP.
@@ -77,6 +79,34 @@ pub fn oci_options(
         options.platform = oci::Platform::parse(p).map_err(|e| BinderError(e.to_string()))?;
     }
     Ok(options)
+}
+
+/// The fields every binder's `MetabolicBinding` 1.0 starts with, in this order:
+/// `bindingVersion`, `binderId` and `substrate` (`binder`'s), `locator`, `immutableArtifact`,
+/// `createdAt` (now), `authority` (`{complete: false, effects, note}`: a metabolised
+/// artifact's effects are never proven complete) and `evidence`. The caller appends its own
+/// fields (`inspection`, `module`, ...) and wraps the map in `Value::Object`.
+pub(crate) fn binding(
+    binder: &dyn MetabolicBinder,
+    locator: &str,
+    immutable_artifact: &str,
+    effects: &[&str],
+    note: &str,
+    evidence: Vec<String>,
+) -> Map<String, Value> {
+    let mut b = Map::new();
+    b.insert("bindingVersion".into(), METABOLIC_BINDING_VERSION.into());
+    b.insert("binderId".into(), binder.id().into());
+    b.insert("substrate".into(), binder.substrate().into());
+    b.insert("locator".into(), locator.into());
+    b.insert("immutableArtifact".into(), immutable_artifact.into());
+    b.insert("createdAt".into(), capability_core::js::now_iso().into());
+    b.insert(
+        "authority".into(),
+        json!({"complete": false, "effects": effects, "note": note}),
+    );
+    b.insert("evidence".into(), evidence.into());
+    b
 }
 
 /// The PyPI, OCI and WASM binders in one registry (in that order).

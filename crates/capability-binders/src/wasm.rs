@@ -17,7 +17,7 @@
 //!    module that does not speak the engine's ABI (`capability-wasi-p1/1`: a core module,
 //!    not a component, exporting the function `_start` and the memory `memory`) or that
 //!    imports anything but `wasi_snapshot_preview1` functions (each offending import named);
-//! 4. has the engine verify, compile and link it (an import the host does not provide, such
+//! 4. has the engine compile and link it (an import the host does not provide, such
 //!    as `sock_open`, is refused by name; a request `manifest` is compared with a manifest
 //!    embedded in the module);
 //! 5. keeps the verified bytes in the cache directory as `<cache>/<sha256>.wasm` (written to
@@ -107,13 +107,13 @@ use capability_core::binder::{
     BinderDiscovery, BinderError, BinderExecution, BinderStatus, CancelToken, MetabolicBinder,
 };
 use capability_core::effects::EXTERNAL_OPAQUE_EFFECTS;
+use capability_core::json::sha256_hex;
 use capability_wasm::effects::{FILESYSTEM_READ, FILESYSTEM_WRITE};
 use capability_wasm::{
     ABI, EngineConfig, Grants, Invocation, Limits, TMP_GUEST_PATH, WasmEngine, WasmError,
     WasmLimits, WasmModule, WasmModuleSpec,
 };
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
 
 /// The binder id.
 pub const WASM_BINDER_ID: &str = "capability/wasm-module";
@@ -303,11 +303,6 @@ pub fn check_abi(shape: &ModuleShape) -> Result<(), BinderError> {
         )));
     }
     Ok(())
-}
-
-/// Lowercase hex SHA-256.
-fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 /// `<64 hex>` or `sha256:<64 hex>`, lowercased.
@@ -774,8 +769,8 @@ impl MetabolicBinder for WasmBinder {
         let shape = inspect_module(&bytes)?;
         check_abi(&shape)?;
         let engine = self.engine()?;
-        let mut spec = WasmModuleSpec::from_bytes(Arc::<[u8]>::from(bytes.as_slice()))
-            .with_integrity(format!("sha256-{actual}"));
+        // No integrity for the engine to check: these bytes were just hashed against the pin.
+        let mut spec = WasmModuleSpec::from_bytes(Arc::<[u8]>::from(bytes.as_slice()));
         if let Some(manifest) = &request.manifest {
             spec = spec.with_manifest(manifest.clone());
         }
@@ -784,43 +779,40 @@ impl MetabolicBinder for WasmBinder {
             .map_err(|e| engine_error("WASM module refused by the engine", &e))?;
         self.keep(&actual, &bytes)?;
 
-        let mut effects: Vec<Value> = preopen_effects(&request.preopens)
-            .into_iter()
-            .map(Value::from)
-            .collect();
-        effects.push(EXTERNAL_OPAQUE_EFFECTS.into());
+        let mut effects = preopen_effects(&request.preopens);
+        effects.push(EXTERNAL_OPAQUE_EFFECTS);
         let names = shape.export_names();
-        let mut binding = json!({
-            "bindingVersion": capability_core::binder::METABOLIC_BINDING_VERSION,
-            "binderId": WASM_BINDER_ID,
-            "substrate": WASM_SUBSTRATE,
-            "locator": request.source,
-            "immutableArtifact": format!("sha256:{actual}"),
-            "createdAt": capability_core::js::now_iso(),
-            "authority": {
-                "complete": false,
-                "effects": effects,
-                "note": AUTHORITY_NOTE,
-            },
-            "evidence": [
+        let mut binding = crate::binding(
+            self,
+            &request.source,
+            &format!("sha256:{actual}"),
+            &effects,
+            AUTHORITY_NOTE,
+            vec![
                 format!("sha256:{actual}"),
                 format!("exports:{}", names.join(",")),
                 format!("source:{}", request.source),
             ],
-            "module": {
+        );
+        binding.insert(
+            "module".into(),
+            json!({
                 "sha256": actual,
                 "size": bytes.len(),
                 "abi": ABI,
                 "exports": shape.exports_value(),
                 "imports": shape.imports_value(),
                 "embeddedManifest": module.embedded_manifest().is_some(),
-            },
-            "preopens": request.preopens.iter().map(Preopen::to_value).collect::<Vec<_>>(),
-        });
-        if let (Some(manifest), Value::Object(map)) = (request.manifest, &mut binding) {
-            map.insert("manifest".into(), manifest);
+            }),
+        );
+        binding.insert(
+            "preopens".into(),
+            request.preopens.iter().map(Preopen::to_value).collect(),
+        );
+        if let Some(manifest) = request.manifest {
+            binding.insert("manifest".into(), manifest);
         }
-        Ok(binding)
+        Ok(Value::Object(binding))
     }
 
     fn execute(
@@ -837,29 +829,19 @@ impl MetabolicBinder for WasmBinder {
         let bytes = self.load_cached(&bound.sha256)?;
         let engine = self.engine()?;
 
-        let base = WasmModuleSpec::from_bytes(Arc::<[u8]>::from(bytes))
-            .with_integrity(format!("sha256-{}", bound.sha256));
-        // Find out whether the module embeds a manifest (the load is cached by digest).
+        // No integrity for the engine to check: `load_cached` has just verified these bytes.
+        // One load: with the binding's manifest, which the engine compares with an embedded one.
+        let mut spec = WasmModuleSpec::from_bytes(Arc::<[u8]>::from(bytes));
+        if let Some(manifest) = &bound.manifest {
+            spec = spec.with_manifest(manifest.clone());
+        }
         let (module, limits) = engine
-            .load_for_run(&base, &self.limits)
+            .load_for_run(&spec, &self.limits)
             .map_err(|e| engine_error("WASM module could not be loaded", &e))?;
-        let (manifest, origin, module, limits) = match (&bound.manifest, module.embedded_manifest())
-        {
-            (Some(manifest), _) => {
-                // Compared with the embedded manifest, if any, by the engine.
-                let spec = base.with_manifest(manifest.clone());
-                let (module, limits) = engine
-                    .load_for_run(&spec, &limits)
-                    .map_err(|e| engine_error("WASM module could not be loaded", &e))?;
-                (manifest.clone(), "binding", module, limits)
-            }
-            (None, Some(embedded)) => (embedded.clone(), "embedded", module.clone(), limits),
-            (None, None) => (
-                derived_manifest(&bound.sha256, &bound.effects),
-                "derived",
-                module.clone(),
-                limits,
-            ),
+        let (manifest, origin) = match (&bound.manifest, module.embedded_manifest()) {
+            (Some(manifest), _) => (manifest.clone(), "binding"),
+            (None, Some(embedded)) => (embedded.clone(), "embedded"),
+            (None, None) => (derived_manifest(&bound.sha256, &bound.effects), "derived"),
         };
 
         let mut grants = Grants::none();

@@ -1,5 +1,6 @@
 //! [`OciBinder`]: `capability/oci-command` as a `MetabolicBinder`.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use capability_core::binder::{
@@ -10,7 +11,7 @@ use capability_sandbox::OciEngine;
 use serde_json::{Value, json};
 
 use super::reference::{ImageReference, Platform};
-use super::run::{RunOptions, run};
+use super::run::{RunOptions, detect, run};
 use super::{BINDER_ID, OciError, OciErrorKind, OciOptions, SUBSTRATE, inspect};
 
 const DESCRIPTION: &str = "Binds an OCI image to its manifest digest (resolved through the registry's API) and runs it by digest in a hardened container: read-only root, no capabilities, no new privileges, user 65534, no network unless bound with it.";
@@ -24,8 +25,19 @@ pub struct OciBinder {
     pub options: OciOptions,
     /// One run (the pull has its own bound in [`RunOptions`]).
     pub run_timeout: Duration,
-    /// The engine; `None` detects one at each execution.
-    pub engine: Option<OciEngine>,
+    /// The engine given ([`OciBinder::with_engine`]), else the one detected at the first
+    /// execution that found one: kept, so that a run does not probe docker and podman again.
+    engine: OnceLock<OciEngine>,
+}
+
+/// What a binding runs, read from it: the immutable artifact as written and parsed, the
+/// locator parsed, and the inspection options for the platform it was bound for.
+struct Pinned<'b> {
+    artifact: &'b str,
+    pinned: ImageReference,
+    locator: &'b str,
+    located: ImageReference,
+    options: OciOptions,
 }
 
 impl OciBinder {
@@ -33,22 +45,31 @@ impl OciBinder {
         OciBinder {
             options,
             run_timeout: RunOptions::default().timeout,
-            engine: None,
+            engine: OnceLock::new(),
         }
     }
 
     /// This binder running with `engine`.
-    pub fn with_engine(mut self, engine: OciEngine) -> Self {
-        self.engine = Some(engine);
-        self
+    pub fn with_engine(self, engine: OciEngine) -> Self {
+        OciBinder {
+            engine: OnceLock::from(engine),
+            ..self
+        }
+    }
+
+    /// The engine given, or the one detected once (a failed detection is tried again at the
+    /// next execution).
+    fn engine(&self) -> Result<OciEngine, OciError> {
+        if let Some(engine) = self.engine.get() {
+            return Ok(engine.clone());
+        }
+        let detected = detect()?;
+        Ok(self.engine.get_or_init(|| detected).clone())
     }
 
     /// What a binding runs: its immutable artifact (a digest reference of the locator's
     /// repository), for the platform it was bound for.
-    fn pinned(
-        &self,
-        binding: &Value,
-    ) -> Result<(String, ImageReference, ImageReference, OciOptions), OciError> {
+    fn pinned<'b>(&self, binding: &'b Value) -> Result<Pinned<'b>, OciError> {
         let invalid = |m: String| OciError::new(OciErrorKind::Invalid, m);
         let artifact = binding
             .get("immutableArtifact")
@@ -72,48 +93,32 @@ impl OciBinder {
             .and_then(Value::as_str)
             .map(Platform::parse)
             .transpose()?;
-        Ok((
-            artifact.to_string(),
+        Ok(Pinned {
+            artifact,
             pinned,
+            locator,
             located,
-            self.for_platform(platform),
-        ))
+            options: self.for_platform(platform),
+        })
     }
 
     /// Refuses a binding whose locator is a tag that now shows another image than the one
     /// bound ([`OciErrorKind::Moved`]): the approval was for what the tag showed then. A
     /// locator that names a digest cannot move.
     pub fn check_locator(&self, binding: &Value) -> Result<(), OciError> {
-        let (_, pinned, located, options) = self.pinned(binding)?;
-        if located.digest.is_some() {
-            return Ok(());
-        }
-        let bound = pinned.digest.unwrap_or_default();
-        let locator = binding.get("locator").and_then(Value::as_str).unwrap_or("");
-        let now = inspect(locator, &options)?;
-        if now.manifest_digest != bound {
-            return Err(OciError::new(
-                OciErrorKind::Moved,
-                format!(
-                    "tag {} moved from {bound} to {} since it was bound; bind it again",
-                    located.canonical(),
-                    now.manifest_digest
-                ),
-            ));
-        }
-        Ok(())
+        check_moved(&self.pinned(binding)?)
     }
 
     /// The artifact, arguments and run options of one execution, after [`Self::check_locator`].
-    fn plan(
+    fn plan<'b>(
         &self,
-        binding: &Value,
+        binding: &'b Value,
         input: &Value,
         cancel: &CancelToken,
-    ) -> Result<(String, Vec<String>, RunOptions), OciError> {
+    ) -> Result<(&'b str, Vec<String>, RunOptions), OciError> {
         let args = input_args(input)?;
-        let (artifact, pinned, _, options) = self.pinned(binding)?;
-        self.check_locator(binding)?;
+        let pinned = self.pinned(binding)?;
+        check_moved(&pinned)?;
         let network = binding
             .pointer("/authority/effects")
             .and_then(Value::as_array)
@@ -122,12 +127,12 @@ impl OciBinder {
             approved: true,
             network,
             timeout: self.run_timeout,
-            insecure: options.is_insecure(&pinned)?,
-            engine: self.engine.clone(),
+            insecure: pinned.options.is_insecure(&pinned.pinned)?,
+            engine: Some(self.engine()?),
             cancel: Some(cancel.clone()),
             ..RunOptions::default()
         };
-        Ok((artifact, args, run_options))
+        Ok((pinned.artifact, args, run_options))
     }
 
     /// The options of an inspection for `platform`.
@@ -144,6 +149,26 @@ impl Default for OciBinder {
     fn default() -> Self {
         OciBinder::new(OciOptions::default())
     }
+}
+
+/// [`OciBinder::check_locator`] of a binding already read.
+fn check_moved(p: &Pinned<'_>) -> Result<(), OciError> {
+    if p.located.digest.is_some() {
+        return Ok(());
+    }
+    let bound = p.pinned.digest.as_deref().unwrap_or_default();
+    let now = inspect(p.locator, &p.options)?;
+    if now.manifest_digest != bound {
+        return Err(OciError::new(
+            OciErrorKind::Moved,
+            format!(
+                "tag {} moved from {bound} to {} since it was bound; bind it again",
+                p.located.canonical(),
+                now.manifest_digest
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn refuse(e: OciError) -> BinderError {
@@ -219,24 +244,23 @@ impl MetabolicBinder for OciBinder {
             }
         };
         let inspection = inspect(image, &self.for_platform(platform)).map_err(refuse)?;
-        let mut effects = vec![json!("process.spawn"), json!(EXTERNAL_OPAQUE_EFFECTS)];
+        let mut effects = vec!["process.spawn", EXTERNAL_OPAQUE_EFFECTS];
         if network {
-            effects.push(json!("network.connect"));
+            effects.push("network.connect");
         }
-        Ok(json!({
-            "bindingVersion": "1.0",
-            "binderId": BINDER_ID,
-            "substrate": SUBSTRATE,
-            "locator": image,
-            "immutableArtifact": inspection.immutable_reference,
-            "createdAt": capability_core::js::now_iso(),
-            "authority": {"complete": false, "effects": effects, "note": NOTE},
-            "evidence": [
+        let mut binding = crate::binding(
+            self,
+            image,
+            &inspection.immutable_reference,
+            &effects,
+            NOTE,
+            vec![
                 format!("image:{}", inspection.id),
                 format!("digest:{}", inspection.manifest_digest),
             ],
-            "inspection": inspection.to_json(),
-        }))
+        );
+        binding.insert("inspection".into(), inspection.to_json());
+        Ok(Value::Object(binding))
     }
 
     /// Runs the bound digest. A tag locator is resolved again first: when it shows another
@@ -248,7 +272,7 @@ impl MetabolicBinder for OciBinder {
         cancel: &CancelToken,
     ) -> Result<BinderExecution, BinderError> {
         let (artifact, args, run_options) = self.plan(binding, input, cancel).map_err(refuse)?;
-        let execution = run(&artifact, &args, &run_options).map_err(refuse)?;
+        let execution = run(artifact, &args, &run_options).map_err(refuse)?;
         Ok(BinderExecution {
             status: if execution.succeeded {
                 BinderStatus::Succeeded

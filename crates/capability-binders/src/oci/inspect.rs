@@ -16,10 +16,8 @@ use super::{OciError, OciErrorKind, OciOptions};
 pub struct OciInspection {
     /// The reference as given.
     pub reference: String,
-    /// `<registry>/<repository>@<manifest digest>`: what runs.
+    /// `<registry>/<repository>@<manifest digest>`: what runs (and, alone, `repoDigests`).
     pub immutable_reference: String,
-    /// `[immutable_reference]`.
-    pub repo_digests: Vec<String>,
     /// The config blob's digest (the image id).
     pub id: String,
     /// The image manifest's digest (sha256 of its exact bytes).
@@ -46,7 +44,7 @@ impl OciInspection {
         let mut v = Map::new();
         v.insert("reference".into(), json!(self.reference));
         v.insert("immutableReference".into(), json!(self.immutable_reference));
-        v.insert("repoDigests".into(), json!(self.repo_digests));
+        v.insert("repoDigests".into(), json!([self.immutable_reference]));
         v.insert("id".into(), json!(self.id));
         if let Some(a) = &self.architecture {
             v.insert("architecture".into(), json!(a));
@@ -231,11 +229,9 @@ pub fn inspect(reference: &str, options: &OciOptions) -> Result<OciInspection, O
                 .collect()
         })
         .unwrap_or_default();
-    let immutable_reference = image.with_digest(&manifest.digest);
     Ok(OciInspection {
         reference: reference.to_string(),
-        repo_digests: vec![immutable_reference.clone()],
-        immutable_reference,
+        immutable_reference: image.with_digest(&manifest.digest),
         id: config_digest,
         manifest_digest: manifest.digest,
         media_type: manifest.media_type,

@@ -22,7 +22,6 @@ use capability_openapi::http::{
     HttpClient, HttpConfig, HttpError, Incoming, Origin, Outgoing, Resolver, origin_of,
 };
 use serde_json::Value;
-use sha2::Digest as _;
 
 use super::reference::ImageReference;
 use super::{OciError, OciErrorKind, OciOptions};
@@ -50,7 +49,7 @@ pub const IMAGE_CONFIG_TYPES: [&str; 2] = [
 
 /// `sha256:<hex>` of some bytes.
 pub fn sha256_digest(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+    format!("sha256:{}", capability_core::json::sha256_hex(bytes))
 }
 
 /// A manifest as fetched: its exact bytes, their digest and its media type.

@@ -125,6 +125,12 @@ fn engine_error(message: String) -> OciError {
     OciError::new(OciErrorKind::Engine, message)
 }
 
+/// The engine [`detect_engine`] finds (podman or docker), or why none answers.
+pub(crate) fn detect() -> Result<OciEngine, OciError> {
+    detect_engine(ENGINE_PROBE_TIMEOUT)
+        .map_err(|e| engine_error(format!("no container engine answers: {e}")))
+}
+
 /// Reads a pipe to its end on a thread: the first `cap` bytes (`head`) or the last (tail),
 /// and whether anything was dropped.
 fn drain(
@@ -305,8 +311,7 @@ pub fn run(image: &str, args: &[String], options: &RunOptions) -> Result<OciExec
     }
     let engine = match &options.engine {
         Some(e) => e.clone(),
-        None => detect_engine(ENGINE_PROBE_TIMEOUT)
-            .map_err(|e| engine_error(format!("no container engine answers: {e}")))?,
+        None => detect()?,
     };
     let cancel = options.cancel.as_ref();
     if cancel.is_some_and(CancelToken::is_cancelled) {

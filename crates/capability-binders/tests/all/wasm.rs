@@ -3,8 +3,6 @@
 //! checked-in guests of `capability-wasm` and a server of the test's own.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -16,6 +14,7 @@ use capability_core::binder::{
 };
 use capability_core::conformance::run_binder_conformance;
 use capability_core::published::{PublishedSchema, validate_published};
+use capability_test_support::http::{Server, authority};
 use capability_wasm::{EngineConfig, Limits, WasmEngine, WasmLimits};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -171,41 +170,6 @@ fn module_importing(module: &str, field: &str, exports: bool) -> Vec<u8> {
     }
     section(10, &[1, 2, 0, 0x0b], &mut out);
     out
-}
-
-/// Serves `body` at `/<file>` (anything else is a 404) on 127.0.0.1 until the test ends.
-fn serve(file: &str, body: Vec<u8>) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let path = format!("/{file}");
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") {
-                match stream.read(&mut byte) {
-                    Ok(1) => head.push(byte[0]),
-                    _ => break,
-                }
-            }
-            let head = String::from_utf8_lossy(&head);
-            let target = head.split_whitespace().nth(1).unwrap_or("");
-            let (status, payload): (&str, &[u8]) = if target == path {
-                ("200 OK", &body)
-            } else {
-                ("404 Not Found", b"not found")
-            };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status}\r\ncontent-type: application/wasm\r\ncontent-length: {}\r\n\
-                 connection: close\r\n\r\n",
-                payload.len()
-            );
-            let _ = stream.write_all(payload);
-        }
-    });
-    format!("127.0.0.1:{port}")
 }
 
 fn cached_files(dir: &Path) -> Vec<String> {
@@ -417,8 +381,9 @@ fn binds_from_a_loopback_http_server() {
     let s = setup();
     let bytes = std::fs::read(fixture("guest-add.wasm")).unwrap();
     let sha = sha256_of(&bytes);
-    let addr = serve("guest-add.wasm", bytes);
-    let url = format!("http://{addr}/guest-add.wasm");
+    let server = Server::start();
+    let url = server.put("/guest-add.wasm", 200, bytes);
+    let addr = authority(&server.base);
 
     let binding = s
         .registry
