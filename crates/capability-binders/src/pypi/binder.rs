@@ -28,13 +28,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use capability_core::binder::{
-    BinderDiscovery, BinderError, BinderExecution, BinderStatus, CancelToken,
-    METABOLIC_BINDING_VERSION, MetabolicBinder,
+    BinderDiscovery, BinderError, BinderExecution, BinderStatus, CancelToken, MetabolicBinder,
 };
 use serde_json::{Value, json};
 
-use super::forge::{FORGED_EFFECTS, ForgeOptions, PythonForge, forge, load_forge};
-use super::run::{DEFAULT_TIMEOUT, RunOptions, RunStatus, execute};
+use super::forge::{FORGED_EFFECTS, ForgeOptions, PythonBinding, PythonForge, forge, load_forge};
+use super::run::{DEFAULT_TIMEOUT, RunStatus, execute_binding};
 use super::{BINDER_ID, Index, PypiConfig, PypiError, SUBSTRATE};
 
 /// The `isolation` label of an execution.
@@ -74,28 +73,26 @@ impl PypiBinder {
     /// part as the request gave it (`None`: the binding names the forged version).
     pub fn binding(&self, forged: &PythonForge, locator: &str) -> Value {
         let b = &forged.binding;
-        json!({
-            "bindingVersion": METABOLIC_BINDING_VERSION,
-            "binderId": BINDER_ID,
-            "substrate": SUBSTRATE,
-            "locator": locator,
-            "immutableArtifact": b.immutable_artifact(),
-            "createdAt": capability_core::js::now_iso(),
-            "authority": {
-                "complete": false,
-                "effects": FORGED_EFFECTS,
-                "note": AUTHORITY_NOTE,
-            },
-            "evidence": [b.wheel, format!("sha256:{}", b.sha256), format!("{}:{}", b.module, b.symbol)],
-            "metadata": {
+        let mut binding = crate::binding(
+            self,
+            locator,
+            &b.immutable_artifact(),
+            &FORGED_EFFECTS,
+            AUTHORITY_NOTE,
+            evidence(b),
+        );
+        binding.insert(
+            "metadata".into(),
+            json!({
                 "capabilityId": b.capability_id,
                 "directory": forged.directory.to_string_lossy(),
                 "kind": b.kind.as_str(),
                 "dependencies": b.dependencies.len(),
-            },
-            "forged": forged.to_json(),
-            "inspection": forged.artifact.to_json(),
-        })
+            }),
+        );
+        binding.insert("forged".into(), forged.to_json());
+        binding.insert("inspection".into(), forged.artifact.to_json());
+        Value::Object(binding)
     }
 
     fn bind_request(&self, request: &Value) -> Result<Value, PypiError> {
@@ -139,6 +136,16 @@ impl PypiBinder {
     }
 }
 
+/// `[<wheel>, "sha256:<hex>", "<module>:<symbol>"]`: the evidence of a binding, checked again
+/// before each run.
+fn evidence(b: &PythonBinding) -> Vec<String> {
+    vec![
+        b.wheel.clone(),
+        format!("sha256:{}", b.sha256),
+        format!("{}:{}", b.module, b.symbol),
+    ]
+}
+
 impl MetabolicBinder for PypiBinder {
     fn id(&self) -> &str {
         BINDER_ID
@@ -178,16 +185,10 @@ impl MetabolicBinder for PypiBinder {
             .and_then(Value::as_str)
             .map(PathBuf::from)
             .ok_or_else(|| BinderError("the binding names no forge directory".into()))?;
-        let bound =
-            super::forge::PythonBinding::load(&directory).map_err(|e| BinderError(e.message))?;
-        let evidence = json!([
-            bound.wheel,
-            format!("sha256:{}", bound.sha256),
-            format!("{}:{}", bound.module, bound.symbol)
-        ]);
+        let bound = PythonBinding::load(&directory).map_err(|e| BinderError(e.message))?;
         if binding.get("immutableArtifact").and_then(Value::as_str)
             != Some(bound.immutable_artifact().as_str())
-            || binding.get("evidence") != Some(&evidence)
+            || binding.get("evidence") != Some(&json!(evidence(&bound)))
         {
             return Err(BinderError(format!(
                 "{} no longer binds {}: the forge directory was changed after binding",
@@ -201,11 +202,10 @@ impl MetabolicBinder for PypiBinder {
         if cancel.is_cancelled() {
             return Err(BinderError("The operation was aborted".into()));
         }
-        let options = RunOptions {
-            approved: true,
-            timeout: self.run_timeout,
-        };
-        let run = execute(&directory, input, &options).map_err(|e| BinderError(e.message))?;
+        // Approved by the registry (see the module docs); the binding just checked is the
+        // one run.
+        let run = execute_binding(&directory, &bound, input, self.run_timeout)
+            .map_err(|e| BinderError(e.message))?;
         Ok(BinderExecution {
             status: match run.status {
                 RunStatus::Succeeded => BinderStatus::Succeeded,

@@ -27,8 +27,8 @@ use std::path::{Path, PathBuf};
 use capability_core::effects::EXTERNAL_OPAQUE_EFFECTS;
 use serde_json::{Map, Value, json};
 
-use super::mine::{CandidateKind, MiningReport, PythonCandidate, mine_wheel};
-use super::run::{is_plain_file_name, read_json, read_limited, sha256_hex, write_file};
+use super::mine::{CandidateKind, MiningReport, PythonCandidate, mine_bytes, read_wheel};
+use super::run::{is_plain_file_name, read_json, read_with_sha256, write_file};
 use super::{BINDER_VERSION, Index, Inspection, PypiError, PypiErrorKind, SUBSTRATE, WheelRef};
 
 /// The capability manifest a forge writes.
@@ -414,8 +414,8 @@ pub fn select_candidate(
     ))
 }
 
-/// Forges `options.package` from the index: inspect, download (verified), mine, resolve the
-/// dependency closure, then [`forge_wheel`].
+/// Forges `options.package` from the index: inspect, download (verified), resolve the
+/// dependency closure, then mine and write as [`forge_wheel`] does.
 pub fn forge(index: &Index, options: &ForgeOptions) -> Result<PythonForge, PypiError> {
     let inspection = index.inspect(&options.package, options.version.as_deref())?;
     let wheel = super::mine::fetch(index, &inspection)?;
@@ -434,11 +434,10 @@ pub fn forge(index: &Index, options: &ForgeOptions) -> Result<PythonForge, PypiE
         module: options.module.clone(),
         symbol: options.symbol.clone(),
     };
-    match &options.directory {
-        Some(dir) => forge_wheel(&wheel, &inspection, &dependencies, &selection, dir),
+    let (root, candidate) = mine_and_select(&wheel, &inspection, &selection)?;
+    let directory = match &options.directory {
+        Some(dir) => dir.clone(),
         None => {
-            let report = mine_wheel(&wheel, &inspection, selection.query.as_deref())?;
-            let candidate = select_candidate(&report, &selection)?;
             let dir = cache_dir.join("forged").join(format!(
                 "{}-{}-{}-{}",
                 pypi_slug(&inspection.name),
@@ -454,9 +453,10 @@ pub fn forge(index: &Index, options: &ForgeOptions) -> Result<PythonForge, PypiE
                     )
                 })?;
             }
-            write_forge(&wheel, &inspection, &dependencies, report, candidate, &dir)
+            dir
         }
-    }
+    };
+    write_forge(&root, &inspection, &dependencies, candidate, &directory)
 }
 
 /// Forges a local wheel whose bytes have the sha256 `inspection` names, with its dependency
@@ -468,23 +468,29 @@ pub fn forge_wheel(
     selection: &Selection,
     directory: &Path,
 ) -> Result<PythonForge, PypiError> {
-    let report = mine_wheel(wheel, inspection, selection.query.as_deref())?;
-    let candidate = select_candidate(&report, selection)?;
-    write_forge(
-        wheel,
-        inspection,
-        dependencies,
-        report,
-        candidate,
-        directory,
-    )
+    let (root, candidate) = mine_and_select(wheel, inspection, selection)?;
+    write_forge(&root, inspection, dependencies, candidate, directory)
 }
 
-fn write_forge(
+/// The root wheel's bytes, read and checked once, and the candidate `selection` picks from
+/// their mining; the same bytes are the ones the forge writes.
+fn mine_and_select(
     wheel: &Path,
     inspection: &Inspection,
+    selection: &Selection,
+) -> Result<(Vec<u8>, PythonCandidate), PypiError> {
+    let bytes = read_wheel(wheel, inspection, MAX_FORGED_WHEEL_BYTES)?;
+    let report = mine_bytes(&bytes, inspection, selection.query.as_deref())?;
+    let candidate = select_candidate(&report, selection)?;
+    Ok((bytes, candidate))
+}
+
+/// Writes the forge of `candidate` into `directory`: the root wheel's `root` bytes (already
+/// checked against `inspection`), its verified dependencies, the manifest and the binding.
+fn write_forge(
+    root: &[u8],
+    inspection: &Inspection,
     dependencies: &[LocalWheel],
-    _report: MiningReport,
     candidate: PythonCandidate,
     directory: &Path,
 ) -> Result<PythonForge, PypiError> {
@@ -511,7 +517,8 @@ fn write_forge(
         }
         Err(e) => return Err(io("read", directory, e)),
     }
-    let root_name = copy_verified(wheel, &inspection.wheel, directory)?;
+    let root_name = wheel_filename(&inspection.wheel)?.to_string();
+    write_file(&directory.join(&root_name), root)?;
     let mut bound = Vec::new();
     for dep in dependencies {
         let name = copy_verified(&dep.path, &dep.inspection.wheel, directory)?;
@@ -578,30 +585,30 @@ fn write_json(path: &Path, value: &Value) -> Result<(), PypiError> {
     write_file(path, text.as_bytes())
 }
 
-/// Copies `source` into `directory` under the index's filename once its bytes have the
-/// sha256 `wheel` names; the filename.
-fn copy_verified(source: &Path, wheel: &WheelRef, directory: &Path) -> Result<String, PypiError> {
+/// The wheel's filename, once it is a plain `.whl` file name.
+fn wheel_filename(wheel: &WheelRef) -> Result<&str, PypiError> {
     if !is_plain_file_name(&wheel.filename) || !wheel.filename.ends_with(".whl") {
         return Err(PypiError::new(
             PypiErrorKind::Invalid,
             format!("{:?} is not a wheel filename", wheel.filename),
         ));
     }
-    let bytes = read_limited(source, MAX_FORGED_WHEEL_BYTES)?;
-    let actual = sha256_hex(&bytes);
-    if !actual.eq_ignore_ascii_case(&wheel.sha256) {
-        return Err(PypiError::new(
-            PypiErrorKind::Digest,
-            format!(
-                "{} has sha256 {actual}, but the index names sha256 {} for {}",
-                source.display(),
-                wheel.sha256,
-                wheel.filename
-            ),
-        ));
-    }
-    write_file(&directory.join(&wheel.filename), &bytes)?;
-    Ok(wheel.filename.clone())
+    Ok(&wheel.filename)
+}
+
+/// Copies `source` into `directory` under the index's filename once its bytes have the
+/// sha256 `wheel` names; the filename.
+fn copy_verified(source: &Path, wheel: &WheelRef, directory: &Path) -> Result<String, PypiError> {
+    let name = wheel_filename(wheel)?;
+    let bytes = read_with_sha256(source, MAX_FORGED_WHEEL_BYTES, &wheel.sha256, |actual| {
+        format!(
+            "{} has sha256 {actual}, but the index names sha256 {} for {name}",
+            source.display(),
+            wheel.sha256,
+        )
+    })?;
+    write_file(&directory.join(name), &bytes)?;
+    Ok(name.to_string())
 }
 
 /// Reads an existing forge directory back ([`BINDING_FILE`] and [`MANIFEST_FILE`]), with

@@ -36,8 +36,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use capability_acquire::fetch::{FetchConfig, Fetched, Fetcher};
+use capability_core::json::sha256_hex;
+use capability_exec::integrity::{IntegrityError, digest_file};
 use serde_json::Value;
-use sha2::{Digest as _, Sha256};
 
 use super::pep::{SpecifierSet, Version, normalize_name};
 use super::tags::{Interpreter, TagRanks, WheelName};
@@ -601,7 +602,7 @@ impl Index {
                 ),
             ));
         }
-        let actual = hex::encode(Sha256::digest(&fetched.body));
+        let actual = sha256_hex(&fetched.body);
         if actual != sha {
             return Err(err(
                 PypiErrorKind::Digest,
@@ -649,24 +650,19 @@ fn check_digest_text(sha256_hex: &str) -> Result<(), PypiError> {
 /// Streams the file through sha256: kind Digest when it is not `sha256_hex`.
 pub fn verify_wheel(path: &Path, sha256_hex: &str) -> Result<(), PypiError> {
     check_digest_text(sha256_hex)?;
-    let mut file = std::fs::File::open(path).map_err(|e| io_error(path, e))?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = file.read(&mut buf).map_err(|e| io_error(path, e))?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buf[..n]);
-    }
-    let actual = hex::encode(hasher.finalize());
-    if actual != sha256_hex.to_ascii_lowercase() {
+    let actual = digest_file(path, None, u64::MAX, 0)
+        .map_err(|e| match e {
+            IntegrityError::Io { source, .. } => io_error(path, source),
+            other => err(PypiErrorKind::Io, format!("{}: {other}", path.display())),
+        })?
+        .sha256_hex();
+    let expected = sha256_hex.to_ascii_lowercase();
+    if actual != expected {
         return Err(err(
             PypiErrorKind::Digest,
             format!(
-                "{} has sha256 {actual}, expected {}",
-                path.display(),
-                sha256_hex.to_ascii_lowercase()
+                "{} has sha256 {actual}, expected {expected}",
+                path.display()
             ),
         ));
     }

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::run::{ScratchRoot, read_limited, sandbox_run, sha256_hex, write_file};
+use super::run::{ScratchRoot, read_with_sha256, sandbox_run, write_file};
 use super::{Index, Inspection, PypiError, PypiErrorKind};
 
 /// The most `.py` files the miner parses.
@@ -205,22 +205,35 @@ pub fn mine_wheel(
     inspection: &Inspection,
     query: Option<&str>,
 ) -> Result<MiningReport, PypiError> {
-    let bytes = read_limited(wheel, MAX_MINED_WHEEL_BYTES)?;
-    let actual = sha256_hex(&bytes);
-    if !actual.eq_ignore_ascii_case(&inspection.wheel.sha256) {
-        return Err(PypiError::new(
-            PypiErrorKind::Digest,
-            format!(
-                "{} has sha256 {actual}, but {} {} names sha256 {}",
-                wheel.display(),
-                inspection.name,
-                inspection.version,
-                inspection.wheel.sha256
-            ),
-        ));
-    }
+    let bytes = read_wheel(wheel, inspection, MAX_MINED_WHEEL_BYTES)?;
+    mine_bytes(&bytes, inspection, query)
+}
+
+/// A local wheel's bytes (at most `max`), once they have the sha256 `inspection` names.
+pub(crate) fn read_wheel(
+    wheel: &Path,
+    inspection: &Inspection,
+    max: u64,
+) -> Result<Vec<u8>, PypiError> {
+    let expected = &inspection.wheel.sha256;
+    read_with_sha256(wheel, max, expected, |actual| {
+        format!(
+            "{} has sha256 {actual}, but {} {} names sha256 {expected}",
+            wheel.display(),
+            inspection.name,
+            inspection.version,
+        )
+    })
+}
+
+/// Mines a wheel's bytes, already checked against `inspection`'s sha256.
+pub(crate) fn mine_bytes(
+    bytes: &[u8],
+    inspection: &Inspection,
+    query: Option<&str>,
+) -> Result<MiningReport, PypiError> {
     let root = ScratchRoot::new("mine")?;
-    write_file(&root.package.join(WHEEL_FILE), &bytes)?;
+    write_file(&root.package.join(WHEEL_FILE), bytes)?;
     write_file(&root.package.join(MINER_FILE), MINER_SOURCE.as_bytes())?;
     root.seal()?;
     let manifest = json!({

@@ -52,11 +52,11 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use capability_core::json::sha256_hex;
 use capability_sandbox::{
     Grants, Invocation, Limits, ModuleSpec, ProcessLimits, ProcessSandbox, SandboxError,
 };
 use serde_json::{Map, Value, json};
-use sha2::Digest as _;
 
 use super::forge::{BoundWheel, MANIFEST_FILE, PythonBinding};
 use super::mine::CandidateKind;
@@ -325,6 +325,17 @@ pub fn execute(
         return Err(PypiError::new(PypiErrorKind::Sandbox, APPROVAL_REQUIRED));
     }
     let binding = PythonBinding::load(directory)?;
+    execute_binding(directory, &binding, input, options.timeout)
+}
+
+/// [`execute`] once approved, with `binding` already loaded from `directory` (the binder
+/// has read it to check the binding it runs).
+pub(crate) fn execute_binding(
+    directory: &Path,
+    binding: &PythonBinding,
+    input: &Value,
+    timeout: Duration,
+) -> Result<PythonExecution, PypiError> {
     let manifest = read_json(&directory.join(MANIFEST_FILE))?;
     let (args, kwargs) = call_arguments(input)?;
     if binding.kind == CandidateKind::ConsoleScript && !kwargs.is_empty() {
@@ -366,13 +377,7 @@ pub fn execute(
         "paths": paths,
     });
     let started_at = capability_core::js::now_iso();
-    let ran = sandbox_run(
-        &root.package,
-        RUNNER_FILE,
-        manifest,
-        request,
-        options.timeout,
-    )?;
+    let ran = sandbox_run(&root.package, RUNNER_FILE, manifest, request, timeout)?;
     let finished_at = capability_core::js::now_iso();
     drop(root);
 
@@ -486,11 +491,6 @@ fn tail(s: &str, max: usize) -> &str {
     &s[start..]
 }
 
-/// Lowercase hex sha256.
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(sha2::Sha256::digest(bytes))
-}
-
 /// A wheel's bytes from `directory`, checked against `sha256` (a [`PypiErrorKind::Digest`]
 /// refusal otherwise). `filename` must be a plain file name.
 pub(crate) fn read_verified(
@@ -505,16 +505,26 @@ pub(crate) fn read_verified(
         ));
     }
     let path = directory.join(filename);
-    let bytes = read_limited(&path, MAX_WHEEL_BYTES)?;
+    read_with_sha256(&path, MAX_WHEEL_BYTES, sha256, |actual| {
+        format!(
+            "{} has sha256 {actual}, but the forge bound sha256 {sha256}: the wheel changed after forging; nothing ran",
+            path.display()
+        )
+    })
+}
+
+/// A regular file's bytes (at most `max`) once they hash to `sha256` (any case); otherwise a
+/// [`PypiErrorKind::Digest`] refusal whose message `mismatch` makes from the actual digest.
+pub(crate) fn read_with_sha256(
+    path: &Path,
+    max: u64,
+    sha256: &str,
+    mismatch: impl FnOnce(&str) -> String,
+) -> Result<Vec<u8>, PypiError> {
+    let bytes = read_limited(path, max)?;
     let actual = sha256_hex(&bytes);
     if !actual.eq_ignore_ascii_case(sha256) {
-        return Err(PypiError::new(
-            PypiErrorKind::Digest,
-            format!(
-                "{} has sha256 {actual}, but the forge bound sha256 {sha256}: the wheel changed after forging; nothing ran",
-                path.display()
-            ),
-        ));
+        return Err(PypiError::new(PypiErrorKind::Digest, mismatch(&actual)));
     }
     Ok(bytes)
 }
