@@ -66,16 +66,12 @@ fn open_with_binders(
     crate::commands::host::open_host(host_config)
 }
 
+/// The agent the options name acts (the host's default agent when none is named).
 fn principal(options: &RunOptions) -> Principal {
-    let mut actor = capability_host::Actor::agent(
-        options
-            .agent
-            .clone()
-            .unwrap_or_else(|| capability_host::DEFAULT_AGENT.to_string()),
-    );
-    actor.tenant.clone_from(&options.tenant);
-    actor.scopes = options.scopes.iter().cloned().collect();
-    actor.environment = options.environment;
+    let mut actor = options.actor();
+    actor
+        .agent_id
+        .get_or_insert_with(|| capability_host::DEFAULT_AGENT.to_string());
     Principal::agent(&actor)
 }
 
@@ -127,7 +123,7 @@ fn execute(
 }
 
 fn parse_input(text: &str) -> Result<Value, String> {
-    crate::commands::core::json_arg(text)
+    crate::output::parse_json_arg(text, "input")
 }
 
 #[derive(Args, Debug)]
@@ -297,7 +293,8 @@ pub struct OciRunArgs {
 
 pub fn oci_run(args: OciRunArgs) -> Result<i32, String> {
     if !args.options.approve && args.options.approval.is_none() {
-        return Err("OCI first execution requires explicit approval".into());
+        // The reference's refusal, before anything is fetched.
+        return Err(oci::APPROVAL_REQUIRED.into());
     }
     let host = open_with_binders(&args.options, &PypiIndexArgs::default(), &args.registries)?;
     let mut request = json!({"image": args.image, "network": args.network});

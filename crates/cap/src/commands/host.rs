@@ -234,13 +234,18 @@ fn absolute(paths: &[PathBuf]) -> Vec<PathBuf> {
 impl RunOptions {
     /// Who acts.
     pub fn caller(&self) -> Caller {
-        Caller::from(Actor {
+        Caller::from(self.actor())
+    }
+
+    /// The agent these options name (unset: the host's default agent).
+    pub fn actor(&self) -> Actor {
+        Actor {
             agent_id: self.agent.clone(),
             tenant: self.tenant.clone(),
             scopes: self.scopes.iter().cloned().collect(),
             environment: self.environment,
             principal_id: None,
-        })
+        }
     }
 
     /// The host configuration these options describe, with these sources.

@@ -22,6 +22,29 @@ fn calc_wheel() -> WheelSpec {
         .script("calc", "calc_tools.cli:main")
 }
 
+/// `cap pypi-forge calc-tools --symbol <symbol> --directory <dir> --execute <input> <extra…>`
+/// against the index `url`.
+fn forge(
+    home: &std::path::Path,
+    url: &str,
+    symbol: &str,
+    dir: &std::path::Path,
+    input: &str,
+    extra: &[&str],
+) -> std::process::Output {
+    let mut args = vec![
+        "pypi-forge",
+        "calc-tools",
+        "--index-url",
+        url,
+        "--symbol",
+        symbol,
+    ];
+    args.extend(["--directory", dir.to_str().unwrap(), "--execute", input]);
+    args.extend(extra);
+    cap(home, &args)
+}
+
 fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).to_string()
 }
@@ -71,21 +94,7 @@ fn a_wheel_is_inspected_mined_forged_and_run_once_in_the_sandbox_under_policy() 
 
     // Without consent nothing runs.
     let forge_dir = dir.path().join("forge-1");
-    let out = cap(
-        &home,
-        &[
-            "pypi-forge",
-            "calc-tools",
-            "--index-url",
-            url,
-            "--symbol",
-            "add",
-            "--directory",
-            forge_dir.to_str().unwrap(),
-            "--execute",
-            "[2, 3]",
-        ],
-    );
+    let out = forge(&home, url, "add", &forge_dir, "[2, 3]", &[]);
     assert_eq!(out.status.code(), Some(1));
     assert!(
         stderr(&out).contains("explicit approval"),
@@ -101,22 +110,7 @@ fn a_wheel_is_inspected_mined_forged_and_run_once_in_the_sandbox_under_policy() 
 
     // With it, the function runs in the process sandbox and its receipt is kept.
     let forge_dir = dir.path().join("forge-2");
-    let out = cap(
-        &home,
-        &[
-            "pypi-forge",
-            "calc-tools",
-            "--index-url",
-            url,
-            "--symbol",
-            "add",
-            "--directory",
-            forge_dir.to_str().unwrap(),
-            "--execute",
-            "[2, 3]",
-            "--approve",
-        ],
-    );
+    let out = forge(&home, url, "add", &forge_dir, "[2, 3]", &["--approve"]);
     succeeded(&out);
     let done = stdout_json(&out);
     assert_eq!(done["output"], json!({"result": 5}));
@@ -147,23 +141,13 @@ forbid(principal, action, resource) when { context.input.binding.substrate == "p
     )
     .unwrap();
     let forge_dir = dir.path().join("forge-3");
-    let out = cap(
+    let out = forge(
         &home,
-        &[
-            "pypi-forge",
-            "calc-tools",
-            "--index-url",
-            url,
-            "--symbol",
-            "add",
-            "--directory",
-            forge_dir.to_str().unwrap(),
-            "--execute",
-            "[2, 3]",
-            "--approve",
-            "--policy",
-            policy.to_str().unwrap(),
-        ],
+        url,
+        "add",
+        &forge_dir,
+        "[2, 3]",
+        &["--approve", "--policy", policy.to_str().unwrap()],
     );
     assert_eq!(out.status.code(), Some(1));
     assert!(
@@ -181,21 +165,13 @@ forbid(principal, action, resource) when { context.input.binding.substrate == "p
 
     // A console script gets its argv.
     let forge_dir = dir.path().join("forge-4");
-    let out = cap(
+    let out = forge(
         &home,
-        &[
-            "pypi-forge",
-            "calc-tools",
-            "--index-url",
-            url,
-            "--symbol",
-            "calc",
-            "--directory",
-            forge_dir.to_str().unwrap(),
-            "--execute",
-            r#"["hello", 7]"#,
-            "--approve",
-        ],
+        url,
+        "calc",
+        &forge_dir,
+        r#"["hello", 7]"#,
+        &["--approve"],
     );
     succeeded(&out);
     let done = stdout_json(&out);
