@@ -52,6 +52,89 @@ const CACHE_LIMIT: usize = 4096;
 /// Slices of one capability, one slot per action type.
 type SliceSlots = [Option<Arc<Slice>>; ActionType::ALL.len()];
 
+/// Rule indices, one list per action type.
+type ActionLists = [Vec<usize>; ActionType::ALL.len()];
+
+/// The rules each (action type, capability) pair can match, indexed at load by their scope,
+/// so that building a slice costs the size of the slice, not the number of policies.
+///
+/// A rule whose scope names a resource (`resource == Capability::"x"`, `resource in
+/// Capability::"x"`, `resource is Capability in Capability::"x"`: entities have no parents,
+/// so `in` is equality) is listed under that resource, else under every resource; within
+/// either, under each action type its scope allows (`action == ..`, `action in [..]`), or
+/// under all of them. A scope that can never match (another entity type) is not listed.
+/// Every list is in load order.
+struct ScopeIndex {
+    any_resource: ActionLists,
+    by_resource: HashMap<String, ActionLists>,
+}
+
+impl ScopeIndex {
+    fn new(rules: &[CedarRule]) -> Self {
+        let mut index = ScopeIndex {
+            any_resource: std::array::from_fn(|_| Vec::new()),
+            by_resource: HashMap::new(),
+        };
+        for (i, rule) in rules.iter().enumerate() {
+            if rule.never {
+                continue;
+            }
+            let lists = match &rule.resource {
+                None => &mut index.any_resource,
+                Some(r) => index
+                    .by_resource
+                    .entry(r.clone())
+                    .or_insert_with(|| std::array::from_fn(|_| Vec::new())),
+            };
+            for (slot, action) in ActionType::ALL.iter().enumerate() {
+                let allowed = rule
+                    .actions
+                    .as_ref()
+                    .is_none_or(|a| a.iter().any(|x| x == action.as_str()));
+                if allowed {
+                    lists[slot].push(i);
+                }
+            }
+        }
+        index
+    }
+
+    /// An index that lists every rule for every pair: evaluation without slicing, the
+    /// reference slicing must agree with.
+    #[cfg(test)]
+    fn unsliced(rules: usize) -> Self {
+        ScopeIndex {
+            any_resource: std::array::from_fn(|_| (0..rules).collect()),
+            by_resource: HashMap::new(),
+        }
+    }
+
+    /// The rules that can match `action` on `capability`, in load order.
+    fn rules(&self, action: ActionType, capability: &str) -> Vec<usize> {
+        let slot = action as usize;
+        let any = &self.any_resource[slot];
+        let named = self
+            .by_resource
+            .get(capability)
+            .map_or(&[][..], |lists| lists[slot].as_slice());
+        // Two ascending lists of distinct rules: merge them.
+        let mut out = Vec::with_capacity(any.len() + named.len());
+        let (mut a, mut b) = (0, 0);
+        while a < any.len() && b < named.len() {
+            if any[a] < named[b] {
+                out.push(any[a]);
+                a += 1;
+            } else {
+                out.push(named[b]);
+                b += 1;
+            }
+        }
+        out.extend_from_slice(&any[a..]);
+        out.extend_from_slice(&named[b..]);
+        out
+    }
+}
+
 /// The policies that can match one (action type, capability) pair, split into those whose
 /// result depends only on the agent, the capability, the action and the environment, tenant
 /// and stage ("fixed": their matches are cached), and the others, evaluated on every call:
@@ -105,8 +188,10 @@ struct PartResult {
 /// Cedar policies loaded from files, ready to evaluate (parse once, evaluate many times).
 ///
 /// Evaluation slices the policies by action type and capability (a policy whose scope
-/// names another action or resource is not evaluated), caches the Cedar entities of each
-/// (agent, capability) pair, builds requests from typed values (not JSON) holding only the
+/// names another action or resource is not evaluated; slices are found through an index
+/// built at load, so a call's cost does not grow with the policies that name other
+/// capabilities or actions, even the first time a capability is seen), caches the Cedar
+/// entities of each (agent, capability) pair, builds requests from typed values (not JSON) holding only the
 /// context attributes the slice's policies name, and caches the matches of policies that
 /// read no per-call data (only principal, resource, action, environment, tenant, stage).
 /// Caches are bounded (4096 entries each, then cleared).
@@ -124,6 +209,8 @@ pub struct CedarPolicies {
     uses: Vec<ContextUse>,
     /// Per rule: its native form, when it has one.
     native: Vec<Option<Arc<FastPolicy>>>,
+    /// The rules by resource and action in their scope.
+    scope: ScopeIndex,
     authorizer: Authorizer,
     actions: Vec<EntityUid>,
     agent_type: EntityTypeName,
@@ -194,6 +281,7 @@ impl CedarPolicies {
             .enumerate()
             .map(|(i, r)| (r.id.clone(), i))
             .collect();
+        let scope = ScopeIndex::new(&loaded.rules);
         Ok(CedarPolicies {
             files: files.to_vec(),
             rules: loaded.rules,
@@ -202,6 +290,7 @@ impl CedarPolicies {
             compiled,
             uses,
             native,
+            scope,
             authorizer: Authorizer::new(),
             actions,
             agent_type: type_name(AGENT_TYPE)?,
@@ -288,22 +377,8 @@ impl CedarPolicies {
         let mut fixed = Part::default();
         let mut native = NativePart::default();
         let mut dynamic = Part::default();
-        for (i, ((rule, policy), used)) in self
-            .rules
-            .iter()
-            .zip(&self.compiled)
-            .zip(&self.uses)
-            .enumerate()
-        {
-            if rule.never
-                || rule
-                    .actions
-                    .as_ref()
-                    .is_some_and(|a| !a.iter().any(|x| x == action.as_str()))
-                || rule.resource.as_ref().is_some_and(|r| r != capability)
-            {
-                continue;
-            }
+        for i in self.scope.rules(action, capability) {
+            let (rule, policy, used) = (&self.rules[i], &self.compiled[i], &self.uses[i]);
             let part = if used.is_fixed() {
                 &mut fixed
             } else if let Some(fast) = &self.native[i] {
@@ -1316,6 +1391,183 @@ mod tests {
         assert!(
             answered_natively > checked * 10,
             "only {answered_natively} evaluations answered natively"
+        );
+    }
+
+    /// Slicing by resource and action must not change any result: random sets of policies
+    /// (scopes with `==`, `in`, `is`, `is .. in`, action sets, other entity types, none;
+    /// native, fixed, erroring and Cedar-only conditions; annotated decisions and
+    /// priorities) are evaluated with the index and with every policy in every slice, and
+    /// the decisions (in order, with ids, kinds, reasons, codes, parameters) and errors
+    /// must be equal.
+    #[test]
+    fn slicing_by_resource_and_action_changes_no_result() {
+        use crate::model::{CapabilityKind, Environment, GovernedCapability};
+        use crate::{ActionType, AgentAction, PolicyContext, RiskLevel, Stage};
+        use serde_json::json;
+
+        let resources = [
+            "resource",
+            "resource == Capability::\"c0\"",
+            "resource == Capability::\"c1\"",
+            "resource in Capability::\"c0\"",
+            "resource in Capability::\"c2\"",
+            "resource is Capability",
+            "resource is Capability in Capability::\"c1\"",
+            "resource is Other",
+            "resource == Other::\"c0\"",
+            "resource in Other::\"c1\"",
+        ];
+        let actions = [
+            "action",
+            "action == Action::\"tool_call\"",
+            "action == Action::\"model_call\"",
+            "action == Action::\"no_such_action\"",
+            "action in [Action::\"tool_call\", Action::\"mcp_tool_call\"]",
+            "action in [Action::\"mcp_tool_call\", Action::\"mcp_tool_call\"]",
+            "action in Action::\"model_call\"",
+        ];
+        let principals = ["principal", "principal == Agent::\"alice\""];
+        let effects = [
+            "permit",
+            "forbid",
+            "@decision(\"approval_required\") forbid",
+            "@decision(\"log_only\") forbid",
+            "@decision(\"log_only\") permit",
+            "@decision(\"redact\") @redact(\"/secret\") permit",
+            "@priority(\"-1\") forbid",
+            "@priority(\"2\") @code(\"c\") permit",
+        ];
+        let conditions = [
+            "",
+            " when { context.input.amount > 100 }",
+            " when { context.input has amount && context.input.amount < 10 }",
+            " when { context.input.amount + 1 > 100 }",
+            " when { resource.riskLevel >= 3 }",
+            " when { context.environment == \"prod\" && context.stage == \"before_capability\" }",
+            " unless { context.input has amount }",
+            " when { resource.missing == 1 }",
+            " when { context.input.amount > 1 && context.labels.team == \"billing\" }",
+            " when { action == Action::\"tool_call\" || resource == Capability::\"c2\" }",
+        ];
+        // A small deterministic generator (xorshift).
+        let mut state = 0x9E37_79B9_7F4A_7C15_u64;
+        let mut pick = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let caps: Vec<Arc<GovernedCapability>> = (0..4)
+            .map(|k| {
+                Arc::new(
+                    GovernedCapability::new(format!("c{k}"), CapabilityKind::Tool)
+                        .risk(if k % 2 == 0 {
+                            RiskLevel::High
+                        } else {
+                            RiskLevel::Low
+                        })
+                        .input_schema(json!({"type": "object", "properties": {
+                            "amount": {"type": "integer"}
+                        }})),
+                )
+            })
+            .collect();
+        let inputs = [
+            json!({}),
+            json!({"amount": 150}),
+            json!({"amount": 5}),
+            json!({"amount": "x"}),
+        ];
+        let summary = |p: &CedarPolicies, ctx: &PolicyContext| match p.evaluate(ctx) {
+            Ok(d) => {
+                let v: Vec<String> = d
+                    .decisions
+                    .iter()
+                    .map(|r| {
+                        let d = &r.decision;
+                        format!(
+                            "{} {:?} {:?} {:?} {:?} {:?} {:?} {:?}",
+                            r.priority,
+                            d.kind,
+                            d.policy_id,
+                            d.reason,
+                            d.code,
+                            d.redact,
+                            d.would_be,
+                            d.mutations
+                        )
+                    })
+                    .collect();
+                format!("{v:?} {:?}", d.errors)
+            }
+            Err(e) => format!("fault {e:?}"),
+        };
+        let mut compared = 0usize;
+        let mut differed_in_slice = 0usize;
+        for set in 0..80 {
+            let count = 1 + pick(12);
+            let text: String = (0..count)
+                .map(|i| {
+                    format!(
+                        "@id(\"s{set}p{i}\") @reason(\"r{i}\") {}({}, {}, {}){};\n",
+                        effects[pick(effects.len())],
+                        principals[pick(principals.len())],
+                        actions[pick(actions.len())],
+                        resources[pick(resources.len())],
+                        conditions[pick(conditions.len())]
+                    )
+                })
+                .collect();
+            let files = [PolicyFile::new("slice.cedar", text.clone())];
+            let sliced = match CedarPolicies::from_sources(&files) {
+                Ok(p) => p,
+                Err(e) => panic!("{e}\n{text}"),
+            };
+            let mut unsliced = match CedarPolicies::from_sources(&files) {
+                Ok(p) => p,
+                Err(e) => panic!("{e}\n{text}"),
+            };
+            unsliced.scope = ScopeIndex::unsliced(unsliced.rules.len());
+            for cap in &caps {
+                for action_type in [
+                    ActionType::ToolCall,
+                    ActionType::McpToolCall,
+                    ActionType::ModelCall,
+                    ActionType::FileRead,
+                ] {
+                    if sliced.scope.rules(action_type, &cap.name).len() < count {
+                        differed_in_slice += 1;
+                    }
+                    for agent in ["alice", "bob"] {
+                        for input in &inputs {
+                            for stage in [Stage::BeforeCapability, Stage::AfterCapability] {
+                                let mut action =
+                                    AgentAction::new(action_type, Arc::clone(cap), agent)
+                                        .input(input.clone())
+                                        .tenant("acme")
+                                        .environment(Environment::Prod);
+                                if pick(2) == 0 {
+                                    action = action.label("team", "billing");
+                                }
+                                let ctx = PolicyContext::new(action, stage);
+                                assert_eq!(
+                                    summary(&sliced, &ctx),
+                                    summary(&unsliced, &ctx),
+                                    "policies:\n{text}cap {} action {action_type} agent {agent} input {input} stage {stage:?}",
+                                    cap.name
+                                );
+                                compared += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        assert_eq!(compared, 80 * 4 * 4 * 2 * 4 * 2);
+        assert!(
+            differed_in_slice > 200,
+            "slicing left out policies in only {differed_in_slice} pairs"
         );
     }
 
