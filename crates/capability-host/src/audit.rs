@@ -198,7 +198,18 @@ impl Host {
                     more |= next.is_some();
                     merged.extend(page);
                 }
-                merged.sort_by_key(|r| std::cmp::Reverse(r.seq));
+                if query.time_ordered() {
+                    let time = |r: &AuditRecord| {
+                        r.event
+                            .get("timestamp")
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                            .to_string()
+                    };
+                    merged.sort_by_cached_key(|r| std::cmp::Reverse((time(r), r.seq)));
+                } else {
+                    merged.sort_by_key(|r| std::cmp::Reverse(r.seq));
+                }
                 more |= merged.len() > query.limit;
                 merged.truncate(query.limit);
                 let next = more.then(|| merged.last().map(|r| r.seq)).flatten();
@@ -234,18 +245,52 @@ impl Host {
 
     /// Verifies the hash chain (with each tenant's links on the way), or one tenant's chain
     /// from that tenant's records alone; not ok while audit records of dead processes'
-    /// journals are kept in quarantine (`quarantined`).
+    /// journals are kept in quarantine (`quarantined`). With a witness, the log must still
+    /// extend the witness's newest checkpoint (`witness`), and the whole chain's
+    /// verification starts there: only the records appended since are read (see
+    /// [`Host::verify_audit_with`]).
     pub fn verify_audit(
         &self,
         principal: &Principal,
         tenant: Option<&str>,
     ) -> Result<VerifyReport, HostError> {
+        self.verify_audit_with(principal, tenant, false)
+    }
+
+    /// [`Host::verify_audit`]; with `full`, every record of the chain is verified even when
+    /// a witnessed checkpoint would let the verification start there (an edit of a record
+    /// before the checkpoint that left the checkpoint's record in place is found only so).
+    /// `records` in the report counts the records checked: with a checkpoint, those after
+    /// it.
+    pub fn verify_audit_with(
+        &self,
+        principal: &Principal,
+        tenant: Option<&str>,
+        full: bool,
+    ) -> Result<VerifyReport, HostError> {
         let tenant = tenant_to_read(principal, tenant)?;
-        let mut report = match tenant.as_deref() {
-            Some(t) => audit::verify_tenant(self.audit.as_ref(), t),
-            None => audit::verify_store(self.audit.as_ref()),
-        }
-        .map_err(audit_err)?;
+        let store = self.audit.as_ref();
+        let (report, witness) = match (tenant.as_deref(), &self.anchor) {
+            (Some(t), anchor) => (
+                audit::verify_tenant(store, t),
+                anchor.as_ref().map(|a| a.check()),
+            ),
+            (None, None) => (audit::verify_store(store), None),
+            (None, Some(anchor)) if full => (audit::verify_store(store), Some(anchor.check())),
+            (None, Some(anchor)) => match anchor.checkpoint() {
+                Ok(Some(c)) => {
+                    let r = capability_policy::checkpoint::verify_since(store, c)
+                        .map_err(audit_err)?;
+                    let check = anchor.check_json(Ok(Some((r.checkpoint, r.problem))));
+                    (Ok(r.chain), Some(check))
+                }
+                other => (
+                    audit::verify_store(store),
+                    Some(anchor.check_json(other.map(|_| None))),
+                ),
+            },
+        };
+        let mut report = report.map_err(audit_err)?;
         // Events kept in quarantine never joined the chain: the log is not whole while any
         // are (whatever their tenant, which cannot be read).
         let quarantined = self
@@ -254,8 +299,7 @@ impl Host {
         report.quarantined = u64::try_from(quarantined.audit_events).unwrap_or(u64::MAX);
         report.ok &= report.quarantined == 0;
         // A log cut short, rebuilt or rolled back since the witness's newest checkpoint.
-        if let Some(anchor) = &self.anchor {
-            let check = anchor.check();
+        if let Some(check) = witness {
             report.ok &= check["ok"] == true;
             report.witness = Some(check);
         }

@@ -15,7 +15,9 @@
 //!   (its signature with the home's key, its record still at its place with its hash): a
 //!   truncated log, a rebuilt chain and a database rolled back to before it all fail, even
 //!   with the checkpoint table forged too, since nothing the witness keeps is in the home.
-//!   A replaced host key fails the signature.
+//!   A replaced host key fails the signature. The newest checkpoint is also where `audit
+//!   verify` starts by default: only the records appended since are verified
+//!   (`capability_policy::checkpoint::verify_since`; `--full` verifies the whole chain).
 //!
 //! A home is named at its witness by the SHA-256 of its canonical path (not of its key,
 //! which lives in the home).
@@ -265,33 +267,52 @@ impl Anchor {
         }
     }
 
-    /// The check of the chain against the witness's newest checkpoint: `{"location", "seq",
-    /// "counter", "createdAt", "ok", "problem"}` (`seq` null when nothing was witnessed yet).
-    pub(crate) fn check(&self) -> Value {
-        let location = self.witness.describe();
-        let fail = |problem: String| json!({"location": location, "ok": false, "problem": problem});
-        let doc = match self.read() {
-            Ok(Some(doc)) => doc,
-            Ok(None) => {
-                return json!({"location": location, "seq": null, "ok": true,
-                              "problem": null, "note": "nothing witnessed yet"});
-            }
-            Err(e) => return fail(format!("the witness cannot be read: {e}")),
-        };
-        let checkpoint = match Checkpoint::verify(&doc, self.approvals.key()) {
-            Ok(c) => c,
-            Err(e) => return fail(format!("the witnessed checkpoint: {e}")),
-        };
-        match checkpoint::verify_against(self.store.as_ref(), checkpoint) {
-            Ok(report) => json!({
-                "location": location,
-                "seq": report.checkpoint.seq,
-                "counter": report.checkpoint.counter,
-                "createdAt": report.checkpoint.created_at,
-                "ok": report.problem.is_none(),
-                "problem": report.problem,
-            }),
-            Err(e) => fail(e.to_string()),
+    /// The witness's newest checkpoint with its signature checked against this home's key:
+    /// `Ok(None)` when nothing was witnessed yet, `Err` when it cannot be read or does not
+    /// verify.
+    pub(crate) fn checkpoint(&self) -> Result<Option<Checkpoint>, String> {
+        match self.read() {
+            Ok(Some(doc)) => Checkpoint::verify(&doc, self.approvals.key())
+                .map(Some)
+                .map_err(|e| format!("the witnessed checkpoint: {e}")),
+            Ok(None) => Ok(None),
+            Err(e) => Err(format!("the witness cannot be read: {e}")),
         }
+    }
+
+    /// The check of the chain against the witness's newest checkpoint as reports show it:
+    /// `{"location", "seq", "counter", "createdAt", "ok", "problem"}` (`seq` null when
+    /// nothing was witnessed yet). `checked` is [`Anchor::checkpoint`]'s answer with, for a
+    /// checkpoint, why the log does not extend it (`None`: it does).
+    pub(crate) fn check_json(
+        &self,
+        checked: Result<Option<(Checkpoint, Option<String>)>, String>,
+    ) -> Value {
+        let location = self.witness.describe();
+        match checked {
+            Ok(Some((checkpoint, problem))) => json!({
+                "location": location,
+                "seq": checkpoint.seq,
+                "counter": checkpoint.counter,
+                "createdAt": checkpoint.created_at,
+                "ok": problem.is_none(),
+                "problem": problem,
+            }),
+            Ok(None) => json!({"location": location, "seq": null, "ok": true,
+                               "problem": null, "note": "nothing witnessed yet"}),
+            Err(problem) => json!({"location": location, "ok": false, "problem": problem}),
+        }
+    }
+
+    /// The check of the log against the witness's newest checkpoint (that the log still
+    /// extends it; the chain itself is verified by the caller), as [`Anchor::check_json`].
+    pub(crate) fn check(&self) -> Value {
+        let checked = self.checkpoint().and_then(|c| match c {
+            Some(c) => checkpoint::extends(self.store.as_ref(), &c)
+                .map(|problem| Some((c, problem)))
+                .map_err(|e| e.to_string()),
+            None => Ok(None),
+        });
+        self.check_json(checked)
     }
 }

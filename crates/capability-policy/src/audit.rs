@@ -606,6 +606,9 @@ pub struct VerifyReport {
     /// The check against the newest checkpoint a witness outside the home keeps (set by
     /// the caller that knows the witness; `ok` is false when it fails).
     pub witness: Option<Value>,
+    /// The record the verification started after (a checkpoint's, [`verify_after`]);
+    /// `None` when it started at the first record.
+    pub since: Option<u64>,
 }
 
 impl VerifyReport {
@@ -621,6 +624,7 @@ impl VerifyReport {
             })),
             "quarantined": self.quarantined,
             "witness": self.witness,
+            "since": self.since,
         })
     }
 }
@@ -637,6 +641,8 @@ pub struct ChainVerifier {
     first_bad: Option<BadRecord>,
     /// Per tenant: the last tenant seq and hash seen.
     tenants: BTreeMap<String, (u64, String)>,
+    /// Where a verifier made by [`ChainVerifier::after`] started.
+    since: Option<u64>,
 }
 
 impl Default for ChainVerifier {
@@ -647,6 +653,7 @@ impl Default for ChainVerifier {
             checked: 0,
             first_bad: None,
             tenants: BTreeMap::new(),
+            since: None,
         }
     }
 }
@@ -654,6 +661,18 @@ impl Default for ChainVerifier {
 impl ChainVerifier {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A verifier that continues after record `seq` with hash `hash`: the next record must be
+    /// `seq + 1` and link to `hash`. Tenants' chains are taken to start where their first
+    /// link says unless set beforehand (as [`verify_after`] does).
+    pub fn after(seq: u64, hash: &str) -> Self {
+        ChainVerifier {
+            expected_seq: seq + 1,
+            prev_hash: hash.to_string(),
+            since: Some(seq),
+            ..Self::default()
+        }
     }
 
     /// Checks the next record; returns `false` once a bad record was found.
@@ -753,6 +772,7 @@ impl ChainVerifier {
             first_bad: self.first_bad,
             quarantined: 0,
             witness: None,
+            since: self.since,
         }
     }
 }
@@ -790,6 +810,15 @@ pub struct AuditQuery {
 }
 
 impl AuditQuery {
+    /// Whether the query has a time range (`since` or `until`): its pages are then the
+    /// newest by (timestamp, seq), and `before` means "after this record in that order",
+    /// so that a page is read from the time index without sorting the whole range. The log
+    /// is written in time order, so this is the seq order except for events of concurrent
+    /// writers a few milliseconds apart.
+    pub fn time_ordered(&self) -> bool {
+        self.since.is_some() || self.until.is_some()
+    }
+
     /// Whether `record` matches the filters (not the cursor or the limit).
     pub fn matches(&self, record: &AuditRecord) -> bool {
         let field = |k: &str| record.event.get(k).and_then(Value::as_str);
@@ -807,7 +836,8 @@ impl AuditQuery {
 
 pub trait AuditStore: Send + Sync {
     /// The newest `query.limit` records that match `query` (older than `query.before` when
-    /// given), newest first.
+    /// given), newest first (by seq; with a time range by timestamp and seq, see
+    /// [`AuditQuery::time_ordered`]).
     fn query(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError>;
     /// Appends events atomically, chaining them; returns their records.
     fn append(&self, events: &[AuditEvent]) -> Result<Vec<AuditRecord>, StoreError>;
@@ -829,6 +859,11 @@ pub trait AuditStore: Send + Sync {
     ) -> Result<Vec<AuditRecord>, StoreError>;
     /// The head of a tenant's chain: its last tenant seq and hash.
     fn tenant_head(&self, tenant: &str) -> Result<Option<(u64, String)>, StoreError>;
+    /// The tenant link of `tenant`'s last record with a seq below `before`: where the
+    /// tenant's chain stood just before record `before` (`None`: nothing of it yet). Lets a
+    /// verification start in the middle of the log ([`verify_after`]).
+    fn tenant_link_before(&self, tenant: &str, before: u64)
+    -> Result<Option<TenantLink>, StoreError>;
     /// Records that a checkpoint of the head (`seq`, `hash`) was issued; returns its counter
     /// (1 for the first, then one more each time). See [`crate::checkpoint`].
     fn record_checkpoint(&self, seq: u64, hash: &str, created_at: &str) -> Result<u64, StoreError>;
@@ -836,9 +871,12 @@ pub trait AuditStore: Send + Sync {
     fn checkpoints_issued(&self) -> Result<u64, StoreError>;
 }
 
+/// The records read at a time when a chain is verified.
+const VERIFY_PAGE: usize = 1000;
+
 /// Verifies a store's whole chain, page by page.
 pub fn verify_store(store: &dyn AuditStore) -> Result<VerifyReport, StoreError> {
-    const PAGE: usize = 1000;
+    const PAGE: usize = VERIFY_PAGE;
     let head = store.head()?;
     let mut v = ChainVerifier::new();
     let mut from = 0u64;
@@ -853,6 +891,43 @@ pub fn verify_store(store: &dyn AuditStore) -> Result<VerifyReport, StoreError> 
             }
         }
         if n < PAGE {
+            break;
+        }
+    }
+    Ok(v.finish(head))
+}
+
+/// Verifies the chain from record `seq + 1` on, given that record `seq` has hash `hash`
+/// (a checkpoint's head, already checked against the log): reads only the records after it,
+/// so the cost is that of the records since. Each tenant's links are checked from where the
+/// tenant's chain stood at `seq` ([`AuditStore::tenant_link_before`]). The report counts the
+/// records checked; records up to `seq` are not read (see [`crate::checkpoint`]).
+pub fn verify_after(
+    store: &dyn AuditStore,
+    seq: u64,
+    hash: &str,
+) -> Result<VerifyReport, StoreError> {
+    let head = store.head()?;
+    let mut v = ChainVerifier::after(seq, hash);
+    let mut seeded = std::collections::BTreeSet::new();
+    let mut from = seq + 1;
+    loop {
+        let page = store.records(from, VERIFY_PAGE)?;
+        let Some(last) = page.last() else { break };
+        from = last.seq + 1;
+        let n = page.len();
+        for r in &page {
+            if let Some(l) = &r.tenant_link
+                && seeded.insert(l.tenant.clone())
+                && let Some(before) = store.tenant_link_before(&l.tenant, seq + 1)?
+            {
+                v.tenants.insert(before.tenant, (before.seq, before.hash));
+            }
+            if !v.push(r) {
+                return Ok(v.finish(head));
+            }
+        }
+        if n < VERIFY_PAGE {
             break;
         }
     }

@@ -25,7 +25,7 @@ use ed25519_dalek::Verifier as _;
 use serde_json::{Map, Value, json};
 
 use crate::approvals::HostKey;
-use crate::audit::{AuditStore, VerifyReport, verify_store};
+use crate::audit::{AuditStore, VerifyReport, verify_after, verify_store};
 use crate::store::StoreError;
 
 /// The `type` member of a checkpoint.
@@ -185,12 +185,51 @@ impl CheckpointReport {
     }
 }
 
-/// Verifies `store`'s chain and that it still extends `checkpoint` (see the module docs).
+/// Verifies `store`'s whole chain and that it still extends `checkpoint` (see the module
+/// docs).
 pub fn verify_against(
     store: &dyn AuditStore,
     checkpoint: Checkpoint,
 ) -> Result<CheckpointReport, CheckpointError> {
     let chain = verify_store(store)?;
+    let problem = extends(store, &checkpoint)?;
+    Ok(CheckpointReport {
+        chain,
+        checkpoint,
+        problem,
+    })
+}
+
+/// Incremental verification from a checkpoint (its signature already checked, as
+/// [`Checkpoint::verify`] does): that the log still extends it, then the chain from the
+/// checkpoint's record on ([`verify_after`]), so the cost is that of the records appended
+/// since, not of the whole log. Records up to the checkpoint are not read again: an edit
+/// among them that left the checkpoint's record and hash in place is found by the whole
+/// chain's verification ([`verify_store`], `cap audit verify --full`) only. When the log
+/// does not extend the checkpoint, the whole chain is verified, so that the report says
+/// where it breaks.
+pub fn verify_since(
+    store: &dyn AuditStore,
+    checkpoint: Checkpoint,
+) -> Result<CheckpointReport, CheckpointError> {
+    let problem = extends(store, &checkpoint)?;
+    let chain = match problem {
+        Some(_) => verify_store(store)?,
+        None => verify_after(store, checkpoint.seq, &checkpoint.hash)?,
+    };
+    Ok(CheckpointReport {
+        chain,
+        checkpoint,
+        problem,
+    })
+}
+
+/// Why the log does not extend `checkpoint` (truncated, rebuilt, or an older database), or
+/// `None` when it does. Reads the head, the checkpoint's record and the counter only.
+pub fn extends(
+    store: &dyn AuditStore,
+    checkpoint: &Checkpoint,
+) -> Result<Option<String>, StoreError> {
     let head_seq = store.head()?.map_or(0, |(s, _)| s);
     let problem = if head_seq < checkpoint.seq {
         Some(format!(
@@ -214,22 +253,15 @@ pub fn verify_against(
             )),
         }
     };
-    let problem = match problem {
-        Some(p) => Some(p),
-        None => {
-            let issued = store.checkpoints_issued()?;
-            (issued < checkpoint.counter).then(|| {
-                format!(
-                    "this store has issued {issued} checkpoints, but this is checkpoint {}: \
-                     the database was replaced by an older copy",
-                    checkpoint.counter
-                )
-            })
-        }
-    };
-    Ok(CheckpointReport {
-        chain,
-        checkpoint,
-        problem,
-    })
+    if problem.is_some() {
+        return Ok(problem);
+    }
+    let issued = store.checkpoints_issued()?;
+    Ok((issued < checkpoint.counter).then(|| {
+        format!(
+            "this store has issued {issued} checkpoints, but this is checkpoint {}: \
+             the database was replaced by an older copy",
+            checkpoint.counter
+        )
+    }))
 }

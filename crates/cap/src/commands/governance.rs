@@ -172,12 +172,17 @@ pub enum AuditCommand {
     /// Verify the hash chain; exits 1 with the first bad record. With --checkpoint, also
     /// that the log still extends a signed checkpoint (from `cap audit checkpoint`). With
     /// --tenant, that tenant's own chain, from its records alone (positions are the
-    /// tenant's `tenant_seq`).
+    /// tenant's `tenant_seq`). With an audit witness, the log must extend the witness's
+    /// newest checkpoint and only the records since it are verified (`since` in the report;
+    /// `records` counts those); --full verifies every record.
     Verify {
         #[arg(long, conflicts_with = "tenant")]
         checkpoint: Option<PathBuf>,
         #[arg(long)]
         tenant: Option<String>,
+        /// Verify every record of the chain, not only those since the witnessed checkpoint.
+        #[arg(long)]
+        full: bool,
     },
     /// Print a signed checkpoint of the chain's head, to keep somewhere else.
     Checkpoint,
@@ -221,9 +226,10 @@ pub fn audit_cmd(args: AuditArgs) -> Result<i32, String> {
         AuditCommand::Verify {
             checkpoint: None,
             tenant,
+            full,
         } => {
             let report = host
-                .verify_audit(&me, tenant.as_deref())
+                .verify_audit_with(&me, tenant.as_deref(), full)
                 .map_err(|e| e.to_string())?;
             let mut out = report.to_json();
             if let Some(t) = tenant {

@@ -194,3 +194,66 @@ fn an_http_witness_on_loopback_keeps_and_answers_the_newest_checkpoint() {
         "{report}"
     );
 }
+
+#[test]
+fn verification_starts_at_the_witnessed_checkpoint_and_full_reads_every_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let witness = Witness::Directory(dir.path().join("witness"));
+    {
+        let h = host(dir.path(), Some(witness.clone()));
+        calls(&h, 3);
+    } // closing anchors the head
+    let h = host(dir.path(), Some(witness.clone()));
+    calls(&h, 2);
+    h.flush();
+    let report = verify(&h);
+    assert_eq!(report["ok"], true, "{report}");
+    let since = report["witness"]["seq"].as_u64().unwrap();
+    let head = report["headSeq"].as_u64().unwrap();
+    assert_eq!(report["since"], since, "{report}");
+    assert!(head > since, "{report}");
+    assert_eq!(
+        report["records"],
+        head - since,
+        "only the records after the checkpoint are read: {report}"
+    );
+    let full = |h: &Host| {
+        h.verify_audit_with(&Principal::operator("op"), None, true)
+            .unwrap()
+            .to_json()
+    };
+    let report = full(&h);
+    assert_eq!(report["ok"], true, "{report}");
+    assert_eq!(report["since"], Value::Null, "{report}");
+    assert_eq!(report["records"], head, "{report}");
+    drop(h);
+
+    // A record before the checkpoint edited in place (its stored hash kept): the incremental
+    // verification does not read it (its documented limit); the full one finds it.
+    sql(
+        dir.path(),
+        "UPDATE audit_events SET event = json_set(event, '$.forged', 1) WHERE seq = 1",
+    );
+    let h = host(dir.path(), Some(witness.clone()));
+    assert_eq!(verify(&h)["ok"], true);
+    let report = full(&h);
+    assert_eq!(report["ok"], false, "{report}");
+    assert_eq!(report["firstBad"]["seq"], 1, "{report}");
+    drop(h);
+
+    // A record after the checkpoint edited in place: the default verification finds it.
+    let h = host(dir.path(), Some(witness));
+    calls(&h, 1);
+    h.flush();
+    let last = verify(&h)["headSeq"].as_u64().unwrap();
+    assert!(last > head);
+    sql(
+        dir.path(),
+        &format!(
+            "UPDATE audit_events SET event = json_set(event, '$.forged', 1) WHERE seq = {last}"
+        ),
+    );
+    let report = verify(&h);
+    assert_eq!(report["ok"], false, "{report}");
+    assert_eq!(report["firstBad"]["seq"], last, "{report}");
+}

@@ -135,12 +135,40 @@ impl AuditStore for MemoryStore {
 
     fn query(&self, query: &AuditQuery) -> Result<Vec<AuditRecord>, StoreError> {
         Ok(self.settled(|i| {
-            i.records
+            if !query.time_ordered() {
+                return i
+                    .records
+                    .iter()
+                    .rev()
+                    .filter(|r| query.before.is_none_or(|b| r.seq < b) && query.matches(r))
+                    .take(query.limit)
+                    .cloned()
+                    .collect();
+            }
+            // Newest by (timestamp, seq), as the SQLite store orders a time range.
+            let key = |r: &AuditRecord| {
+                let time = r.event.get("timestamp").and_then(|v| v.as_str());
+                (time.unwrap_or_default().to_string(), r.seq)
+            };
+            let cursor = query
+                .before
+                .and_then(|b| i.records.iter().find(|r| r.seq == b))
+                .map(key);
+            let mut out: Vec<(_, &AuditRecord)> = i
+                .records
                 .iter()
-                .rev()
-                .filter(|r| query.before.is_none_or(|b| r.seq < b) && query.matches(r))
+                .filter(|r| query.matches(r))
+                .map(|r| (key(r), r))
+                .filter(|(k, _)| match (&cursor, query.before) {
+                    (Some(c), _) => k < c,
+                    (None, Some(_)) => false,
+                    (None, None) => true,
+                })
+                .collect();
+            out.sort_by(|a, b| b.0.cmp(&a.0));
+            out.into_iter()
                 .take(query.limit)
-                .cloned()
+                .map(|(_, r)| r.clone())
                 .collect()
         }))
     }
@@ -216,6 +244,21 @@ impl AuditStore for MemoryStore {
 
     fn tenant_head(&self, tenant: &str) -> Result<Option<(u64, String)>, StoreError> {
         Ok(self.settled(|i| i.tenant_heads.get(tenant).cloned()))
+    }
+
+    fn tenant_link_before(
+        &self,
+        tenant: &str,
+        before: u64,
+    ) -> Result<Option<TenantLink>, StoreError> {
+        Ok(self.settled(|i| {
+            i.records
+                .iter()
+                .rev()
+                .filter(|r| r.seq < before)
+                .find_map(|r| r.tenant_link.as_ref().filter(|l| l.tenant == tenant))
+                .cloned()
+        }))
     }
 
     fn record_checkpoint(&self, _: u64, _: &str, _: &str) -> Result<u64, StoreError> {

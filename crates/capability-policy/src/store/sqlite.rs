@@ -778,29 +778,66 @@ impl AuditStore for SqliteStore {
             out.truncate(query.limit);
             return Ok(out);
         }
+        let before = query.before.map(|b| i64::try_from(b).unwrap_or(i64::MAX));
+        // A time range is walked in the time index's order, (timestamp, seq), from its end
+        // (or the cursor's record) back: sorting the whole range by seq first would cost
+        // what the range holds. Without one, by seq (the primary key or a filter's index).
+        let time_ordered = query.time_ordered();
+        // The cursor's place in time order, and the range's one upper bound (the planner
+        // uses one of two): the cursor's time when it is below `until`.
+        let cursor_time: Option<String> = match before {
+            Some(b) if time_ordered => {
+                self.flush()?;
+                let conn = lock(&self.conn);
+                conn.prepare_cached("SELECT timestamp FROM audit_events WHERE seq = ?1")
+                    .and_then(|mut s| s.query_row([b], |r| r.get(0)).optional())
+                    .map_err(|e| self.db(e))?
+            }
+            _ => None,
+        };
+        if before.is_some() && time_ordered && cursor_time.is_none() {
+            // The cursor's record is gone: nothing is known to be older than it.
+            return Ok(Vec::new());
+        }
+        let until = match (&query.until, &cursor_time) {
+            (Some(u), Some(c)) if u > c => None,
+            (u, _) => u.as_ref(),
+        };
         let mut rest = String::from("WHERE 1");
         let mut values: Vec<&dyn rusqlite::ToSql> = Vec::new();
         for (column, op, value) in [
-            ("tenant", "=", &query.tenant),
-            ("agent_id", "=", &query.agent),
-            ("capability", "=", &query.capability),
-            ("decision", "=", &query.decision),
-            ("timestamp", ">=", &query.since),
-            ("timestamp", "<", &query.until),
+            ("tenant", "=", query.tenant.as_ref()),
+            ("agent_id", "=", query.agent.as_ref()),
+            ("capability", "=", query.capability.as_ref()),
+            ("decision", "=", query.decision.as_ref()),
+            ("timestamp", ">=", query.since.as_ref()),
+            ("timestamp", "<", until),
+            ("timestamp", "<=", cursor_time.as_ref()),
         ] {
             if let Some(v) = value {
                 values.push(v);
                 rest.push_str(&format!(" AND {column} {op} ?{}", values.len()));
             }
         }
-        let before = query.before.map(|b| i64::try_from(b).unwrap_or(i64::MAX));
         if let Some(b) = &before {
             values.push(b);
-            rest.push_str(&format!(" AND seq < ?{}", values.len()));
+            let n = values.len();
+            match &cursor_time {
+                Some(_) => rest.push_str(&format!(
+                    " AND (timestamp < ?{} OR seq < ?{n})",
+                    n - 1
+                )),
+                None => rest.push_str(&format!(" AND seq < ?{n}")),
+            }
         }
         let limit = i64::try_from(query.limit).unwrap_or(i64::MAX);
         values.push(&limit);
-        rest.push_str(&format!(" ORDER BY seq DESC LIMIT ?{}", values.len()));
+        let order = if time_ordered {
+            "timestamp DESC, seq DESC"
+        } else {
+            "seq DESC"
+        };
+        rest.push_str(&format!(" ORDER BY {order} LIMIT ?{}", values.len()));
         self.query_records(&rest, &values)
     }
 
@@ -859,6 +896,25 @@ impl AuditStore for SqliteStore {
         )
         .optional()
         .map_err(|e| self.db(e))
+    }
+
+    fn tenant_link_before(
+        &self,
+        tenant: &str,
+        before: u64,
+    ) -> Result<Option<TenantLink>, StoreError> {
+        if self.columns == LEGACY_RECORD_COLUMNS {
+            return Ok(None);
+        }
+        let before = i64::try_from(before).unwrap_or(i64::MAX);
+        // Served by `audit_events_by_tenant` (tenant, seq).
+        Ok(self
+            .query_records(
+                "WHERE tenant = ?1 AND seq < ?2 ORDER BY seq DESC LIMIT 1",
+                &[&tenant, &before],
+            )?
+            .pop()
+            .and_then(|r| r.tenant_link))
     }
 
     fn record_checkpoint(&self, seq: u64, hash: &str, created_at: &str) -> Result<u64, StoreError> {
