@@ -60,6 +60,7 @@ impl ReceiptFilter {
             since: text(&self.since),
             until: text(&self.until),
             limit: self.limit.map(|l| l.min(MAX_PAGE)),
+            before: None,
         })
     }
 }

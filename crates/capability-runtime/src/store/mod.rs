@@ -37,6 +37,9 @@ pub struct ReceiptQuery {
     /// Exclusive upper bound on `startedAt` (ISO-8601).
     pub until: Option<String>,
     pub limit: Option<usize>,
+    /// Only receipts listed after this one (its `receiptId`) in the list's order (newest
+    /// first): the cursor of the next page. A receipt id that is not stored lists nothing.
+    pub before: Option<String>,
 }
 
 impl ReceiptQuery {
@@ -94,15 +97,37 @@ pub fn export_jsonl(
     query: &ReceiptQuery,
     out: &mut dyn Write,
 ) -> Result<(usize, Vec<String>), StoreError> {
-    let listing = store.list_checked(query)?;
-    for r in &listing.receipts {
-        writeln!(
-            out,
-            "{}",
-            capability_core::json::to_js_string(&r.to_value())
-        )?;
+    // A page at a time, each after the last of the one before: memory stays that of a page
+    // however many receipts there are.
+    const PAGE: usize = 1000;
+    let (mut count, mut skipped) = (0, Vec::new());
+    let mut page_query = query.clone();
+    loop {
+        let want = query.limit.map_or(PAGE, |l| (l - count).min(PAGE));
+        if want == 0 {
+            break;
+        }
+        page_query.limit = Some(want);
+        let listing = store.list_checked(&page_query)?;
+        skipped.extend(listing.skipped);
+        let Some(last) = listing.receipts.last() else {
+            break;
+        };
+        page_query.before = Some(last.receipt_id.clone());
+        let n = listing.receipts.len();
+        let mut text = String::new();
+        for r in &listing.receipts {
+            text.clear();
+            text.push_str(&capability_core::json::to_js_string(&r.to_value()));
+            text.push('\n');
+            out.write_all(text.as_bytes())?;
+        }
+        count += n;
+        if n < want {
+            break;
+        }
     }
-    Ok((listing.receipts.len(), listing.skipped))
+    Ok((count, skipped))
 }
 
 /// Receipt ids are random UUIDs made by the runtime, so a fast non-keyed hash is safe here.
@@ -193,6 +218,12 @@ impl ReceiptStore for MemoryReceiptStore {
             .cloned()
             .collect();
         out.sort_by(|a, b| b.started_at.cmp(&a.started_at));
+        if let Some(before) = &query.before {
+            match out.iter().position(|r| r.receipt_id == *before) {
+                Some(i) => drop(out.drain(..=i)),
+                None => out.clear(),
+            }
+        }
         if let Some(limit) = query.limit {
             out.truncate(limit);
         }

@@ -399,36 +399,64 @@ impl ReceiptStore for SqliteReceiptStore {
     fn list_checked(&self, query: &ReceiptQuery) -> Result<Listing, StoreError> {
         self.flush()?;
         let conn = lock(&self.reader);
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT id, body FROM receipts
-                 WHERE (?1 IS NULL OR capability_id = ?1)
-                   AND (?2 IS NULL OR status = ?2)
-                   AND (?3 IS NULL OR started_at >= ?3)
-                   AND (?4 IS NULL OR started_at < ?4)
-                 ORDER BY started_at DESC, rowid DESC
-                 LIMIT ?5",
-            )
-            .map_err(db_err)?;
+        // Only the filters given, so that the planner can use an index for each:
+        // `receipts_by_capability` (capability, started_at) or `receipts_by_start`, both in
+        // the list's order (started_at, rowid), from the cursor back.
+        let cursor: Option<(String, i64)> = match &query.before {
+            Some(id) => {
+                let found = conn
+                    .prepare_cached("SELECT started_at, rowid FROM receipts WHERE id = ?1")
+                    .and_then(|mut s| s.query_row([id], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+                    .map_err(db_err)?;
+                if found.is_none() {
+                    return Ok(Listing::default());
+                }
+                found
+            }
+            None => None,
+        };
+        // One upper bound on the start (the planner uses one): the cursor's when it is
+        // below `until`.
+        let until = match (&query.until, &cursor) {
+            (Some(u), Some((c, _))) if u > c => None,
+            (u, _) => u.as_ref(),
+        };
+        let status = query.status.map(|s| s.as_str().to_string());
+        let mut sql = String::from("SELECT id, body FROM receipts WHERE 1");
+        let mut values: Vec<&dyn rusqlite::ToSql> = Vec::new();
+        for (column, op, value) in [
+            ("capability_id", "=", query.capability.as_ref()),
+            ("status", "=", status.as_ref()),
+            ("started_at", ">=", query.since.as_ref()),
+            ("started_at", "<", until),
+            ("started_at", "<=", cursor.as_ref().map(|(c, _)| c)),
+        ] {
+            if let Some(v) = value {
+                values.push(v);
+                sql.push_str(&format!(" AND {column} {op} ?{}", values.len()));
+            }
+        }
+        if let Some((_, rowid)) = &cursor {
+            values.push(rowid);
+            let n = values.len();
+            sql.push_str(&format!(" AND (started_at < ?{} OR rowid < ?{n})", n - 1));
+        }
         let limit = query
             .limit
             .map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX));
+        values.push(&limit);
+        sql.push_str(&format!(
+            " ORDER BY started_at DESC, rowid DESC LIMIT ?{}",
+            values.len()
+        ));
+        let mut stmt = conn.prepare_cached(&sql).map_err(db_err)?;
         let rows = stmt
-            .query_map(
-                params![
-                    query.capability,
-                    query.status.map(|s| s.as_str()),
-                    query.since,
-                    query.until,
-                    limit
-                ],
-                |row| {
-                    Ok((
-                        row.get::<_, String>(0)?,
-                        row.get::<_, rusqlite::types::Value>(1)?,
-                    ))
-                },
-            )
+            .query_map(values.as_slice(), |row| {
+                Ok((
+                    row.get::<_, String>(0)?,
+                    row.get::<_, rusqlite::types::Value>(1)?,
+                ))
+            })
             .map_err(db_err)?;
         let mut out = Listing::default();
         for row in rows {

@@ -408,3 +408,100 @@ fn recovering_the_same_journal_twice_does_not_duplicate_the_quarantine() {
     assert_eq!(std::fs::read(&q.files[0].path).unwrap(), b"not a receipt\n");
     assert_eq!(store.list(&ReceiptQuery::default()).unwrap().len(), 1);
 }
+
+/// Paging with the `before` cursor walks every receipt once, newest first, in both stores
+/// (receipts sharing a start time included), and the JSON-lines export, which reads a page
+/// at a time, writes each receipt once across page boundaries.
+#[test]
+fn the_before_cursor_pages_through_every_receipt_once_and_export_streams_them_all() {
+    use capability_runtime::store::{MemoryReceiptStore, export_jsonl};
+    let home = tempfile::tempdir().unwrap();
+    let sqlite = SqliteReceiptStore::open(home.path()).unwrap();
+    let memory = MemoryReceiptStore::new();
+    let n: usize = 2_345;
+    for i in 0..n {
+        // Three receipts per millisecond: ties are ordered by insertion, newest first.
+        let started = format!(
+            "2026-01-01T00:00:{:02}.{:03}Z",
+            i / 3 / 1000,
+            (i / 3) % 1000
+        );
+        let cap = if i % 2 == 0 { "a/x" } else { "b/y" };
+        let r = Arc::new(receipt(
+            &format!("r{i:05}"),
+            cap,
+            ReceiptStatus::Succeeded,
+            &started,
+        ));
+        sqlite.put(Arc::clone(&r)).unwrap();
+        memory.put(r).unwrap();
+    }
+    let stores: [(&str, &dyn ReceiptStore); 2] = [("sqlite", &sqlite), ("memory", &memory)];
+    for (name, store) in stores {
+        for capability in [None, Some("a/x")] {
+            let query = ReceiptQuery {
+                capability: capability.map(String::from),
+                ..Default::default()
+            };
+            let whole: Vec<String> = store
+                .list(&query)
+                .unwrap()
+                .iter()
+                .map(|r| r.receipt_id.clone())
+                .collect();
+            let mut paged = Vec::new();
+            let mut cursor = None;
+            loop {
+                let page = store
+                    .list(&ReceiptQuery {
+                        limit: Some(100),
+                        before: cursor.clone(),
+                        ..query.clone()
+                    })
+                    .unwrap();
+                let Some(last) = page.last() else { break };
+                cursor = Some(last.receipt_id.clone());
+                paged.extend(page.iter().map(|r| r.receipt_id.clone()));
+            }
+            assert_eq!(paged, whole, "{name} {capability:?}");
+            let expected = if capability.is_some() {
+                n.div_ceil(2)
+            } else {
+                n
+            };
+            assert_eq!(whole.len(), expected, "{name}");
+            let mut sorted = whole.clone();
+            sorted.sort();
+            sorted.reverse();
+            assert_eq!(whole, sorted, "{name}: newest first, ties newest first");
+
+            let mut out = Vec::new();
+            let (count, skipped) = export_jsonl(store, &query, &mut out).unwrap();
+            assert!(skipped.is_empty());
+            assert_eq!(count, expected, "{name}");
+            let exported: Vec<String> = String::from_utf8(out)
+                .unwrap()
+                .lines()
+                .map(|l| {
+                    serde_json::from_str::<serde_json::Value>(l).unwrap()["receiptId"]
+                        .as_str()
+                        .unwrap()
+                        .to_string()
+                })
+                .collect();
+            assert_eq!(exported, whole, "{name}");
+        }
+        // A limit smaller than a page, and a cursor that names no receipt.
+        let query = ReceiptQuery {
+            limit: Some(1_500),
+            ..Default::default()
+        };
+        let mut out = Vec::new();
+        assert_eq!(export_jsonl(store, &query, &mut out).unwrap().0, 1_500);
+        let gone = ReceiptQuery {
+            before: Some("no-such-receipt".into()),
+            ..Default::default()
+        };
+        assert!(store.list(&gone).unwrap().is_empty(), "{name}");
+    }
+}
