@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use capability_core::binder::CancelToken;
 use capability_core::manifest::{Manifest, manifest_from_legacy};
@@ -78,10 +78,45 @@ pub struct Capability {
     /// Shared so that a hook run on a helper thread (an execution with a timeout) can keep
     /// it without copying.
     manifest: Arc<Manifest>,
-    input_schema: Option<CompiledSchema>,
-    output_schema: Option<CompiledSchema>,
+    input_schema: Schema,
+    output_schema: Schema,
     implementation: Implementation,
     provenance: Option<Value>,
+}
+
+/// An input or output schema, compiled when the capability is made (every capability from
+/// outside: a schema that does not compile refuses it) or when first used (the built-ins,
+/// whose manifests are embedded in this crate and checked by its tests: a one-shot command
+/// then compiles only the schemas of the capability it runs).
+struct Schema(OnceLock<Result<Option<CompiledSchema>, String>>);
+
+impl Schema {
+    /// Compiled now.
+    fn eager(schema: Option<&Value>, which: &str) -> Result<Schema, CapabilityError> {
+        let compiled = compile(schema, which)?;
+        Ok(Schema(OnceLock::from(Ok(compiled))))
+    }
+
+    /// Compiled on first use.
+    fn deferred() -> Schema {
+        Schema(OnceLock::new())
+    }
+
+    /// The issues of `value` against `schema` (the manifest's, which this was or will be
+    /// compiled from); a schema that does not compile is one issue, never a pass.
+    fn validate(&self, schema: Option<&Value>, which: &str, value: &Value) -> Vec<SchemaIssue> {
+        let compiled = self
+            .0
+            .get_or_init(|| compile(schema, which).map_err(|e| e.message));
+        match compiled {
+            Ok(Some(s)) => s.validate(value),
+            Ok(None) => Vec::new(),
+            Err(e) => vec![SchemaIssue {
+                path: "$".into(),
+                message: e.clone(),
+            }],
+        }
+    }
 }
 
 impl std::fmt::Debug for Capability {
@@ -109,15 +144,26 @@ impl Capability {
         implementation: Implementation,
     ) -> Result<Self, CapabilityError> {
         capability_core::manifest::assert_valid_manifest(&manifest.to_value())?;
-        let input_schema = compile(manifest.input.as_ref(), "input")?;
-        let output_schema = compile(manifest.output.as_ref(), "output")?;
         Ok(Capability {
+            input_schema: Schema::eager(manifest.input.as_ref(), "input")?,
+            output_schema: Schema::eager(manifest.output.as_ref(), "output")?,
             manifest: Arc::new(manifest),
-            input_schema,
-            output_schema,
             implementation,
             provenance: None,
         })
+    }
+
+    /// An embedded built-in: its manifest is not validated again and its schemas are
+    /// compiled on first use (see [`Schema`]); the crate's tests check every built-in the
+    /// way [`Capability::new`] checks a manifest.
+    pub(crate) fn embedded(manifest: Manifest, hooks: Hooks, provenance: Value) -> Self {
+        Capability {
+            manifest: Arc::new(manifest),
+            input_schema: Schema::deferred(),
+            output_schema: Schema::deferred(),
+            implementation: Implementation::Native(hooks),
+            provenance: Some(provenance),
+        }
     }
 
     /// Starts a builder from manifest JSON.
@@ -182,12 +228,10 @@ impl Capability {
         capability_core::manifest::assert_valid_manifest(&checked)?;
         let manifest: Manifest = serde_json::from_value(manifest.clone())
             .map_err(|e| invalid(format!("manifest: {e}")))?;
-        let input_schema = compile(manifest.input.as_ref(), "input")?;
-        let output_schema = compile(manifest.output.as_ref(), "output")?;
         Ok(Capability {
+            input_schema: Schema::eager(manifest.input.as_ref(), "input")?,
+            output_schema: Schema::eager(manifest.output.as_ref(), "output")?,
             manifest: Arc::new(manifest),
-            input_schema,
-            output_schema,
             implementation: Implementation::Executor(executor),
             provenance: None,
         })
@@ -223,17 +267,13 @@ impl Capability {
     /// Input issues; empty when valid or when there is no input schema.
     pub fn validate_input(&self, input: &Value) -> Vec<SchemaIssue> {
         self.input_schema
-            .as_ref()
-            .map(|s| s.validate(input))
-            .unwrap_or_default()
+            .validate(self.manifest.input.as_ref(), "input", input)
     }
 
     /// Output issues; empty when valid or when there is no output schema.
     pub fn validate_output(&self, output: &Value) -> Vec<SchemaIssue> {
         self.output_schema
-            .as_ref()
-            .map(|s| s.validate(output))
-            .unwrap_or_default()
+            .validate(self.manifest.output.as_ref(), "output", output)
     }
 
     /// The reference `inspectCapability`: manifest members plus `executable: false`.

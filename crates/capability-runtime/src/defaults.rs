@@ -1,29 +1,43 @@
 //! What works on a fresh machine with no setup: the 12 built-ins as trusted in-process
 //! capabilities, and an embedded default index that lists them.
 
+use std::sync::Arc;
+
+use capability_core::manifest::Manifest;
 use capability_core::{CapabilityError, ErrorCode};
 use serde_json::{Value, json};
 
 use crate::builtins;
-use crate::capability::{Capability, HookError};
+use crate::capability::{Capability, ExecuteHook, ExecutionContext, HookError, Hooks};
 
 /// The package name under which the embedded index lists the built-ins.
 pub const BUILTIN_PACKAGE: &str = "capability-builtins";
 
-/// The built-in capability with that id.
+/// The built-in capability with that id. Its manifest is embedded (and checked by this
+/// crate's tests), so it is not validated again and its schemas are compiled on first use.
 pub fn builtin_capability(id: &str) -> Result<Capability, CapabilityError> {
-    let manifest = builtins::manifest(id).ok_or_else(|| {
-        CapabilityError::new(ErrorCode::NotFound, format!("Capability not found: {id}"))
-    })?;
+    let not_found =
+        || CapabilityError::new(ErrorCode::NotFound, format!("Capability not found: {id}"));
+    let manifest = Manifest::from_value(builtins::manifest(id).ok_or_else(not_found)?)?;
     let owned_id = id.to_string();
-    Capability::builder(manifest.clone())
-        .execute_json(move |input, _ctx| match builtins::execute(&owned_id, input) {
+    let execute =
+        move |input: &Value, _ctx: &ExecutionContext<'_>| match builtins::execute(&owned_id, input)
+        {
             Some(Ok(output)) => Ok(output),
             Some(Err(e)) => Err(HookError::named(e.name, e.message)),
             None => Err(HookError::msg(format!("Unknown built-in: {owned_id}"))),
-        })
-        .provenance(json!({"source": format!("builtin:{id}"), "packageName": BUILTIN_PACKAGE, "packageVersion": env!("CARGO_PKG_VERSION")}))
-        .build()
+        };
+    let hooks = Hooks {
+        execute: ExecuteHook::Sync(Arc::new(execute)),
+        plan: None,
+        verify: None,
+        rollback: None,
+    };
+    Ok(Capability::embedded(
+        manifest,
+        hooks,
+        json!({"source": format!("builtin:{id}"), "packageName": BUILTIN_PACKAGE, "packageVersion": env!("CARGO_PKG_VERSION")}),
+    ))
 }
 
 /// All 12 built-ins, in the reference provider order.

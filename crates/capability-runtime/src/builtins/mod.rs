@@ -163,6 +163,44 @@ mod tests {
         assert!(manifest("json/set").is_none());
     }
 
+    /// The built-ins skip the checks of `Capability::new` when they are registered (their
+    /// schemas compile on first use): here every one passes them, and a built-in made the
+    /// embedded way validates input as one made the checked way.
+    #[test]
+    fn every_builtin_passes_the_checks_it_skips_at_registration() {
+        use crate::capability::{Capability, Implementation};
+        use capability_core::manifest::Manifest;
+        for id in BUILTIN_IDS {
+            let m = manifest(id).unwrap();
+            let checked = Capability::new(Manifest::from_value(m).unwrap(), Implementation::Inert)
+                .unwrap_or_else(|e| panic!("{id}: {e}"));
+            let embedded = crate::defaults::builtin_capability(id).unwrap();
+            for input in [
+                serde_json::json!({}),
+                serde_json::json!({"text": 1}),
+                serde_json::json!("x"),
+            ] {
+                assert_eq!(
+                    embedded.validate_input(&input),
+                    checked.validate_input(&input),
+                    "{id} {input}"
+                );
+            }
+        }
+        let slugify = crate::defaults::builtin_capability("text/slugify").unwrap();
+        assert!(
+            !slugify
+                .validate_input(&serde_json::json!({"text": 1}))
+                .is_empty()
+        );
+        assert!(!slugify.validate_output(&serde_json::json!({})).is_empty());
+        assert!(
+            slugify
+                .validate_output(&serde_json::json!({"slug": "a"}))
+                .is_empty()
+        );
+    }
+
     #[test]
     fn unknown_ids_are_not_executed() {
         assert!(execute("text/unknown", &Value::Null).is_none());
