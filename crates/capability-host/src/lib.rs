@@ -286,6 +286,9 @@ pub struct Host {
     database: Option<Arc<Database>>,
     governor: Arc<capability_policy::Governor>,
     entries: RwLock<Arc<Vec<IndexEntry>>>,
+    /// The sources registered deferred whose index entries are not read yet, each with the
+    /// position its entries take in `entries` (see [`Host::index_entries`]).
+    deferred_entries: Mutex<Vec<(usize, Arc<dyn CapabilitySource>)>>,
     trust: Option<TrustPolicy>,
     timeout: Option<Duration>,
     tokens: OnceLock<Tokens>,
@@ -439,6 +442,7 @@ impl Host {
             database: stores.database,
             governor,
             entries: RwLock::new(Arc::new(Vec::new())),
+            deferred_entries: Mutex::new(Vec::new()),
             trust: config.trust.clone(),
             timeout: config.timeout,
             tokens: OnceLock::new(),
@@ -480,38 +484,80 @@ impl Host {
 
     /// Registers every capability of the configured sources, the OpenAPI documents kept in
     /// the home and the packages installed in it (an id another source provides is left to
-    /// it). The module executor (and its WASM engine, ~10 ms to create) is built only when
-    /// package code is registered.
+    /// it). The capabilities of a source that names them without building them
+    /// ([`CapabilitySource::deferred_ids`]: the OpenAPI documents) are registered deferred,
+    /// each built the first time it is looked up, and its index entries are read the first
+    /// time discovery needs them ([`Host::index_entries`]): opening a home that keeps a
+    /// document of 10,000 operations builds none of them. The module executor (and its WASM
+    /// engine, ~10 ms to create) is built only when package code is registered.
     fn register_sources(&self, sources: &[Arc<dyn CapabilitySource>]) -> Result<(), HostError> {
+        /// A source's capabilities: built now, or the ids of those registered deferred.
+        enum Loaded {
+            Now(Vec<Capability>, Vec<IndexEntry>),
+            Deferred(Vec<String>),
+        }
         let kept: Vec<Arc<dyn CapabilitySource>> = OpenApiSource::from_home(&self.home)
             .map_err(|e| SourceError::new("openapi", e))?
             .into_iter()
             .map(|s| Arc::new(s) as Arc<dyn CapabilitySource>)
             .collect();
         let mut loaded = Vec::new();
-        let mut entries = Vec::new();
         for source in sources.iter().chain(&kept) {
-            let capabilities = source
-                .capabilities()
-                .map_err(|e| SourceError::new(source.name(), e))?;
-            loaded.push((source.name(), capabilities));
-            entries.extend(source.index_entries());
+            let capabilities = match source.deferred_ids() {
+                Some(ids) => Loaded::Deferred(ids),
+                None => Loaded::Now(
+                    source
+                        .capabilities()
+                        .map_err(|e| SourceError::new(source.name(), e))?,
+                    source.index_entries(),
+                ),
+            };
+            loaded.push((source, capabilities));
         }
-        let has_modules = loaded
-            .iter()
-            .flat_map(|(_, caps)| caps)
-            .any(|c| matches!(c.implementation(), Implementation::Module(_)));
+        let has_modules = loaded.iter().any(|(_, l)| {
+            matches!(l, Loaded::Now(caps, _)
+                if caps.iter().any(|c| matches!(c.implementation(), Implementation::Module(_))))
+        });
         if has_modules {
             self.ensure_module_executor()?;
         }
-        for (name, capabilities) in loaded {
-            for capability in capabilities {
-                self.runtime
-                    .register(capability)
-                    .map_err(|e| SourceError::new(name.clone(), e))?;
+        // Where the entries of the sources registered deferred go: after those of the sources
+        // before them, as if they had been read now.
+        let mut at = self
+            .entries
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len();
+        let mut entries = Vec::new();
+        let mut deferred_entries = Vec::new();
+        for (source, capabilities) in loaded {
+            match capabilities {
+                Loaded::Now(capabilities, index) => {
+                    for capability in capabilities {
+                        self.runtime
+                            .register(capability)
+                            .map_err(|e| SourceError::new(source.name(), e))?;
+                    }
+                    at += index.len();
+                    entries.extend(index);
+                }
+                Loaded::Deferred(ids) => {
+                    for id in ids {
+                        let from = Arc::clone(source);
+                        let resolve = id.clone();
+                        self.runtime
+                            .register_deferred(id, Box::new(move || from.capability(&resolve)))
+                            .map_err(|e| SourceError::new(source.name(), e))?;
+                    }
+                    deferred_entries.push((at, Arc::clone(source)));
+                }
             }
         }
         self.add_index_entries(entries);
+        self.deferred_entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .extend(deferred_entries);
         // Packages installed with `cap install` (their store is the one part of the home a
         // sandbox may mount, read-only).
         capability_sandbox::expose_read_only(self.home.packages());
@@ -835,8 +881,28 @@ impl Host {
             .map_err(|e| not_found(e.to_string()))
     }
 
-    /// The sources' index entries (built-ins, installed packages, ...).
+    /// The sources' index entries (built-ins, installed packages, ...). Those of the sources
+    /// registered deferred (the OpenAPI documents) are read the first time they are asked
+    /// for, and kept, in the place they would have had.
     pub fn index_entries(&self) -> Arc<Vec<IndexEntry>> {
+        let mut deferred = self
+            .deferred_entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !deferred.is_empty() {
+            let mut guard = self
+                .entries
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut next = (**guard).clone();
+            // Last first, so that each position is still the one it was taken at.
+            for (at, source) in deferred.drain(..).rev() {
+                let at = at.min(next.len());
+                next.splice(at..at, source.index_entries());
+            }
+            *guard = Arc::new(next);
+        }
+        drop(deferred);
         Arc::clone(
             &self
                 .entries

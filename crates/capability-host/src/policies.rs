@@ -62,6 +62,9 @@ impl Host {
     /// (upstream tools included), with `extra` registrations (things the host does not run:
     /// models, memory, secrets) added.
     pub fn governed_capabilities(&self, extra: &[GovernedCapability]) -> CapabilityRegistry {
+        // Capabilities registered deferred (OpenAPI operations) are built, which registers
+        // their governed views.
+        self.runtime.registry().list();
         let registry = CapabilityRegistry::with_capabilities(
             self.governor
                 .capabilities()

@@ -667,6 +667,15 @@ impl Host {
 
     /// The capability an action names, declaring an inline description on first use.
     fn action_capability(&self, capability: ActionCapability) -> Result<String, HostError> {
+        let name = match &capability {
+            ActionCapability::Named(name) => name,
+            ActionCapability::Inline(description) => &description.name,
+        };
+        if !self.governor.capabilities().exists(name) {
+            // A capability registered deferred (an OpenAPI operation never called yet) is
+            // built now, which registers its governed view.
+            self.runtime.registry().get(name);
+        }
         match capability {
             ActionCapability::Named(name) => {
                 if self.governor.capabilities().get(&name).is_none() {

@@ -432,20 +432,25 @@ fn executable_manifest(
 /// Refuses a document two of whose operations get the same capability id (the id is the
 /// slug of the operation id, so `listPets` and `ListPets`, or `list pets` and `list-pets`,
 /// collide): a runtime registers one capability per id, so serving such a document would
-/// fail every time it is loaded. The reference import keeps both; execution cannot.
-fn refuse_shared_ids(imported: &Import) -> Result<(), ImportError> {
-    let mut seen: std::collections::BTreeMap<&str, &Operation> = Default::default();
-    for op in &imported.operations {
-        if let Some(first) = seen.insert(op.id(), op) {
+/// fail every time it is loaded. The reference import keeps both; execution cannot. Each
+/// operation is `(capability id, operation id, method, path)`.
+fn refuse_shared_ids<'a>(
+    operations: impl IntoIterator<Item = (&'a str, &'a str, &'a str, &'a str)>,
+) -> Result<(), ImportError> {
+    let mut seen: std::collections::HashMap<&str, (&str, &str, &str)> = Default::default();
+    for (id, operation_id, method, path) in operations {
+        if let Some((first_id, first_method, first_path)) =
+            seen.insert(id, (operation_id, method, path))
+        {
             return Err(ImportError::Conflict(format!(
                 "the operations {:?} ({} {}) and {:?} ({} {}) would both be the capability {}: give them operation ids that differ by more than case or punctuation",
-                first.operation_id,
-                first.method_upper(),
-                first.path,
-                op.operation_id,
-                op.method_upper(),
-                op.path,
-                op.id()
+                first_id,
+                first_method.to_ascii_uppercase(),
+                first_path,
+                operation_id,
+                method.to_ascii_uppercase(),
+                path,
+                id
             )));
         }
     }
@@ -471,23 +476,14 @@ fn warn_client_headers(imported: &mut Import) {
     imported.warnings.extend(warnings);
 }
 
-/// Imports a document for execution (see the module docs).
-pub fn build_api(
+/// The server the operations of a document call (`options.base_url`, else the document's
+/// first server with its variables' defaults, else the import's base URL), and every origin
+/// they may reach (that server and the document's servers).
+fn destinations(
     doc: &Value,
     options: &ApiOptions,
-    client: Arc<HttpClient>,
-    secrets: Secrets,
-) -> Result<Api, ImportError> {
-    let mut imported = import(
-        doc,
-        &ImportOptions {
-            namespace: options.namespace.clone(),
-            base_url: options.base_url.clone(),
-        },
-    )?;
-    refuse_shared_ids(&imported)?;
-    warn_client_headers(&mut imported);
-    let v30 = imported.version == Version::V30;
+    base_url: &str,
+) -> Result<(url::Url, Vec<Origin>), ImportError> {
     let doc_url = options.document_url.as_deref();
     let server = absolute(
         &match &options.base_url {
@@ -496,7 +492,7 @@ pub fn build_api(
                 .get("servers")
                 .and_then(|s| s.get(0))
                 .and_then(substitute_variables)
-                .unwrap_or_else(|| imported.base_url.clone()),
+                .unwrap_or_else(|| base_url.to_string()),
         },
         doc_url,
     )?;
@@ -519,41 +515,205 @@ pub fn build_api(
             allow(&u);
         }
     }
+    Ok((server, allowed))
+}
+
+/// The executable operation of one imported operation.
+fn build_operation(
+    doc: &Value,
+    op: Operation,
+    auth: &[(String, SecretRef)],
+    shared: &Arc<Shared>,
+    v30: bool,
+) -> Result<HttpOperation, ImportError> {
+    let credentials = credentials_for(doc, &op, auth)?;
+    let schemas = response_schemas(doc, &op, v30)?;
+    let manifest = executable_manifest(doc, &op, &shared.server, &credentials, &schemas, v30)?;
+    let responses = schemas
+        .into_iter()
+        .map(|(code, s)| {
+            CompiledSchema::compile(&s)
+                .map(|c| (code.clone(), c))
+                .map_err(|e| ImportError::Reference(format!("{} response {code}: {e}", op.id())))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(HttpOperation {
+        operation: op,
+        manifest,
+        responses,
+        credentials,
+        shared: Arc::clone(shared),
+    })
+}
+
+/// Imports a document for execution (see the module docs).
+pub fn build_api(
+    doc: &Value,
+    options: &ApiOptions,
+    client: Arc<HttpClient>,
+    secrets: Secrets,
+) -> Result<Api, ImportError> {
+    let mut imported = import(
+        doc,
+        &ImportOptions {
+            namespace: options.namespace.clone(),
+            base_url: options.base_url.clone(),
+        },
+    )?;
+    refuse_shared_ids(imported.operations.iter().map(|op| {
+        (
+            op.id(),
+            op.operation_id.as_str(),
+            op.method,
+            op.path.as_str(),
+        )
+    }))?;
+    warn_client_headers(&mut imported);
+    let v30 = imported.version == Version::V30;
+    let (server, allowed) = destinations(doc, options, &imported.base_url)?;
     let shared = Arc::new(Shared {
         server: server.clone(),
         allowed: allowed.clone(),
         client,
         secrets,
     });
-    let mut operations = Vec::new();
-    for op in &imported.operations {
-        let credentials = credentials_for(doc, op, &options.auth)?;
-        let schemas = response_schemas(doc, op, v30)?;
-        let manifest = executable_manifest(doc, op, &server, &credentials, &schemas, v30)?;
-        let responses = schemas
-            .into_iter()
-            .map(|(code, s)| {
-                CompiledSchema::compile(&s)
-                    .map(|c| (code.clone(), c))
-                    .map_err(|e| {
-                        ImportError::Reference(format!("{} response {code}: {e}", op.id()))
-                    })
-            })
-            .collect::<Result<_, _>>()?;
-        operations.push(Arc::new(HttpOperation {
-            operation: op.clone(),
-            manifest,
-            responses,
-            credentials,
-            shared: Arc::clone(&shared),
-        }));
-    }
+    let operations = imported
+        .operations
+        .iter()
+        .map(|op| build_operation(doc, op.clone(), &options.auth, &shared, v30).map(Arc::new))
+        .collect::<Result<_, _>>()?;
     Ok(Api {
         import: imported,
         server,
         allowed,
         operations,
     })
+}
+
+/// A document whose operations are built one at a time, when first asked for, and kept: what
+/// a host serves from a stored document. Reading it ([`LazyApi::new`]) checks what the whole
+/// document decides (its version, its server, that no two operations share a capability id)
+/// and notes where each operation is, without reading any schema; [`LazyApi::operation`]
+/// imports and builds one operation (the same import and build as [`build_api`]), so that an
+/// operation that cannot be built is found, and refused, only when it is used.
+pub struct LazyApi {
+    doc: Value,
+    auth: Vec<(String, SecretRef)>,
+    prepared: crate::import::Prepared,
+    located: Vec<crate::import::Located>,
+    ids: Vec<String>,
+    by_id: std::collections::HashMap<String, usize>,
+    shared: Arc<Shared>,
+    built: Vec<std::sync::OnceLock<Result<Arc<HttpOperation>, ImportError>>>,
+}
+
+impl std::fmt::Debug for LazyApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LazyApi")
+            .field("namespace", &self.prepared.namespace)
+            .field("operations", &self.ids.len())
+            .field("built", &self.built_count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LazyApi {
+    /// Reads a document for execution without building any operation (see the type docs).
+    pub fn new(
+        doc: Value,
+        options: &ApiOptions,
+        client: Arc<HttpClient>,
+        secrets: Secrets,
+    ) -> Result<LazyApi, ImportError> {
+        let prepared = crate::import::prepare(
+            &doc,
+            &ImportOptions {
+                namespace: options.namespace.clone(),
+                base_url: options.base_url.clone(),
+            },
+        )?;
+        let located = crate::import::locate(&doc);
+        let ids: Vec<String> = located
+            .iter()
+            .map(|at| at.id(&prepared.namespace))
+            .collect();
+        refuse_shared_ids(ids.iter().zip(&located).map(|(id, at)| {
+            (
+                id.as_str(),
+                at.operation_id.as_str(),
+                at.method,
+                at.path.as_str(),
+            )
+        }))?;
+        let (server, allowed) = destinations(&doc, options, &prepared.base_url)?;
+        let by_id = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| (id.clone(), i))
+            .collect();
+        let built = located.iter().map(|_| std::sync::OnceLock::new()).collect();
+        Ok(LazyApi {
+            auth: options.auth.clone(),
+            prepared,
+            located,
+            ids,
+            by_id,
+            shared: Arc::new(Shared {
+                server,
+                allowed,
+                client,
+                secrets,
+            }),
+            built,
+            doc,
+        })
+    }
+
+    /// The namespace of the capability ids.
+    pub fn namespace(&self) -> &str {
+        &self.prepared.namespace
+    }
+
+    /// The server the operations call.
+    pub fn server(&self) -> &url::Url {
+        &self.shared.server
+    }
+
+    /// The capability id of every operation, in document order.
+    pub fn ids(&self) -> &[String] {
+        &self.ids
+    }
+
+    /// Whether the document has the operation `id`.
+    pub fn serves(&self, id: &str) -> bool {
+        self.by_id.contains_key(id)
+    }
+
+    /// The operation `id`, built on first use (`None` when the document has no such
+    /// operation; its build error, every time, when it cannot be built).
+    pub fn operation(&self, id: &str) -> Option<Result<Arc<HttpOperation>, ImportError>> {
+        let i = *self.by_id.get(id)?;
+        let (built, at) = (self.built.get(i)?, self.located.get(i)?);
+        Some(
+            built
+                .get_or_init(|| {
+                    let op = crate::import::import_operation(
+                        &self.doc,
+                        &self.prepared,
+                        at,
+                        &mut Vec::new(),
+                    )?;
+                    let v30 = self.prepared.version == Version::V30;
+                    build_operation(&self.doc, op, &self.auth, &self.shared, v30).map(Arc::new)
+                })
+                .clone(),
+        )
+    }
+
+    /// How many operations have been built so far.
+    pub fn built_count(&self) -> usize {
+        self.built.iter().filter(|b| b.get().is_some()).count()
+    }
 }
 
 const REDACTED: &str = "[redacted]";

@@ -240,11 +240,20 @@ fn input_schema(parameters: &[Parameter], body: Option<&Body>) -> Value {
     schema
 }
 
-/// Imports every operation of a parsed document as the reference does (see the module
-/// docs). OpenAPI 3.0 documents are imported too (the reference refuses them).
-pub fn import(doc: &Value, options: &ImportOptions) -> Result<Import, ImportError> {
+/// What every operation of a document shares: its version, namespace and base URL.
+#[derive(Clone, Debug)]
+pub(crate) struct Prepared {
+    pub version: Version,
+    pub namespace: String,
+    pub base_url: String,
+    /// `info.version` when it starts with a semver, else `0.0.0`.
+    version_text: String,
+}
+
+/// The document-level part of [`import`]: the version dispatch, the base URL and the
+/// namespace.
+pub(crate) fn prepare(doc: &Value, options: &ImportOptions) -> Result<Prepared, ImportError> {
     let version = Version::of(doc)?;
-    let v30 = version == Version::V30;
     let server = doc
         .get("servers")
         .and_then(|s| s.get(0))
@@ -272,129 +281,183 @@ pub fn import(doc: &Value, options: &ImportOptions) -> Result<Import, ImportErro
         .filter(|v| semver_prefix(v))
         .unwrap_or("0.0.0")
         .to_string();
-    let mut operations = Vec::new();
-    let mut warnings = Vec::new();
-    let doc_security = doc.get("security").cloned();
-    let Some(paths) = doc.get("paths").and_then(Value::as_object) else {
-        return Ok(Import {
-            version,
-            namespace,
-            base_url,
-            operations,
-            warnings,
-        });
-    };
-    for (path, item) in paths {
-        let Some(item) = item.as_object() else {
-            continue;
-        };
-        let shared: &[Value] = item
-            .get("parameters")
-            .and_then(Value::as_array)
-            .map_or(&[], Vec::as_slice);
+    Ok(Prepared {
+        version,
+        namespace,
+        base_url,
+        version_text,
+    })
+}
+
+/// Where an operation is in a document: its path and method (the document's order).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Located {
+    pub path: String,
+    pub method: &'static str,
+    /// The operation id (`operationId`, else `<method>-<path>`).
+    pub operation_id: String,
+}
+
+impl Located {
+    /// The capability id the operation is imported as.
+    pub fn id(&self, namespace: &str) -> String {
+        format!("{namespace}/{}", legacy_slugify(&self.operation_id))
+    }
+}
+
+/// Every operation of a document, in the order [`import`] imports them, without importing
+/// any (no schema is read).
+pub(crate) fn locate(doc: &Value) -> Vec<Located> {
+    let mut out = Vec::new();
+    for (path, item) in doc
+        .get("paths")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+    {
         for method in METHODS {
             let Some(op) = item.get(method).and_then(Value::as_object) else {
                 continue;
             };
-            let own: &[Value] = op
-                .get("parameters")
-                .and_then(Value::as_array)
-                .map_or(&[], Vec::as_slice);
-            let parameters: Vec<Parameter> = shared
-                .iter()
-                .chain(own)
-                .filter_map(|p| parameter(doc, p, v30, &mut warnings))
-                .collect();
-            let body = op
-                .get("requestBody")
-                .and_then(|b| match deref_chain(doc, b) {
-                    Ok(b) => {
-                        let (media_type, mut schema) = json_media(b.get("content"))?;
-                        if v30 {
-                            convert_30_schema(&mut schema);
-                        }
-                        Some(Body {
-                            media_type,
-                            schema,
-                            required: b.get("required") == Some(&Value::Bool(true)),
-                        })
-                    }
-                    Err(e) => {
-                        warnings.push(format!("request body of {method} {path} skipped: {e}"));
-                        None
-                    }
-                });
             let operation_id = match op.get("operationId") {
                 None | Some(Value::Null) => format!("{method}-{path}"),
                 Some(v) => js_string(v),
             };
-            let upper = method.to_ascii_uppercase();
-            let responses = op.get("responses").cloned().unwrap_or(Value::Null);
-            let mut output = primary_response(doc, &responses).and_then(response_schema);
-            if v30 && let Some(o) = &mut output {
-                convert_30_schema(o);
-            }
-            let mut manifest = Map::new();
-            manifest.insert("specVersion".into(), json!("0.1"));
-            manifest.insert(
-                "id".into(),
-                json!(format!("{namespace}/{}", legacy_slugify(&operation_id))),
-            );
-            manifest.insert("version".into(), json!(version_text));
-            manifest.insert(
-                "name".into(),
-                op.get("summary")
-                    .filter(|s| !s.is_null())
-                    .cloned()
-                    .unwrap_or_else(|| json!(operation_id)),
-            );
-            manifest.insert(
-                "description".into(),
-                op.get("description")
-                    .filter(|s| !s.is_null())
-                    .cloned()
-                    .unwrap_or_else(|| json!(format!("{upper} {path}"))),
-            );
-            manifest.insert("input".into(), input_schema(&parameters, body.as_ref()));
-            if let Some(o) = output {
-                manifest.insert("output".into(), o);
-            }
-            manifest.insert("effects".into(), json!(["network.connect"]));
-            manifest.insert(
-                "behavior".into(),
-                json!({
-                    "deterministic": false,
-                    "idempotent": matches!(method, "get" | "head" | "put" | "delete"),
-                    "reversible": false
-                }),
-            );
-            let mut tags = vec![json!("openapi"), json!(method)];
-            if let Some(Value::Array(t)) = op.get("tags") {
-                tags.extend(t.iter().filter(|t| t.is_string()).cloned());
-            }
-            manifest.insert("tags".into(), Value::Array(tags));
-            manifest.insert(
-                "metadata".into(),
-                json!({"openapiOperationId": operation_id, "method": upper, "path": path}),
-            );
-            let manifest = Value::Object(manifest);
-            assert_valid_manifest(&manifest).map_err(ImportError::Manifest)?;
-            operations.push(Operation {
-                method,
+            out.push(Located {
                 path: path.clone(),
+                method,
                 operation_id,
-                manifest,
-                parameters,
-                body,
-                responses,
-                security: op.get("security").cloned().or_else(|| doc_security.clone()),
             });
         }
     }
+    out
+}
+
+/// Imports the one operation `at` of a prepared document (see [`import`]).
+pub(crate) fn import_operation(
+    doc: &Value,
+    prepared: &Prepared,
+    at: &Located,
+    warnings: &mut Vec<String>,
+) -> Result<Operation, ImportError> {
+    let v30 = prepared.version == Version::V30;
+    let (path, method) = (at.path.as_str(), at.method);
+    let missing = || ImportError::Reference(format!("{method} {path} is not in the document"));
+    let item = doc
+        .get("paths")
+        .and_then(|p| p.get(path))
+        .and_then(Value::as_object)
+        .ok_or_else(missing)?;
+    let op = item
+        .get(method)
+        .and_then(Value::as_object)
+        .ok_or_else(missing)?;
+    let shared: &[Value] = item
+        .get("parameters")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice);
+    let own: &[Value] = op
+        .get("parameters")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice);
+    let parameters: Vec<Parameter> = shared
+        .iter()
+        .chain(own)
+        .filter_map(|p| parameter(doc, p, v30, warnings))
+        .collect();
+    let body = op
+        .get("requestBody")
+        .and_then(|b| match deref_chain(doc, b) {
+            Ok(b) => {
+                let (media_type, mut schema) = json_media(b.get("content"))?;
+                if v30 {
+                    convert_30_schema(&mut schema);
+                }
+                Some(Body {
+                    media_type,
+                    schema,
+                    required: b.get("required") == Some(&Value::Bool(true)),
+                })
+            }
+            Err(e) => {
+                warnings.push(format!("request body of {method} {path} skipped: {e}"));
+                None
+            }
+        });
+    let operation_id = at.operation_id.clone();
+    let upper = method.to_ascii_uppercase();
+    let responses = op.get("responses").cloned().unwrap_or(Value::Null);
+    let mut output = primary_response(doc, &responses).and_then(response_schema);
+    if v30 && let Some(o) = &mut output {
+        convert_30_schema(o);
+    }
+    let mut manifest = Map::new();
+    manifest.insert("specVersion".into(), json!("0.1"));
+    manifest.insert("id".into(), json!(at.id(&prepared.namespace)));
+    manifest.insert("version".into(), json!(prepared.version_text));
+    manifest.insert(
+        "name".into(),
+        op.get("summary")
+            .filter(|s| !s.is_null())
+            .cloned()
+            .unwrap_or_else(|| json!(operation_id)),
+    );
+    manifest.insert(
+        "description".into(),
+        op.get("description")
+            .filter(|s| !s.is_null())
+            .cloned()
+            .unwrap_or_else(|| json!(format!("{upper} {path}"))),
+    );
+    manifest.insert("input".into(), input_schema(&parameters, body.as_ref()));
+    if let Some(o) = output {
+        manifest.insert("output".into(), o);
+    }
+    manifest.insert("effects".into(), json!(["network.connect"]));
+    manifest.insert(
+        "behavior".into(),
+        json!({
+            "deterministic": false,
+            "idempotent": matches!(method, "get" | "head" | "put" | "delete"),
+            "reversible": false
+        }),
+    );
+    let mut tags = vec![json!("openapi"), json!(method)];
+    if let Some(Value::Array(t)) = op.get("tags") {
+        tags.extend(t.iter().filter(|t| t.is_string()).cloned());
+    }
+    manifest.insert("tags".into(), Value::Array(tags));
+    manifest.insert(
+        "metadata".into(),
+        json!({"openapiOperationId": operation_id, "method": upper, "path": path}),
+    );
+    let manifest = Value::Object(manifest);
+    assert_valid_manifest(&manifest).map_err(ImportError::Manifest)?;
+    Ok(Operation {
+        method,
+        path: path.to_string(),
+        operation_id,
+        manifest,
+        parameters,
+        body,
+        responses,
+        security: op.get("security").or_else(|| doc.get("security")).cloned(),
+    })
+}
+
+/// Imports every operation of a parsed document as the reference does (see the module
+/// docs). OpenAPI 3.0 documents are imported too (the reference refuses them).
+pub fn import(doc: &Value, options: &ImportOptions) -> Result<Import, ImportError> {
+    let prepared = prepare(doc, options)?;
+    let mut warnings = Vec::new();
+    let operations = locate(doc)
+        .iter()
+        .map(|at| import_operation(doc, &prepared, at, &mut warnings))
+        .collect::<Result<_, _>>()?;
     Ok(Import {
-        version,
-        namespace,
-        base_url,
+        version: prepared.version,
+        namespace: prepared.namespace,
+        base_url: prepared.base_url,
         operations,
         warnings,
     })

@@ -24,6 +24,8 @@
 //! * [`store`] keeps documents added to a capability home (`cap openapi add`), only ones it
 //!   can read back; [`build_api`] refuses a document two of whose operations would be the
 //!   same capability id (`listPets` and `ListPets`), since it could not be served.
+//!   [`LazyApi`] serves a stored document the same way, building each operation only when
+//!   it is first used (opening a home with a document of 10,000 operations builds none).
 
 pub mod document;
 pub mod error;
@@ -37,5 +39,7 @@ pub mod http;
 pub mod request;
 pub mod store;
 
-pub use executor::{Api, ApiOptions, HttpOperation, SecretRef, SecretRefError, Secrets, build_api};
+pub use executor::{
+    Api, ApiOptions, HttpOperation, LazyApi, SecretRef, SecretRefError, Secrets, build_api,
+};
 pub use http::{HttpClient, HttpConfig, Resolver};

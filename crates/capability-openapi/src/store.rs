@@ -127,10 +127,12 @@ impl Entry {
     /// Reads a stored entry's bytes: the one reader of the store, which [`Store::add`] also
     /// runs on what it writes.
     pub fn read(bytes: &[u8]) -> Result<Entry, EntryError> {
-        Entry::from_json(&parse_record(bytes)?)
+        Entry::from_json(parse_record(bytes)?)
     }
 
-    fn from_json(v: &Value) -> Result<Entry, EntryError> {
+    /// The entry of a record, whose document is moved out of it (not copied: a document of
+    /// 10,000 operations is megabytes).
+    fn from_json(mut v: Value) -> Result<Entry, EntryError> {
         let text = |k: &str| v.get(k).and_then(Value::as_str).map(String::from);
         let mut auth = Vec::new();
         for (k, r) in v
@@ -141,13 +143,20 @@ impl Entry {
         {
             auth.push((k.clone(), SecretRef::parse(r.as_str().unwrap_or_default())?));
         }
+        let namespace = text("namespace").ok_or(EntryError::NoNamespace)?;
+        let (source, base_url) = (text("source").unwrap_or_default(), text("baseUrl"));
+        let allow_private = v.get("allowPrivate") == Some(&Value::Bool(true));
+        let document = v
+            .as_object_mut()
+            .and_then(|o| o.remove("document"))
+            .ok_or(EntryError::NoDocument)?;
         Ok(Entry {
-            namespace: text("namespace").ok_or(EntryError::NoNamespace)?,
-            source: text("source").unwrap_or_default(),
-            base_url: text("baseUrl"),
+            namespace,
+            source,
+            base_url,
             auth,
-            allow_private: v.get("allowPrivate") == Some(&Value::Bool(true)),
-            document: v.get("document").cloned().ok_or(EntryError::NoDocument)?,
+            allow_private,
+            document,
         })
     }
 }

@@ -158,6 +158,23 @@ impl Default for CapabilityRuntime {
     }
 }
 
+/// Registers the governance view of a capability with the governor when it is missing
+/// (`INVALID_MANIFEST` when its `metadata.governance` does not read).
+fn ensure_governed(governor: &Governor, capability: &Capability) -> Result<(), CapabilityError> {
+    if governor.capabilities().exists(capability.id()) {
+        return Ok(());
+    }
+    let governed =
+        GovernedCapability::from_manifest(&capability.manifest().to_value()).map_err(|e| {
+            CapabilityError::new(
+                ErrorCode::InvalidManifest,
+                format!("metadata.governance: {e}"),
+            )
+        })?;
+    governor.register_capability(governed);
+    Ok(())
+}
+
 fn iso(ms: i64) -> String {
     capability_core::js::iso_from_millis(ms)
 }
@@ -325,10 +342,35 @@ impl CapabilityRuntime {
                 )
             })?;
             let cap = self.registry.register(capability)?;
-            self.ensure_governed(g, &cap)?;
+            ensure_governed(g, &cap)?;
             return Ok(cap);
         }
         self.registry.register(capability)
+    }
+
+    /// Registers the capability `id` without building it: `resolve` builds it the first time
+    /// it is looked up or listed (see [`crate::registry`]); `DUPLICATE_CAPABILITY` when the
+    /// id is taken. With a governance layer, its `metadata.governance` is read when it is
+    /// built (an `INVALID_MANIFEST` error of the lookup then, where
+    /// [`CapabilityRuntime::register`] fails at once) and its governed view registered with
+    /// the governor then.
+    pub fn register_deferred(
+        &self,
+        id: impl Into<String>,
+        resolve: crate::registry::Resolve,
+    ) -> Result<(), CapabilityError> {
+        let resolve = match &self.governor {
+            None => resolve,
+            Some(g) => {
+                let governor = Arc::clone(g);
+                Box::new(move || {
+                    let capability = resolve()?;
+                    ensure_governed(&governor, &capability)?;
+                    Ok(capability)
+                })
+            }
+        };
+        self.registry.register_deferred(id, resolve)
     }
 
     /// Gives a runtime built without one its isolating executor for package modules (a host
@@ -688,7 +730,7 @@ impl CapabilityRuntime {
         options: &ExecuteOptions,
     ) -> Outcome {
         let receipt_id = new_receipt_id();
-        if let Err(e) = self.ensure_governed(governor, capability) {
+        if let Err(e) = ensure_governed(governor, capability) {
             return Outcome::Failed(e);
         }
         let caller = options.caller.clone().unwrap_or_default();
@@ -901,7 +943,7 @@ impl CapabilityRuntime {
             Arc::clone(capability)
         } else {
             let routed = self.registry.require(&exec.capability.name)?;
-            self.ensure_governed(governor, &routed)?;
+            ensure_governed(governor, &routed)?;
             routed
         };
         let target_plan = if Arc::ptr_eq(&target, capability) && *exec.input == plan.input {
@@ -936,26 +978,6 @@ impl CapabilityRuntime {
             plan: target_plan,
             run,
         })
-    }
-
-    /// Registers the governance view of a capability with the governor when it is missing.
-    fn ensure_governed(
-        &self,
-        governor: &Governor,
-        capability: &Capability,
-    ) -> Result<(), CapabilityError> {
-        if governor.capabilities().exists(capability.id()) {
-            return Ok(());
-        }
-        let governed = GovernedCapability::from_manifest(&capability.manifest().to_value())
-            .map_err(|e| {
-                CapabilityError::new(
-                    ErrorCode::InvalidManifest,
-                    format!("metadata.governance: {e}"),
-                )
-            })?;
-        governor.register_capability(governed);
-        Ok(())
     }
 
     /// Runs execute, output validation and verification; failures carry the isolation record

@@ -1,7 +1,9 @@
 //! Capability sources: where a host's capabilities come from.
 //!
 //! A [`CapabilitySource`] hands the host executable [`Capability`]s to register and,
-//! optionally, index entries for discovery (`find`, `info`). This crate has the built-ins
+//! optionally, index entries for discovery (`find`, `info`); a source of many capabilities
+//! may name them without building them, to be built one at a time on first use
+//! ([`CapabilitySource::deferred_ids`]). This crate has the built-ins
 //! ([`Builtins`]) and local packages ([`LocalPackage`], read from a [`PackageFile`] without
 //! importing anything); the acquisition crate has installed packages, and the host its
 //! OpenAPI documents and MCP upstreams.
@@ -26,6 +28,40 @@ pub trait CapabilitySource: Send + Sync {
     /// Index entries for discovery; none by default.
     fn index_entries(&self) -> Vec<IndexEntry> {
         Vec::new()
+    }
+
+    /// The ids of this source's capabilities when it can name them without building them
+    /// (cheaply: a host asks when it opens); `None`, the default, when it cannot. A host
+    /// registers the capabilities of a source that names them *deferred* (see
+    /// [`CapabilityRuntime::register_deferred`](crate::CapabilityRuntime::register_deferred)
+    /// and [`crate::registry`]):
+    ///
+    /// * opening builds none of them, and never calls [`CapabilitySource::capabilities`];
+    /// * [`CapabilitySource::capability`] builds one the first time it is looked up (by id,
+    ///   or when every capability is listed), at most once per id; an error then is that
+    ///   capability's error (the others are unaffected);
+    /// * [`CapabilitySource::index_entries`] is asked for when discovery first needs the
+    ///   entries, not when the host opens;
+    /// * its capabilities must run natively or behind their own executor
+    ///   ([`Capability::with_executor`]): a host builds the isolating executor of package
+    ///   modules only for the capabilities it registers at once.
+    fn deferred_ids(&self) -> Option<Vec<String>> {
+        None
+    }
+
+    /// The capability `id` (one of [`CapabilitySource::deferred_ids`]), built now. By
+    /// default the one of [`CapabilitySource::capabilities`] with that id (`NOT_FOUND` when
+    /// there is none).
+    fn capability(&self, id: &str) -> Result<Capability, CapabilityError> {
+        self.capabilities()?
+            .into_iter()
+            .find(|c| c.id() == id)
+            .ok_or_else(|| {
+                CapabilityError::new(
+                    ErrorCode::NotFound,
+                    format!("{} has no capability {id}", self.name()),
+                )
+            })
     }
 }
 

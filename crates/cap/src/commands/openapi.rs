@@ -165,9 +165,8 @@ fn add(a: AddArgs, home: &HomeArg) -> Result<i32, String> {
         document,
     };
     // Built once here, so a document that cannot execute is refused before it is kept.
-    let source = capability_host::OpenApiSource::open(entry.clone(), Some(home.secrets()))
+    let api = capability_host::OpenApiSource::build(&entry, Some(home.secrets()))
         .map_err(|e| e.message)?;
-    let api = source.api();
     for w in &api.import.warnings {
         error_line(&format!("warning: {w}"));
     }

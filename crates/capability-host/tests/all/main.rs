@@ -13,6 +13,7 @@ mod binders;
 mod guard;
 mod invoke;
 mod limits;
+mod openapi_lazy;
 mod principals;
 mod remote;
 mod throttle;
