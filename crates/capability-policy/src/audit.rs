@@ -686,6 +686,8 @@ impl ChainVerifier {
             event_id: r.event_id().map(str::to_string),
             problem,
         };
+        // The event's canonical text, made once for the chain's hash and the tenant's.
+        let canonical = capability_core::json::canonical_string(&r.event);
         let problem = if r.seq != self.expected_seq {
             Some(if r.seq > self.expected_seq {
                 BadRecord {
@@ -708,7 +710,7 @@ impl ChainVerifier {
                 "prev_hash does not link to record {}: records were reordered, inserted or removed",
                 r.seq - 1
             )))
-        } else if chain_hash(r.seq, &r.prev_hash, &r.event) != r.hash {
+        } else if chain_hash_text(r.seq, &r.prev_hash, &canonical) != r.hash {
             Some(bad(
                 "hash does not match the content: the record was edited".into(),
             ))
@@ -717,7 +719,7 @@ impl ChainVerifier {
                 let expected = TenantLink::after(
                     &l.tenant,
                     self.tenants.get(&l.tenant),
-                    &capability_core::json::canonical_string(&r.event),
+                    &canonical,
                 );
                 let owner = r.event.get("tenant_id").and_then(Value::as_str);
                 (expected != *l || owner != Some(l.tenant.as_str())).then(|| {
@@ -862,8 +864,11 @@ pub trait AuditStore: Send + Sync {
     /// The tenant link of `tenant`'s last record with a seq below `before`: where the
     /// tenant's chain stood just before record `before` (`None`: nothing of it yet). Lets a
     /// verification start in the middle of the log ([`verify_after`]).
-    fn tenant_link_before(&self, tenant: &str, before: u64)
-    -> Result<Option<TenantLink>, StoreError>;
+    fn tenant_link_before(
+        &self,
+        tenant: &str,
+        before: u64,
+    ) -> Result<Option<TenantLink>, StoreError>;
     /// Records that a checkpoint of the head (`seq`, `hash`) was issued; returns its counter
     /// (1 for the first, then one more each time). See [`crate::checkpoint`].
     fn record_checkpoint(&self, seq: u64, hash: &str, created_at: &str) -> Result<u64, StoreError>;
