@@ -35,9 +35,12 @@ use capability_test_support::http::{announced_url, authority, free_port};
 use capability_test_support::mcp::everything;
 use capability_test_support::measure::Percentiles;
 use capability_test_support::process::Running;
-use http_body_util::{BodyExt, Full};
-use hyper::body::Bytes;
 use serde_json::{Value, json};
+
+// Shared with the other MCP benches; this one uses only the client.
+#[allow(dead_code)]
+mod common;
+use common::{Session, added};
 
 fn cap_bin() -> PathBuf {
     if let Ok(p) = std::env::var("CAP_BIN") {
@@ -197,50 +200,6 @@ fn stdio_added(
     added(name, rounds, || a.call(direct.1), || b.call(through.1));
 }
 
-/// Times `rounds` calls of `direct` and of `through` (each returns one call's round trip in
-/// ns), alternating, so that both see the same machine (a VM's speed drifts from second to
-/// second), after 500 of each to warm up. Prints both, the difference of their medians and
-/// the median of the paired differences.
-fn added(
-    name: &str,
-    rounds: usize,
-    mut direct: impl FnMut() -> u128,
-    mut through: impl FnMut() -> u128,
-) {
-    for _ in 0..500 {
-        direct();
-        through();
-    }
-    let (mut da, mut db, mut diff) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..rounds {
-        // Alternate which goes first, so that neither always follows the other's wake-up.
-        let (x, y) = if i % 2 == 0 {
-            let x = direct();
-            (x, through())
-        } else {
-            let y = through();
-            (direct(), y)
-        };
-        da.push(x);
-        db.push(y);
-        diff.push(y as i128 - x as i128);
-    }
-    let pa = Percentiles::of(&mut da)
-        .print(&format!("{name}: direct"))
-        .p50
-        / 1000.0;
-    let pb = Percentiles::of(&mut db)
-        .print(&format!("{name}: through"))
-        .p50
-        / 1000.0;
-    diff.sort_unstable();
-    println!(
-        "{name}: added p50 {:.1} µs (difference of the medians), {:.1} µs (median of the paired differences)",
-        pb - pa,
-        diff[diff.len() / 2] as f64 / 1000.0
-    );
-}
-
 struct Server {
     _child: Running,
     addr: String,
@@ -256,87 +215,6 @@ fn http_server(command: &mut Command) -> Server {
     Server {
         _child: Running(child),
         addr,
-    }
-}
-
-/// One HTTP/1.1 connection with an MCP session.
-struct Session {
-    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
-    addr: String,
-    token: String,
-    session: Option<String>,
-}
-
-impl Session {
-    async fn open(addr: &str, token: &str) -> Session {
-        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        let (sender, conn) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .unwrap();
-        tokio::spawn(conn);
-        let mut s = Session {
-            sender,
-            addr: addr.to_string(),
-            token: token.to_string(),
-            session: None,
-        };
-        s.post(
-            &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-11-25", "capabilities": {},
-            "clientInfo": {"name": "bench", "version": "1"}}}),
-        )
-        .await
-        .unwrap();
-        s.post(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}))
-            .await
-            .unwrap();
-        s
-    }
-
-    /// Posts a message; the JSON-RPC response (from JSON or the SSE stream), if any.
-    async fn post(&mut self, msg: &Value) -> Result<Option<Value>, String> {
-        let mut req = hyper::Request::post("/mcp")
-            .header("host", &self.addr)
-            .header("authorization", format!("Bearer {}", self.token))
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", "2025-11-25");
-        if let Some(s) = &self.session {
-            req = req.header("mcp-session-id", s);
-        }
-        let req = req
-            .body(Full::new(Bytes::from(msg.to_string())))
-            .map_err(|e| e.to_string())?;
-        self.sender.ready().await.map_err(|e| e.to_string())?;
-        let res = self
-            .sender
-            .send_request(req)
-            .await
-            .map_err(|e| e.to_string())?;
-        if !res.status().is_success() {
-            return Err(format!("HTTP {}", res.status()));
-        }
-        if let Some(s) = res.headers().get("mcp-session-id") {
-            self.session = Some(s.to_str().unwrap().to_string());
-        }
-        let body = res
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        let text = String::from_utf8_lossy(&body);
-        for line in text.lines() {
-            let data = line.strip_prefix("data:").unwrap_or(line).trim();
-            if let Ok(v) = serde_json::from_str::<Value>(data)
-                && v.get("id").is_some()
-            {
-                return Ok(Some(v));
-            }
-        }
-        Ok(None)
     }
 }
 
