@@ -279,8 +279,8 @@ impl Host {
             (None, Some(anchor)) if full => (audit::verify_store(store), Some(anchor.check())),
             (None, Some(anchor)) => match anchor.checkpoint() {
                 Ok(Some(c)) => {
-                    let r = capability_policy::checkpoint::verify_since(store, c)
-                        .map_err(audit_err)?;
+                    let r =
+                        capability_policy::checkpoint::verify_since(store, c).map_err(audit_err)?;
                     let check = anchor.check_json(Ok(Some((r.checkpoint, r.problem))));
                     (Ok(r.chain), Some(check))
                 }

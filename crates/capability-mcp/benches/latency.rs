@@ -153,8 +153,8 @@ fn main() {
             "{r}"
         );
         time_posts(&mut s, &slugify, 300, rounds)
-        .await
-        .print("latency/mcp-serve-http/1");
+            .await
+            .print("latency/mcp-serve-http/1");
     });
     drop(serve_rt);
 }

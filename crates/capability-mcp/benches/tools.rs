@@ -131,7 +131,11 @@ fn main() {
         });
         p.print(&format!("tools/call/gateway-call/{tools}"));
 
-        let (_, secret) = host.tokens().unwrap().add(&TokenSpec::agent("bob")).unwrap();
+        let (_, secret) = host
+            .tokens()
+            .unwrap()
+            .add(&TokenSpec::agent("bob"))
+            .unwrap();
         let listener = gateway_rt
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
@@ -155,16 +159,14 @@ fn main() {
                 Some(seen_b),
                 "{listed}"
             );
-            let p = time_posts(&mut session, &list, 2, runs)
-            .await;
+            let p = time_posts(&mut session, &list, 2, runs).await;
             p.print(&format!("tools/list/http/{tools}"));
 
             let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                               "params": {"name": name, "arguments": {"message": "hello"}}});
             let r = session.post(&call).await.unwrap().unwrap();
             assert_eq!(r["result"]["content"][0]["text"], "Echo: hello", "{r}");
-            let p = time_posts(&mut session, &call, 200, 2_000)
-            .await;
+            let p = time_posts(&mut session, &call, 200, 2_000).await;
             p.print(&format!("tools/call/http/{tools}"));
         });
         let _ = stop.send(());

@@ -235,7 +235,10 @@ pub async fn time_posts(
 }
 
 /// Times `runs` calls of `f` after `runs / 10` to warm up.
-pub fn measure_calls(runs: usize, mut f: impl FnMut()) -> capability_test_support::measure::Percentiles {
+pub fn measure_calls(
+    runs: usize,
+    mut f: impl FnMut(),
+) -> capability_test_support::measure::Percentiles {
     capability_test_support::measure::timed(runs / 10, runs, &mut f)
 }
 

@@ -823,10 +823,7 @@ impl AuditStore for SqliteStore {
             values.push(b);
             let n = values.len();
             match &cursor_time {
-                Some(_) => rest.push_str(&format!(
-                    " AND (timestamp < ?{} OR seq < ?{n})",
-                    n - 1
-                )),
+                Some(_) => rest.push_str(&format!(" AND (timestamp < ?{} OR seq < ?{n})", n - 1)),
                 None => rest.push_str(&format!(" AND seq < ?{n}")),
             }
         }
