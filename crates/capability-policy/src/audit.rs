@@ -881,25 +881,7 @@ const VERIFY_PAGE: usize = 1000;
 
 /// Verifies a store's whole chain, page by page.
 pub fn verify_store(store: &dyn AuditStore) -> Result<VerifyReport, StoreError> {
-    const PAGE: usize = VERIFY_PAGE;
-    let head = store.head()?;
-    let mut v = ChainVerifier::new();
-    let mut from = 0u64;
-    loop {
-        let page = store.records(from, PAGE)?;
-        let Some(last) = page.last() else { break };
-        from = last.seq + 1;
-        let n = page.len();
-        for r in &page {
-            if !v.push(r) {
-                return Ok(v.finish(head));
-            }
-        }
-        if n < PAGE {
-            break;
-        }
-    }
-    Ok(v.finish(head))
+    verify_pages(store, ChainVerifier::new(), 0)
 }
 
 /// Verifies the chain from record `seq + 1` on, given that record `seq` has hash `hash`
@@ -912,19 +894,29 @@ pub fn verify_after(
     seq: u64,
     hash: &str,
 ) -> Result<VerifyReport, StoreError> {
+    verify_pages(store, ChainVerifier::after(seq, hash), seq + 1)
+}
+
+/// Feeds `v` the records from `from` on, a page at a time, until the end or the first bad
+/// one. When `from` is past the first record, each tenant's chain is first set to where it
+/// stood just before `from` (the tenant's last link before it), as it is met.
+fn verify_pages(
+    store: &dyn AuditStore,
+    mut v: ChainVerifier,
+    mut from: u64,
+) -> Result<VerifyReport, StoreError> {
+    let start = from;
     let head = store.head()?;
-    let mut v = ChainVerifier::after(seq, hash);
     let mut seeded = std::collections::BTreeSet::new();
-    let mut from = seq + 1;
     loop {
         let page = store.records(from, VERIFY_PAGE)?;
         let Some(last) = page.last() else { break };
         from = last.seq + 1;
-        let n = page.len();
         for r in &page {
-            if let Some(l) = &r.tenant_link
+            if start > 1
+                && let Some(l) = &r.tenant_link
                 && seeded.insert(l.tenant.clone())
-                && let Some(before) = store.tenant_link_before(&l.tenant, seq + 1)?
+                && let Some(before) = store.tenant_link_before(&l.tenant, start)?
             {
                 v.tenants.insert(before.tenant, (before.seq, before.hash));
             }
@@ -932,7 +924,7 @@ pub fn verify_after(
                 return Ok(v.finish(head));
             }
         }
-        if n < VERIFY_PAGE {
+        if page.len() < VERIFY_PAGE {
             break;
         }
     }
@@ -942,7 +934,7 @@ pub fn verify_after(
 /// Verifies one tenant's chain from that tenant's records alone, page by page; positions
 /// in the report are positions in the tenant's chain (`tenant_seq`).
 pub fn verify_tenant(store: &dyn AuditStore, tenant: &str) -> Result<VerifyReport, StoreError> {
-    const PAGE: usize = 1000;
+    const PAGE: usize = VERIFY_PAGE;
     let head = store.tenant_head(tenant)?;
     let mut v = ChainVerifier::new();
     let mut from = 0u64;
