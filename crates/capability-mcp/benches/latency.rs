@@ -16,17 +16,15 @@
 //! bench's.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::Path;
 use std::sync::Arc;
 
-use capability_host::upstream::GatewayConfig;
 use capability_host::{Host, HostConfig, TokenSpec};
 use capability_mcp::{Gateway, GatewayServer, McpServer, ServeOptions};
 use serde_json::json;
 
 #[allow(dead_code)] // each bench uses part of it
 mod common;
-use common::{Session, added, runtime, time_posts};
+use common::{Session, added, gateway_host, runtime, time_posts};
 
 /// A token of agent `bench` on `host`.
 fn token(host: &Host) -> String {
@@ -51,31 +49,6 @@ where
     addr
 }
 
-fn gateway_host(dir: &Path, upstream: &str) -> Arc<Host> {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(
-        dir.join("gateway.cedar"),
-        "permit(principal, action, resource);",
-    )
-    .unwrap();
-    let path = dir.join("gateway.toml");
-    std::fs::write(
-        &path,
-        format!(
-            "policy = [\"gateway.cedar\"]\n[[server]]\nname = \"u0\"\nurl = \"http://{upstream}/u0/mcp\"\n"
-        ),
-    )
-    .unwrap();
-    let host = Host::open(HostConfig {
-        home: Some(dir.join("home")),
-        gateway: Some(GatewayConfig::load(&path).unwrap()),
-        ..Default::default()
-    })
-    .unwrap();
-    host.sync_upstreams(true);
-    Arc::new(host)
-}
-
 fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` must not run this.
     if !std::env::args().any(|a| a == "--bench") {
@@ -94,7 +67,12 @@ fn main() {
     // The gateway in front of one upstream.
     let upstream_rt = runtime(1);
     let upstream = upstream_rt.block_on(common::upstreams(1));
-    let host = gateway_host(&dir.path().join("gateway"), &upstream);
+    let host = gateway_host(
+        &dir.path().join("gateway"),
+        "permit(principal, action, resource);",
+        &upstream,
+        1,
+    );
     let secret = token(&host);
     let gateway_rt = runtime(2);
     let server = GatewayServer(Arc::new(Gateway::new(host, ServeOptions::default())));

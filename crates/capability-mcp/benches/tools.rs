@@ -21,19 +21,17 @@
 //! `CAP_BENCH_SIZES=1,10` picks the numbers of upstreams.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use capability_host::upstream::GatewayConfig;
-use capability_host::{Actor, Host, HostConfig, TokenSpec};
+use capability_host::{Actor, TokenSpec};
 use capability_mcp::{Gateway, GatewayServer, ServeOptions};
 use capability_test_support::measure::Percentiles;
 use serde_json::json;
 
 #[allow(dead_code)] // each bench uses part of it
 mod common;
-use common::{Session, TOOLS, response_of, runtime, time_posts};
+use common::{Session, TOOLS, gateway_host, response_of, runtime, time_posts};
 
 /// Callers: `alice` sees every tool; `bob` is denied (so does not see) every tool whose
 /// name ends in `7`, and every tool of the upstreams whose name ends in `3`. Other
@@ -53,30 +51,6 @@ when { context.labels has "mcp.server" && context.labels["mcp.server"] like "*3"
 forbid(principal == Agent::"carol", action == Action::"mcp_tool_call", resource)
 when { resource.risk == "high" };
 "#;
-
-/// A gateway host over the first `servers` upstreams at `addr`, in `dir`.
-fn gateway_host(dir: &Path, addr: &str, servers: usize) -> Arc<Host> {
-    std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("gateway.cedar"), POLICY).unwrap();
-    let mut toml = String::from("policy = [\"gateway.cedar\"]\ntimeout_ms = 10000\n");
-    for i in 0..servers {
-        toml.push_str(&format!(
-            "[[server]]\nname = \"u{i}\"\nurl = \"http://{addr}/u{i}/mcp\"\n"
-        ));
-    }
-    let path = dir.join("gateway.toml");
-    std::fs::write(&path, toml).unwrap();
-    let host = Host::open(HostConfig {
-        home: Some(dir.join("home")),
-        gateway: Some(GatewayConfig::load(&path).unwrap()),
-        ..Default::default()
-    })
-    .unwrap();
-    host.sync_upstreams(true);
-    let tools = host.upstreams().unwrap().tools().len();
-    assert_eq!(tools, servers * TOOLS, "{:?}", host.upstream_problems());
-    Arc::new(host)
-}
 
 fn main() {
     // `cargo bench` passes --bench; `cargo test --benches` must not run this.
@@ -101,7 +75,12 @@ fn main() {
     let (alice, bob) = (Actor::agent("alice"), Actor::agent("bob"));
     for servers in sizes {
         let tools = servers * TOOLS;
-        let host = gateway_host(&dir.path().join(format!("g{servers}")), &addr, servers);
+        let host = gateway_host(
+            &dir.path().join(format!("g{servers}")),
+            POLICY,
+            &addr,
+            servers,
+        );
         let gateway = Arc::new(Gateway::new(Arc::clone(&host), ServeOptions::default()));
         // The policies filter per caller: bob sees fewer.
         let (seen_a, seen_b) = (gateway.list(&alice).len(), gateway.list(&bob).len());

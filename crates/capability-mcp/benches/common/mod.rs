@@ -285,3 +285,36 @@ pub fn added(
         diff[diff.len() / 2] as f64 / 1000.0
     );
 }
+
+/// A gateway host in `dir` over the first `servers` upstreams served at `addr` (see
+/// [`upstreams`]), under the Cedar policies `policy`, as `cap mcp-gateway` opens it; its
+/// upstreams' tools listed and registered.
+pub fn gateway_host(
+    dir: &std::path::Path,
+    policy: &str,
+    addr: &str,
+    servers: usize,
+) -> Arc<capability_host::Host> {
+    use capability_host::upstream::GatewayConfig;
+    use capability_host::{Host, HostConfig};
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("gateway.cedar"), policy).unwrap();
+    let mut toml = String::from("policy = [\"gateway.cedar\"]\ntimeout_ms = 10000\n");
+    for i in 0..servers {
+        toml.push_str(&format!(
+            "[[server]]\nname = \"u{i}\"\nurl = \"http://{addr}/u{i}/mcp\"\n"
+        ));
+    }
+    let path = dir.join("gateway.toml");
+    std::fs::write(&path, toml).unwrap();
+    let host = Host::open(HostConfig {
+        home: Some(dir.join("home")),
+        gateway: Some(GatewayConfig::load(&path).unwrap()),
+        ..Default::default()
+    })
+    .unwrap();
+    host.sync_upstreams(true);
+    let tools = host.upstreams().unwrap().tools().len();
+    assert_eq!(tools, servers * TOOLS, "{:?}", host.upstream_problems());
+    Arc::new(host)
+}
