@@ -3,7 +3,7 @@
 //!
 //! The combination rules are documented in the crate root ("How decisions combine").
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::decision::{Decision, DecisionType, SandboxRequirement};
@@ -24,6 +24,12 @@ pub trait PolicySource: Send + Sync {
     fn name(&self) -> &str;
     /// The decisions of the matching policies (annotated with policy id/name).
     fn decide(&self, ctx: &PolicyContext) -> Result<SourceDecisions, PolicyFault>;
+    /// Whether its decisions are a function of the context alone (not of the time, of
+    /// counters or of anything outside), so that a decision may be kept for as long as the
+    /// engine's [`PolicyEngine::generation`] stays the same. `false` unless said.
+    fn deterministic(&self) -> bool {
+        false
+    }
 }
 
 /// A source that applies only to actions of one tenant (per-tenant policy files): for any
@@ -57,6 +63,10 @@ impl PolicySource for ForTenant {
         } else {
             Ok(SourceDecisions::default())
         }
+    }
+
+    fn deterministic(&self) -> bool {
+        self.inner.deterministic()
     }
 }
 
@@ -231,6 +241,8 @@ pub struct PolicyEngine {
     policies: RwLock<Vec<Arc<Policy>>>,
     sources: RwLock<Vec<Arc<dyn PolicySource>>>,
     shadow: AtomicBool,
+    /// Bumped by every change to the policies, the sources or the shadow mode.
+    changes: AtomicU64,
 }
 
 impl std::fmt::Debug for PolicyEngine {
@@ -252,17 +264,20 @@ impl PolicyEngine {
     pub fn register(&self, policy: Policy) -> String {
         let id = policy.id.clone();
         write(&self.policies).push(Arc::new(policy));
+        self.changed();
         id
     }
 
     /// Registers a policy source (such as a [`crate::cedar::CedarPolicies`]).
     pub fn add_source(&self, source: Arc<dyn PolicySource>) {
         write(&self.sources).push(source);
+        self.changed();
     }
 
     /// Removes every policy source (e.g. before loading new Cedar files).
     pub fn clear_sources(&self) {
         write(&self.sources).clear();
+        self.changed();
     }
 
     /// Removes a closure policy by id; returns whether it existed.
@@ -270,7 +285,28 @@ impl PolicyEngine {
         let mut list = write(&self.policies);
         let before = list.len();
         list.retain(|p| p.id != policy_id);
-        list.len() != before
+        let removed = list.len() != before;
+        drop(list);
+        if removed {
+            self.changed();
+        }
+        removed
+    }
+
+    fn changed(&self) {
+        self.changes.fetch_add(1, Ordering::Release);
+    }
+
+    /// While every decision is a function of the context alone (no closure policy, every
+    /// source [`PolicySource::deterministic`]): a number that changes whenever the
+    /// policies, the sources or the shadow mode do. A caller that keeps decisions (a
+    /// per-caller tool listing) may reuse them while this stays the same; `None` means
+    /// that no decision may be kept.
+    pub fn generation(&self) -> Option<u64> {
+        let before = self.changes.load(Ordering::Acquire);
+        let pure = read(&self.policies).is_empty()
+            && read(&self.sources).iter().all(|s| s.deterministic());
+        (pure && self.changes.load(Ordering::Acquire) == before).then_some(before)
     }
 
     /// The closure policies, in registration order.
@@ -281,7 +317,9 @@ impl PolicyEngine {
     /// Global shadow mode: evaluate everything, enforce nothing, record what would have
     /// happened in [`Verdict::shadow`].
     pub fn set_shadow_mode(&self, on: bool) {
-        self.shadow.store(on, Ordering::Relaxed);
+        if self.shadow.swap(on, Ordering::Relaxed) != on {
+            self.changed();
+        }
     }
 
     pub fn shadow_mode(&self) -> bool {

@@ -781,6 +781,11 @@ impl PolicySource for CedarPolicies {
     fn decide(&self, ctx: &PolicyContext) -> Result<SourceDecisions, PolicyFault> {
         self.evaluate(ctx)
     }
+
+    /// Cedar sees only the request built from the context (no clock, no outside state).
+    fn deterministic(&self) -> bool {
+        true
+    }
 }
 
 /// The stages at which a Cedar policy's decision applies: `approval_required`,

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 
 use crate::common::{cedar_engine, echo, governor, returns};
+use capability_policy::cedar::{CedarPolicies, PolicyFile};
+use capability_policy::engine::SourceDecisions;
 use capability_policy::intercept::{Execution, InterceptError, MAX_ROUTE_DEPTH};
 use capability_policy::model::BraneEffect;
 use capability_policy::pointer::Mutation;
@@ -537,4 +539,58 @@ forbid(principal, action, resource) when { resource.kind == "sandbox" };
             .iter()
             .any(|e| e.policy_ids.contains(&"watch".to_string()))
     );
+}
+
+/// A struct source whose decisions depend on more than the context (a counter).
+struct Counting;
+
+impl PolicySource for Counting {
+    fn name(&self) -> &str {
+        "counting"
+    }
+    fn decide(&self, _: &PolicyContext) -> Result<SourceDecisions, PolicyFault> {
+        Ok(SourceDecisions::default())
+    }
+}
+
+/// The engine's generation (what lets a caller keep decisions) changes with every change
+/// to what decides, and is absent while anything but deterministic sources decides.
+#[test]
+fn the_generation_moves_with_every_change_and_only_pure_engines_have_one() {
+    let engine = PolicyEngine::new();
+    let empty = engine.generation().unwrap();
+    let cedar = |text: &str| {
+        Arc::new(CedarPolicies::from_sources(&[PolicyFile::new("t.cedar", text)]).unwrap())
+    };
+    engine.add_source(cedar("permit(principal, action, resource);"));
+    let one = engine.generation().unwrap();
+    assert_ne!(one, empty);
+    assert_eq!(engine.generation(), Some(one), "nothing changed");
+    engine.set_shadow_mode(true);
+    let shadow = engine.generation().unwrap();
+    assert_ne!(shadow, one);
+    engine.set_shadow_mode(true);
+    assert_eq!(engine.generation(), Some(shadow), "the same mode again");
+    engine.add_source(Arc::new(ForTenant::new(
+        "acme",
+        cedar("forbid(principal, action, resource);"),
+    )));
+    let tenant = engine.generation().unwrap();
+    assert_ne!(tenant, shadow);
+
+    // A closure policy may decide on anything: no generation while it is there.
+    let id = engine.register(Policy::before("x", |_| Decision::allow()));
+    assert_eq!(engine.generation(), None);
+    assert!(engine.unregister(&id));
+    let after = engine.generation().unwrap();
+    assert_ne!(after, tenant);
+    assert!(!engine.unregister(&id));
+    assert_eq!(engine.generation(), Some(after), "nothing was removed");
+
+    // Nor while a source that does not say it is deterministic is there.
+    engine.add_source(Arc::new(Counting));
+    assert_eq!(engine.generation(), None);
+    engine.clear_sources();
+    let cleared = engine.generation().unwrap();
+    assert_ne!(cleared, after);
 }
