@@ -30,7 +30,8 @@
 //! [`HostConfig::gateway`]: crate::HostConfig::gateway
 //! [`Host::invoke`]: crate::Host::invoke
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use capability_core::CapabilityError;
@@ -57,8 +58,41 @@ enum ToolRefused {
 }
 
 /// What the host registered of the upstream tools: capability id → definition hash.
-#[derive(Debug, Default)]
-pub(crate) struct Registered(Mutex<BTreeMap<String, String>>);
+/// The upstream tools registered, and the listings made from them.
+#[derive(Default)]
+pub(crate) struct Registered {
+    /// Capability id to the definition hash registered.
+    tools: Mutex<BTreeMap<String, String>>,
+    /// Bumped at the end of every registration pass.
+    version: AtomicU64,
+    /// The recent callers' visible tools ([`Host::upstream_tools`]), oldest first.
+    visible: Mutex<Vec<Visible>>,
+}
+
+impl std::fmt::Debug for Registered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registered")
+            .field("tools", &lock(&self.tools).len())
+            .field("version", &self.version.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+/// How many callers' listings are kept.
+const VISIBLE_CALLERS: usize = 64;
+
+/// One caller's listing and what it was made from.
+struct Visible {
+    actor: Actor,
+    generation: u64,
+    registered: u64,
+    catalog: Arc<Vec<Arc<UpstreamTool>>>,
+    tools: Arc<Vec<Arc<UpstreamTool>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 impl Host {
     /// The upstream catalog, when the host was opened with a gateway config.
@@ -87,41 +121,81 @@ impl Host {
             .as_ref()
             .map(|u| u.problems())
             .unwrap_or_default();
-        out.extend(
-            self.upstream_tool_problems
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .iter()
-                .cloned(),
-        );
+        out.extend(lock(&self.upstream_tool_problems).iter().cloned());
         out
     }
 
     /// The upstream tools `actor` may see: kept by the config's `include`/`exclude`, not
     /// quarantined, and not denied to `actor` by the before-stage policies for a call with
     /// empty arguments (in shadow mode, every kept tool).
-    pub fn upstream_tools(&self, actor: &Actor) -> Vec<Arc<UpstreamTool>> {
+    ///
+    /// Each recent caller's answer is kept while the policies' generation
+    /// (`PolicyEngine::generation`: no closure policy, only deterministic sources), the
+    /// catalog and the registered tools stay the same, so a listing costs one policy
+    /// evaluation per tool only when one of them changed (or for a caller not seen since).
+    pub fn upstream_tools(&self, actor: &Actor) -> Arc<Vec<Arc<UpstreamTool>>> {
         let Some(upstreams) = &self.upstreams else {
-            return Vec::new();
+            return Arc::default();
         };
-        let shadow = self.governor.policies().shadow_mode();
-        upstreams
-            .tools()
-            .iter()
-            .filter(|t| t.included && !t.quarantined)
-            .filter(|t| {
-                let req =
-                    InterceptRequest::new(t.capability.clone(), ActionType::McpToolCall, json!({}))
-                        .actor(actor.clone())
-                        .label("mcp.server", t.server.clone())
-                        .label("mcp.tool", t.tool.clone());
-                match self.governor.evaluate(&req, Stage::BeforeCapability) {
-                    Ok(verdict) => shadow || verdict.kind != DecisionType::Deny,
-                    Err(_) => false,
-                }
+        let engine = self.governor.policies();
+        // Read before what they guard: a change made meanwhile makes the answer stale, and
+        // it is then kept under the numbers from before, which no later call will match.
+        let generation = engine.generation();
+        let registered = self.upstream_registered.version.load(Ordering::Acquire);
+        let catalog = upstreams.tools();
+        let listing = &self.upstream_registered;
+        if let Some(generation) = generation
+            && let Some(hit) = lock(&listing.visible).iter().find(|v| {
+                v.generation == generation
+                    && v.registered == registered
+                    && Arc::ptr_eq(&v.catalog, &catalog)
+                    && v.actor == *actor
             })
-            .cloned()
-            .collect()
+        {
+            return Arc::clone(&hit.tools);
+        }
+        let shadow = engine.shadow_mode();
+        let tools: Arc<Vec<Arc<UpstreamTool>>> = Arc::new(
+            catalog
+                .iter()
+                .filter(|t| t.included && !t.quarantined)
+                .filter(|t| {
+                    let req = InterceptRequest::new(
+                        t.capability.clone(),
+                        ActionType::McpToolCall,
+                        json!({}),
+                    )
+                    .actor(actor.clone())
+                    .label("mcp.server", t.server.clone())
+                    .label("mcp.tool", t.tool.clone());
+                    match self.governor.evaluate(&req, Stage::BeforeCapability) {
+                        Ok(verdict) => shadow || verdict.kind != DecisionType::Deny,
+                        Err(_) => false,
+                    }
+                })
+                .cloned()
+                .collect(),
+        );
+        if let Some(generation) = generation {
+            let mut visible = lock(&listing.visible);
+            visible.retain(|v| {
+                v.generation == generation
+                    && v.registered == registered
+                    && Arc::ptr_eq(&v.catalog, &catalog)
+                    && v.actor != *actor
+            });
+            if visible.len() >= VISIBLE_CALLERS {
+                visible.remove(0);
+            }
+            visible.push(Visible {
+                actor: actor.clone(),
+                generation,
+                registered,
+                catalog,
+                tools: Arc::clone(&tools),
+            });
+        }
+        tools
     }
 
     /// The upstream tool named `name` downstream (kept by the config; quarantined or not).
@@ -134,15 +208,12 @@ impl Host {
     /// gone or excluded.
     fn register_upstream_tools(&self, upstreams: &Arc<Upstreams>) {
         let tools = upstreams.tools();
-        let mut registered = self
-            .upstream_registered
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut registered = lock(&self.upstream_registered.tools);
         let mut problems = Vec::new();
         let keep: Vec<&Arc<UpstreamTool>> = tools.iter().filter(|t| t.included).collect();
+        let kept: HashSet<&str> = keep.iter().map(|t| t.capability.as_str()).collect();
         for id in registered.keys().cloned().collect::<Vec<_>>() {
-            if !keep.iter().any(|t| t.capability == id) {
+            if !kept.contains(id.as_str()) {
                 self.runtime.registry().unregister(&id);
                 self.governor.capabilities().unregister(&id);
                 registered.remove(&id);
@@ -159,10 +230,10 @@ impl Host {
                 Err(e) => problems.push((tool.capability.clone(), e.to_string())),
             }
         }
-        *self
-            .upstream_tool_problems
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = problems;
+        *lock(&self.upstream_tool_problems) = problems;
+        self.upstream_registered
+            .version
+            .fetch_add(1, Ordering::Release);
     }
 
     fn register_upstream_tool(
