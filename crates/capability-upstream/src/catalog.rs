@@ -28,6 +28,7 @@
 //! host's governance (policies, approvals, audit), which registers every tool as a
 //! capability run by [`crate::ToolExecutor`].
 
+use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -312,9 +313,34 @@ pub struct Upstreams {
     upstreams: Mutex<Vec<Upstream>>,
     /// Signalled when a start (outside the lock) ends.
     started: Condvar,
-    tools: Mutex<Arc<Vec<Arc<UpstreamTool>>>>,
+    tools: Mutex<Catalog>,
     pins: Mutex<Pins>,
     connect: Arc<Connect>,
+}
+
+/// Every tool, and each found by capability id and by downstream name.
+#[derive(Default)]
+struct Catalog {
+    all: Arc<Vec<Arc<UpstreamTool>>>,
+    by_capability: HashMap<String, Arc<UpstreamTool>>,
+    by_downstream: HashMap<String, Arc<UpstreamTool>>,
+}
+
+impl Catalog {
+    fn replace(&mut self, next: Vec<Arc<UpstreamTool>>) {
+        self.by_capability = next
+            .iter()
+            .map(|t| (t.capability.clone(), Arc::clone(t)))
+            .collect();
+        // The first of a downstream name wins, as a scan in order would find it.
+        self.by_downstream = HashMap::with_capacity(next.len());
+        for t in &next {
+            self.by_downstream
+                .entry(t.downstream.clone())
+                .or_insert_with(|| Arc::clone(t));
+        }
+        self.all = Arc::new(next);
+    }
 }
 
 impl std::fmt::Debug for Upstreams {
@@ -331,6 +357,14 @@ impl std::fmt::Debug for Upstreams {
             )
             .finish_non_exhaustive()
     }
+}
+
+/// The definitions of a listing that have a name (the others are not tools).
+fn named(listed: Vec<Value>) -> Vec<Value> {
+    listed
+        .into_iter()
+        .filter(|def| def.get("name").and_then(Value::as_str).is_some())
+        .collect()
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -352,7 +386,7 @@ impl Upstreams {
             config,
             upstreams: Mutex::new(upstreams),
             started: Condvar::new(),
-            tools: Mutex::new(Arc::new(Vec::new())),
+            tools: Mutex::new(Catalog::default()),
             pins: Mutex::new(pins),
             connect: connect.unwrap_or_else(|| Arc::new(start)),
         })
@@ -366,23 +400,17 @@ impl Upstreams {
     /// Every tool known now (quarantined and excluded ones too), in server then listing
     /// order.
     pub fn tools(&self) -> Arc<Vec<Arc<UpstreamTool>>> {
-        Arc::clone(&lock(&self.tools))
+        Arc::clone(&lock(&self.tools).all)
     }
 
     /// The tool whose capability id is `capability`.
     pub fn tool(&self, capability: &str) -> Option<Arc<UpstreamTool>> {
-        lock(&self.tools)
-            .iter()
-            .find(|t| t.capability == capability)
-            .map(Arc::clone)
+        lock(&self.tools).by_capability.get(capability).cloned()
     }
 
     /// The tool named `name` downstream.
     pub fn downstream(&self, name: &str) -> Option<Arc<UpstreamTool>> {
-        lock(&self.tools)
-            .iter()
-            .find(|t| t.downstream == name)
-            .map(Arc::clone)
+        lock(&self.tools).by_downstream.get(name).cloned()
     }
 
     /// Upstreams that are down and why, with the tail of their stderr: for the operator
@@ -453,17 +481,29 @@ impl Upstreams {
             drop(upstreams);
             self.started.notify_all();
         }
-        let mut changed = false;
+        let mut listings = Vec::new();
         for (server, session) in relist {
             let timeout = self.config.timeout_of(&server);
-            let listed = match crate::may_block(|| session.list_tools(timeout)) {
-                Ok(l) => l,
-                Err(e) => {
-                    self.mark_failed(&server.name, &e);
-                    continue;
-                }
-            };
-            changed |= self.replace_tools(&server, listed);
+            match crate::may_block(|| session.list_tools(timeout)) {
+                Ok(listed) => listings.push((server, named(listed))),
+                Err(e) => self.mark_failed(&server.name, &e),
+            }
+        }
+        let mut changed = false;
+        if !listings.is_empty() {
+            // Every listed tool against its pin at once: one write of the pins file.
+            let mut pins = lock(&self.pins);
+            let _ = pins.reload();
+            let all: Vec<(&str, &Value)> = listings
+                .iter()
+                .flat_map(|(server, listed)| listed.iter().map(|d| (server.name.as_str(), d)))
+                .collect();
+            let mut states = pins.check_all(&all).into_iter();
+            drop(all);
+            for (server, listed) in listings {
+                let states: Vec<_> = states.by_ref().take(listed.len()).collect();
+                changed |= self.replace_tools(&server, listed, states);
+            }
         }
         changed | self.recheck_pins()
     }
@@ -483,31 +523,32 @@ impl Upstreams {
         }
     }
 
-    /// Replaces a server's tools with what it listed (pinning them); whether the set
-    /// changed.
-    fn replace_tools(&self, server: &ServerConfig, listed: Vec<Value>) -> bool {
-        let mut pins = lock(&self.pins);
-        let _ = pins.reload();
-        let mut tools = lock(&self.tools);
+    /// Replaces a server's tools with what it listed, each with the state of its pin;
+    /// whether the set changed.
+    fn replace_tools(
+        &self,
+        server: &ServerConfig,
+        listed: Vec<Value>,
+        states: Vec<Result<PinState, PinsError>>,
+    ) -> bool {
+        let mut catalog = lock(&self.tools);
+        let tools = Arc::clone(&catalog.all);
         let before: Vec<&Arc<UpstreamTool>> =
             tools.iter().filter(|t| t.server == server.name).collect();
         let mut added: Vec<Arc<UpstreamTool>> = Vec::new();
-        for def in listed {
+        for (def, state) in listed.into_iter().zip(states) {
             let Some(name) = def.get("name").and_then(Value::as_str).map(str::to_string) else {
                 continue;
             };
             // A pin that cannot be checked quarantines (the pins file does not read, or
             // cannot be written).
-            let quarantined = !matches!(
-                pins.check(&server.name, &def),
-                Ok(PinState::New | PinState::Pinned)
-            );
+            let quarantined = !matches!(state, Ok(PinState::New | PinState::Pinned));
             let taken = |n: &str| {
-                tools
-                    .iter()
-                    .filter(|t| t.server != server.name)
-                    .chain(added.iter())
-                    .any(|t| t.downstream == n)
+                catalog
+                    .by_downstream
+                    .get(n)
+                    .is_some_and(|t| t.server != server.name)
+                    || added.iter().any(|t| t.downstream == n)
             };
             let downstream = downstream_name(&server.name, &name, server.prefix, &taken);
             let hidden = hidden_characters(
@@ -552,7 +593,7 @@ impl Upstreams {
                     .unwrap_or(usize::MAX)
             };
             next.sort_by_key(order);
-            *tools = Arc::new(next);
+            catalog.replace(next);
         }
         changed
     }
@@ -564,7 +605,8 @@ impl Upstreams {
         if pins.reload().is_err() {
             return false;
         }
-        let mut tools = lock(&self.tools);
+        let mut catalog = lock(&self.tools);
+        let tools = Arc::clone(&catalog.all);
         if !tools.iter().any(|t| t.quarantined) {
             return false;
         }
@@ -586,7 +628,7 @@ impl Upstreams {
             })
             .collect();
         if changed {
-            *tools = Arc::new(next);
+            catalog.replace(next);
         }
         changed
     }

@@ -223,9 +223,40 @@ impl Pins {
     /// form that matches, records a changed definition as pending. An error (the file does
     /// not read, or cannot be written) decides nothing: the caller quarantines.
     pub fn check(&mut self, server: &str, tool: &Value) -> Result<PinState, PinsError> {
+        self.check_all(&[(server, tool)])
+            .pop()
+            .unwrap_or_else(|| Err(self.failed("nothing checked")))
+    }
+
+    /// [`Pins::check`] of each `(server, tool)`, with one write of the file for all of them
+    /// (a gateway whose servers list thousands of new tools writes it once). When that
+    /// write fails, every check that needed it is an error.
+    pub fn check_all(&mut self, tools: &[(&str, &Value)]) -> Vec<Result<PinState, PinsError>> {
         if let Some(reason) = &self.unreadable {
-            return Err(self.failed(reason));
+            let e = self.failed(reason);
+            return tools.iter().map(|_| Err(e.clone())).collect();
         }
+        let checked: Vec<(PinState, bool)> = tools
+            .iter()
+            .map(|(server, tool)| self.record(server, tool))
+            .collect();
+        let saved = if checked.iter().any(|(_, wrote)| *wrote) {
+            self.save()
+        } else {
+            Ok(())
+        };
+        checked
+            .into_iter()
+            .map(|(state, wrote)| match &saved {
+                Err(e) if wrote => Err(e.clone()),
+                _ => Ok(state),
+            })
+            .collect()
+    }
+
+    /// The state of `tool` against its pin, recorded in memory; whether the file must be
+    /// written.
+    fn record(&mut self, server: &str, tool: &Value) -> (PinState, bool) {
         let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
         let hash = definition_hash(tool);
         let tools = self.doc.entry(server.to_string()).or_default();
@@ -241,7 +272,7 @@ impl Pins {
                 );
                 PinState::New
             }
-            Some((pinned, true)) if pinned == hash => return Ok(PinState::Pinned),
+            Some((pinned, true)) if pinned == hash => return (PinState::Pinned, false),
             Some((pinned, false)) if pinned == legacy_definition_hash(tool) => {
                 if let Some(Value::Object(entry)) = tools.get_mut(name) {
                     entry.insert("hash".into(), json!(hash));
@@ -258,7 +289,7 @@ impl Pins {
                     .and_then(Value::as_str)
                     == Some(hash.as_str());
                 if already {
-                    return Ok(PinState::Changed { pinned });
+                    return (PinState::Changed { pinned }, false);
                 }
                 // What could not be read back is not kept (nor reviewable, nor acceptable).
                 let pending = if depth(tool) <= MAX_DEPTH {
@@ -273,8 +304,7 @@ impl Pins {
                 PinState::Changed { pinned }
             }
         };
-        self.save()?;
-        Ok(state)
+        (state, true)
     }
 
     /// Accepts the pending definition of `server`'s `tool` whose hash is `reviewed` (the
@@ -379,6 +409,48 @@ mod tests {
         pins.reload().unwrap();
         assert_eq!(pins.check("s", &changed).unwrap(), PinState::Pinned);
         assert!(other.accept("s", "echo", &shown).is_err());
+    }
+
+    /// A listing's tools are checked together: every state as one by one, the file
+    /// written with all of them; when the write fails, only the checks that needed it fail.
+    #[test]
+    fn a_listing_is_checked_with_one_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("pins.json");
+        let tool = |name: &str, d: &str| json!({"name": name, "description": d});
+        let mut pins = Pins::open(&path).unwrap();
+        assert_eq!(pins.check("s", &tool("a", "A")).unwrap(), PinState::New);
+        let (a, b, a2) = (tool("a", "A"), tool("b", "B"), tool("a", "A2"));
+        let states = pins.check_all(&[("s", &a), ("s", &b), ("s", &a2)]);
+        assert_eq!(states[0], Ok(PinState::Pinned));
+        assert_eq!(states[1], Ok(PinState::New));
+        assert!(
+            matches!(states[2], Ok(PinState::Changed { .. })),
+            "{states:?}"
+        );
+        let on_disk = Pins::open(&path).unwrap().to_json();
+        assert_eq!(
+            on_disk["s"]["b"]["hash"],
+            json!(definition_hash(&tool("b", "B")))
+        );
+        assert_eq!(
+            on_disk["s"]["a"]["pending"]["hash"],
+            json!(definition_hash(&tool("a", "A2")))
+        );
+
+        // The file's directory is gone: what needed a write fails, what did not holds.
+        let gone = dir.path().join("gone");
+        std::fs::create_dir(&gone).unwrap();
+        let mut pins = Pins::open(&gone.join("pins.json")).unwrap();
+        assert_eq!(pins.check("s", &tool("a", "A")).unwrap(), PinState::New);
+        std::fs::remove_dir_all(&gone).unwrap();
+        let c = tool("c", "C");
+        let states = pins.check_all(&[("s", &a), ("s", &c)]);
+        assert_eq!(states[0], Ok(PinState::Pinned));
+        assert!(
+            matches!(states[1], Err(PinsError::File { .. })),
+            "{states:?}"
+        );
     }
 
     #[test]
