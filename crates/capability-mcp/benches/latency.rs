@@ -16,6 +16,9 @@
 //! bench's.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc; // as `cap` allocates
+
 use std::sync::Arc;
 
 use capability_host::{Host, HostConfig, TokenSpec};

@@ -24,6 +24,9 @@
 //! unchanged serves `echo`), to compare the gateway with it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc; // as `cap` allocates
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -13,13 +13,21 @@
 //! servers' URLs, reached by the gateway's own HTTP client. For each size it prints:
 //!
 //! * `tools/list/gateway-list/<tools>`: `Gateway::list` for the filtered caller (the
-//!   gateway's and the host's work, without the transport);
+//!   gateway's and the host's work, without the transport), listed before: the host keeps
+//!   each caller's visible set while the policies and the catalog stay the same;
+//! * `tools/list/gateway-list-first/<tools>`: the same for a caller not listed before
+//!   (one policy evaluation per tool);
 //! * `tools/list/http/<tools>`: `tools/list` over HTTP through the gateway, the whole
 //!   answer read by the client (not parsed);
-//! * `tools/call/http/<tools>`: `tools/call` of one tool over HTTP through the gateway.
+//! * `tools/call/http/<tools>`: `tools/call` of one tool over HTTP through the gateway;
+//! * `tools/open/first/<tools>`: opening the gateway's host with every tool new to it
+//!   (started, listed, pinned and registered), measured once.
 //!
 //! `CAP_BENCH_SIZES=1,10` picks the numbers of upstreams.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc; // as `cap` allocates
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -75,11 +83,17 @@ fn main() {
     let (alice, bob) = (Actor::agent("alice"), Actor::agent("bob"));
     for servers in sizes {
         let tools = servers * TOOLS;
+        // Opening a gateway whose tools are all new (every one pinned and registered).
+        let opened = Instant::now();
         let host = gateway_host(
             &dir.path().join(format!("g{servers}")),
             POLICY,
             &addr,
             servers,
+        );
+        println!(
+            "tools/open/first/{tools}: {:.1} ms (once)",
+            opened.elapsed().as_secs_f64() * 1e3
         );
         let gateway = Arc::new(Gateway::new(Arc::clone(&host), ServeOptions::default()));
         // The policies filter per caller: bob sees fewer.
@@ -100,6 +114,23 @@ fn main() {
                 .collect::<Vec<_>>(),
         );
         p.print(&format!("tools/list/gateway-list/{tools}"));
+
+        // A caller the gateway has not listed for (bob with a scope of his own each
+        // time): every tool's policy evaluation, as after a policy or catalog change.
+        let mut fresh = 0u64;
+        let p = Percentiles::of(
+            &mut (0..runs.min(50) + 2)
+                .map(|_| {
+                    fresh += 1;
+                    let caller = Actor::agent("bob").scope(format!("bench-{fresh}"));
+                    let t = Instant::now();
+                    std::hint::black_box(gateway.list(&caller));
+                    t.elapsed().as_nanos()
+                })
+                .skip(2)
+                .collect::<Vec<_>>(),
+        );
+        p.print(&format!("tools/list/gateway-list-first/{tools}"));
 
         // The last upstream's first tool (bob may call it: the upstreams hidden from him
         // are u3, u13, …; t0 is never hidden).

@@ -24,12 +24,14 @@
 //!   (an upstream said its tools changed, a dead one may restart, a pin may have been
 //!   accepted) and tells connected clients when the tools changed.
 
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use capability_core::json::to_js_string;
 use capability_host::upstream::UpstreamTool;
 use capability_host::{ActionType, Actor, Caller, Host, Outcome, Request, approval_document};
+use rmcp::model::Tool;
 use serde_json::{Map, Value, json};
 
 use crate::handler::Peers;
@@ -43,6 +45,9 @@ pub struct Gateway {
     host: Arc<Host>,
     serve: ServeOptions,
     pub(crate) peers: Peers,
+    /// Each listed tool as callers see it, by downstream name, made once per catalog entry
+    /// (the entry it was made from beside it).
+    rendered: Mutex<HashMap<String, (Arc<UpstreamTool>, Tool)>>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -81,6 +86,7 @@ impl Gateway {
             host,
             serve,
             peers: Peers::default(),
+            rendered: Mutex::default(),
         }
     }
 
@@ -92,13 +98,27 @@ impl Gateway {
         &self.serve
     }
 
-    /// The tools `actor` may see.
-    pub fn list(&self, actor: &Actor) -> Vec<Value> {
+    /// The tools `actor` may see, as `tools/list` answers them. A definition rmcp cannot
+    /// read as a tool (an `inputSchema` that is not an object) is left out.
+    pub fn list(&self, actor: &Actor) -> Vec<Tool> {
         may_block(|| self.host.sync_upstreams(false));
-        self.host
-            .upstream_tools(actor)
+        let visible = self.host.upstream_tools(actor);
+        let mut rendered = self.rendered.lock().unwrap_or_else(PoisonError::into_inner);
+        // Entries of tools gone from the catalog go when they outnumber what is listed.
+        if rendered.len() > 2 * visible.len() + 1024 {
+            let names: HashSet<&str> = visible.iter().map(|t| t.downstream.as_str()).collect();
+            rendered.retain(|name, _| names.contains(name.as_str()));
+        }
+        visible
             .iter()
-            .map(|t| definition(t))
+            .filter_map(|t| match rendered.get(&t.downstream) {
+                Some((made_from, tool)) if Arc::ptr_eq(made_from, t) => Some(tool.clone()),
+                _ => {
+                    let tool: Tool = serde_json::from_value(definition(t)).ok()?;
+                    rendered.insert(t.downstream.clone(), (Arc::clone(t), tool.clone()));
+                    Some(tool)
+                }
+            })
             .collect()
     }
 
@@ -212,7 +232,7 @@ impl crate::handler::Surface for GatewayServer {
     fn host(&self) -> Arc<Host> {
         self.0.host()
     }
-    fn list(&self, actor: &Actor) -> Vec<Value> {
+    fn list(&self, actor: &Actor) -> Vec<Tool> {
         self.0.list(actor)
     }
     fn call(&self, name: &str, arguments: Value, meta: Option<&Value>, actor: &Actor) -> Value {

@@ -5,7 +5,7 @@ use std::sync::{Mutex, PoisonError};
 use capability_host::Actor;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProtocolVersion, ResultType, ServerCapabilities, ServerConfig,
+    PaginatedRequestParams, ProtocolVersion, ResultType, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::{ErrorData as McpError, Peer, RoleServer, ServerHandler};
@@ -83,7 +83,7 @@ pub(crate) trait Surface: Clone + Send + Sync + 'static {
     /// The host whose tokens authenticate HTTP callers.
     fn host(&self) -> std::sync::Arc<capability_host::Host>;
     /// The tools `actor` sees (blocking).
-    fn list(&self, actor: &Actor) -> Vec<Value>;
+    fn list(&self, actor: &Actor) -> Vec<Tool>;
     /// A tool call as `actor` (blocking); always a tool result.
     fn call(&self, name: &str, arguments: Value, meta: Option<&Value>, actor: &Actor) -> Value;
     /// `call` blocks only inside [`crate::may_block`] (else only for CPU work and short
@@ -185,9 +185,7 @@ impl<S: Surface> ServerHandler for Handler<S> {
         let actor = self.actor(&context)?;
         let surface = self.surface.clone();
         let tools = blocking(move || surface.list(&actor)).await?;
-        let tools = Value::Array(tools);
-        let mut result: ListToolsResult =
-            serde_json::from_value(serde_json::json!({ "tools": tools })).map_err(internal)?;
+        let mut result = ListToolsResult::with_all_items(tools);
         result.result_type = Some(ResultType::COMPLETE);
         Ok(result)
     }

@@ -455,8 +455,11 @@ impl handler::Surface for McpServer {
     fn host(&self) -> Arc<Host> {
         McpServer::host(self)
     }
-    fn list(&self, _actor: &Actor) -> Vec<Value> {
+    fn list(&self, _actor: &Actor) -> Vec<rmcp::model::Tool> {
         self.tools()
+            .into_iter()
+            .filter_map(|t| serde_json::from_value(t).ok())
+            .collect()
     }
     fn call(&self, name: &str, arguments: Value, meta: Option<&Value>, actor: &Actor) -> Value {
         McpServer::call(self, name, arguments, meta, actor)
