@@ -597,7 +597,9 @@ impl Host {
         };
         let capacity = modules.pool().map_or(0, |p| p.capacity());
         let mut started = 0;
-        for capability in self.runtime.registry().list() {
+        // Module capabilities are never deferred: what is not built yet (OpenAPI
+        // operations) stays unbuilt.
+        for capability in self.runtime.registry().built() {
             if started >= capacity {
                 break;
             }

@@ -284,6 +284,21 @@ impl CapabilityRegistry {
         entries.into_iter().filter_map(|e| e.get().ok()).collect()
     }
 
+    /// The capabilities built so far, in registration order: a deferred one only once it
+    /// was built (none is built here). For work that concerns only capabilities that are
+    /// never deferred (module capabilities, say), without building every deferred one.
+    pub fn built(&self) -> Vec<Arc<Capability>> {
+        let inner = self.read();
+        inner
+            .order
+            .iter()
+            .filter_map(|id| match inner.by_id.get(id)? {
+                Entry::Built(c) => Some(Arc::clone(c)),
+                Entry::Deferred(d) => d.built.get()?.as_ref().ok().cloned(),
+            })
+            .collect()
+    }
+
     /// How many capabilities are registered, deferred ones included (none is built).
     pub fn len(&self) -> usize {
         self.read().order.len()
@@ -393,6 +408,17 @@ mod tests {
         // Counted, found and refused as a duplicate without being built.
         assert_eq!((registry.len(), registry.unbuilt()), (3, 1));
         assert!(registry.contains("t/lazy"));
+        let built: Vec<String> = registry
+            .built()
+            .iter()
+            .map(|c| c.id().to_string())
+            .collect();
+        assert_eq!(built, ["t/first", "t/last"]);
+        assert_eq!(
+            registry.unbuilt(),
+            1,
+            "listing what is built builds nothing"
+        );
         let duplicate = registry.register(capability("t/lazy")).unwrap_err();
         assert_eq!(duplicate.code, ErrorCode::DuplicateCapability);
         let duplicate = registry
@@ -414,6 +440,12 @@ mod tests {
         // In its place in registration order.
         let ids: Vec<String> = registry.list().iter().map(|c| c.id().to_string()).collect();
         assert_eq!(ids, ["t/first", "t/lazy", "t/last"]);
+        let built: Vec<String> = registry
+            .built()
+            .iter()
+            .map(|c| c.id().to_string())
+            .collect();
+        assert_eq!(built, ids);
         assert_eq!(builds.load(Ordering::SeqCst), 1);
     }
 
