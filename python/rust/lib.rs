@@ -20,6 +20,11 @@
 //!   outcomes `Completed` / `NeedsApproval` / `Failed`, and the exceptions of
 //!   `capability.errors` ([`errors`]).
 
+/// The extension's own allocations (values are copied to and from Python objects, never
+/// freed across allocators) go to mimalloc, as `cap`'s do.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod context;
 mod convert;
 mod decision;

@@ -1,6 +1,9 @@
 //! Built-in text capabilities on a short input, through the public dispatch (`execute`) as
 //! the runtime calls them, and through the typed functions.
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc; // as `cap` and the Python package allocate
+
 use std::hint::black_box;
 
 use capability_runtime::builtins::{self, text_normalize, text_slugify};

@@ -7,6 +7,9 @@
 //! case prints p50/p99 over individually timed invokes.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc; // as `cap` and the Python package allocate
+
 use std::hint::black_box;
 use std::sync::Arc;
 

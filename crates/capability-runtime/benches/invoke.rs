@@ -4,6 +4,9 @@
 //! Run: `cargo bench -p capability-runtime --bench invoke`. Besides criterion's report, each
 //! case prints p50/p99 over 20,000 individually timed invokes.
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc; // as `cap` and the Python package allocate
+
 use std::hint::black_box;
 use std::sync::Arc;
 

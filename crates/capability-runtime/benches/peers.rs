@@ -13,6 +13,9 @@
 //! Run: `cargo bench -p capability-runtime --bench peers` (`PEERS_SAMPLES`, `PEERS_WARMUP`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc; // as `cap` and the Python package allocate
+
 use std::hint::black_box;
 use std::sync::Arc;
 
