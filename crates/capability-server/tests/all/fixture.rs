@@ -166,6 +166,43 @@ impl Fixture {
         .await
     }
 
+    /// The status a POST of `body` is answered with, where the server may answer (and close)
+    /// before it has read the whole body: written over a plain connection whose write errors
+    /// (a broken pipe once the server closed) are ignored, so that the answer is what counts.
+    pub(crate) async fn post_status_before_body(
+        &self,
+        path: &str,
+        token: &str,
+        body: &str,
+    ) -> StatusCode {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.base.trim_start_matches("http://");
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut read, mut write) = stream.into_split();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {}\r\n\
+             content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            self.tokens[token],
+            body.len()
+        );
+        let body = body.to_string();
+        let writing = tokio::spawn(async move {
+            let _ = write.write_all(head.as_bytes()).await;
+            let _ = write.write_all(body.as_bytes()).await;
+        });
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !answer.windows(2).any(|w| w == b"\r\n") {
+            let n = read.read(&mut buf).await.unwrap();
+            assert!(n > 0, "closed without an answer");
+            answer.extend_from_slice(&buf[..n]);
+        }
+        writing.abort();
+        let line = String::from_utf8_lossy(&answer);
+        let code = line.split_whitespace().nth(1).unwrap();
+        StatusCode::from_u16(code.parse().unwrap()).unwrap()
+    }
+
     /// An agent's call that needs approval; returns the approval id.
     pub(crate) async fn pending(&self, token: &str, text: &str) -> String {
         let a = self
