@@ -1,6 +1,8 @@
 //! Streamable HTTP: rmcp's service in axum, behind Host/Origin checks, bearer tokens and
-//! limits, on connections that must send their request heads in time; stdio.
+//! limits, on connections that must send their request heads in time, with the `tools/call`
+//! requests of sessions answered in a lane of their own ([`lane`]); stdio.
 
+mod lane;
 mod sessions;
 
 use std::future::Future;
@@ -127,11 +129,7 @@ struct Gate<S: Surface> {
 /// The host's guard, the bearer token (authenticated by the host), the principal's role,
 /// the session it names (its own, else unknown); then the MCP service, where a session it
 /// opens is bound to it and counted against the limits.
-async fn gate<S: Surface>(
-    State(gate): State<Gate<S>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+async fn gate<S: Surface>(State(gate): State<Gate<S>>, request: Request, next: Next) -> Response {
     let limits = &gate.surface.options().http;
     if let Err(refusal) = limits.guard.check(request.headers()) {
         return refuse(StatusCode::FORBIDDEN, &format!("Forbidden: {refusal}"));
@@ -175,6 +173,10 @@ async fn gate<S: Surface>(
     {
         return unknown_session();
     }
+    let mut request = match lane::take(&gate.surface, &gate.sessions, &actor, request).await {
+        Ok(answered) => return answered,
+        Err(for_rmcp) => for_rmcp,
+    };
     request.extensions_mut().insert(Authenticated(actor));
     let caller = Caller::new(&principal);
     let response = CALLER.scope(Arc::clone(&caller), next.run(request)).await;

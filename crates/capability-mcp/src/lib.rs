@@ -75,6 +75,7 @@
 pub mod gateway;
 mod handler;
 mod http;
+mod lane;
 mod stdio;
 mod tools;
 

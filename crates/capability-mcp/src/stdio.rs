@@ -35,17 +35,15 @@ mod scan;
 
 use std::sync::Arc;
 
-use rmcp::model::{
-    CallToolResponse, ClientJsonRpcMessage, ErrorData, RequestId, ServerJsonRpcMessage,
-    ServerResult,
-};
+use rmcp::model::{ClientJsonRpcMessage, ErrorData, RequestId, ServerJsonRpcMessage};
+use serde_json::Value;
 use serde_json::error::Category;
-use serde_json::{Map, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
 
 use crate::handler::{Surface, tool_call};
+use crate::lane::{self, Call};
 
 /// The longest line the lane looks at; a longer one goes to rmcp as it is (rmcp applies its
 /// own limit).
@@ -69,15 +67,6 @@ enum Handshake {
     Asked,
     /// ... and then `notifications/initialized`: its calls may take the lane.
     Done,
-}
-
-/// A `tools/call` the lane answers.
-#[derive(Debug, PartialEq)]
-struct Call {
-    id: RequestId,
-    name: String,
-    arguments: Map<String, Value>,
-    meta: Map<String, Value>,
 }
 
 /// What the lane makes of one line of input.
@@ -220,74 +209,20 @@ fn classify(line: &[u8], handshake: &mut Handshake) -> Line {
             *handshake = Handshake::Done;
         }
         (Some("tools/call"), true) if *handshake == Handshake::Done => {
-            return lane_call(&mut msg).map_or(Line::Rmcp, Line::Call);
+            return lane::call_of(&mut msg).map_or(Line::Rmcp, Line::Call);
         }
         _ => {}
     }
     Line::Rmcp
 }
 
-/// The call in a `tools/call` message, when the lane knows every part of it: an id, a
-/// string `name`, an object `arguments` (or none), an object `_meta` without protocol
-/// fields (a request that declares its own revision is rmcp's), and nothing else.
-fn lane_call(msg: &mut Map<String, Value>) -> Option<Call> {
-    if msg
-        .keys()
-        .any(|k| !matches!(k.as_str(), "jsonrpc" | "id" | "method" | "params"))
-    {
-        return None;
-    }
-    let id: RequestId = serde_json::from_value(msg.remove("id")?).ok()?;
-    let Value::Object(mut params) = msg.remove("params")? else {
-        return None;
-    };
-    if params
-        .keys()
-        .any(|k| !matches!(k.as_str(), "name" | "arguments" | "_meta"))
-    {
-        return None;
-    }
-    let Value::String(name) = params.remove("name")? else {
-        return None;
-    };
-    let arguments = match params.remove("arguments") {
-        None => Map::new(),
-        Some(Value::Object(a)) => a,
-        Some(_) => return None,
-    };
-    let meta = match params.remove("_meta") {
-        None => Map::new(),
-        Some(Value::Object(m)) if !m.keys().any(|k| k.starts_with("io.modelcontextprotocol/")) => m,
-        Some(_) => return None,
-    };
-    Some(Call {
-        id,
-        name,
-        arguments,
-        meta,
-    })
-}
-
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {
     haystack.windows(needle.len()).any(|w| w == needle)
 }
 
-/// The answer to a call, as rmcp writes one to a peer that negotiated with `initialize`.
+/// [`lane::answer`] as a line.
 fn answer_line(id: RequestId, result: Result<rmcp::model::CallToolResult, ErrorData>) -> Vec<u8> {
-    let message = match result {
-        Ok(result) => {
-            let mut result = ServerResult::from(CallToolResponse::Complete(result));
-            result.strip_result_type_for_legacy_peer();
-            result.strip_non_object_output_for_legacy_peer();
-            ServerJsonRpcMessage::response(result, id)
-        }
-        Err(error) => ServerJsonRpcMessage::error(error, Some(id)),
-    };
-    let mut line = serde_json::to_vec(&message).unwrap_or_else(|e| {
-        // Serializing rmcp's own types does not fail; should it, the client gets an error.
-        let error = ErrorData::internal_error(format!("cannot write the answer: {e}"), None);
-        serde_json::to_vec(&ServerJsonRpcMessage::error(error, None)).unwrap_or_default()
-    });
+    let mut line = lane::answer(id, result);
     line.push(b'\n');
     line
 }

@@ -11,11 +11,18 @@
 //! requests of 2026-07-28 clients, which open none) and given back when the session ends:
 //! closed by its client (`DELETE`), or ended by rmcp (idle past its keep-alive, the server
 //! stopping), which closes it through [`SessionManager::close_session`] too.
+//!
+//! And it knows, for the gate's lane for `tools/call` ([`super::lane`]), whether a session
+//! finished its handshake (`notifications/initialized` reached rmcp) and when rmcp last saw
+//! a request of it: the lane answers a session's calls only while rmcp saw one within half
+//! the keep-alive, so a session used only for calls goes through rmcp often enough to stay
+//! alive there.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
 
-use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_server::session::local::{
     LocalSessionManager, LocalSessionManagerError,
 };
@@ -90,11 +97,21 @@ pub(crate) enum SessionsError {
     NoCaller,
 }
 
+/// A session's principal, and what the lane needs to know of it.
+#[derive(Debug)]
+struct Session {
+    principal: Arc<str>,
+    /// The client sent `notifications/initialized`.
+    initialized: bool,
+    /// When rmcp last took a request or notification of it.
+    seen: Instant,
+}
+
 /// Sessions by id, and how many each principal holds (with the slots taken for sessions
 /// being created).
 #[derive(Debug, Default)]
 struct Owners {
-    by_id: HashMap<SessionId, Arc<str>>,
+    by_id: HashMap<SessionId, Session>,
     held: HashMap<Arc<str>, usize>,
     total: usize,
 }
@@ -104,6 +121,8 @@ pub(crate) struct Sessions {
     local: LocalSessionManager,
     max: usize,
     per_principal: usize,
+    /// rmcp's keep-alive of an idle session.
+    keep_alive: Duration,
     owners: Mutex<Owners>,
 }
 
@@ -135,10 +154,12 @@ impl Drop for Slot<'_> {
 
 impl Sessions {
     pub(crate) fn new(local: LocalSessionManager, max: usize, per_principal: usize) -> Sessions {
+        let keep_alive = local.session_config.keep_alive.unwrap_or(Duration::MAX);
         Sessions {
             local,
             max,
             per_principal,
+            keep_alive,
             owners: Mutex::new(Owners::default()),
         }
     }
@@ -152,7 +173,25 @@ impl Sessions {
         self.owners()
             .by_id
             .get(id)
-            .is_some_and(|owner| &**owner == principal)
+            .is_some_and(|s| &*s.principal == principal)
+    }
+
+    /// Whether the lane may answer a request of session `id` (see the module docs): it
+    /// finished its handshake and rmcp saw a request of it within half its keep-alive.
+    pub(crate) fn in_lane(&self, id: &str) -> bool {
+        self.owners()
+            .by_id
+            .get(id)
+            .is_some_and(|s| s.initialized && s.seen.elapsed() < self.keep_alive / 2)
+    }
+
+    /// rmcp takes a message of session `id` now (`notifications/initialized` when
+    /// `initialized`).
+    fn seen(&self, id: &SessionId, initialized: bool) {
+        if let Some(s) = self.owners().by_id.get_mut(id) {
+            s.seen = Instant::now();
+            s.initialized |= initialized;
+        }
     }
 
     fn take_slot(&self, principal: Arc<str>) -> Result<Slot<'_>, Refusal> {
@@ -186,8 +225,8 @@ impl Sessions {
     /// its worker ends) and gives its slot back.
     fn unbind(&self, id: &SessionId) {
         let mut owners = self.owners();
-        if let Some(principal) = owners.by_id.remove(id) {
-            self.give_back(&mut owners, &principal);
+        if let Some(session) = owners.by_id.remove(id) {
+            self.give_back(&mut owners, &session.principal);
         }
     }
 }
@@ -213,9 +252,14 @@ impl SessionManager for Sessions {
         let (id, transport) = self.local.create_session().await?;
         // The id is known to no one else yet: no request can name it before it is bound.
         let mut owners = self.owners();
-        owners
-            .by_id
-            .insert(id.clone(), Arc::clone(&caller.principal));
+        owners.by_id.insert(
+            id.clone(),
+            Session {
+                principal: Arc::clone(&caller.principal),
+                initialized: false,
+                seen: Instant::now(),
+            },
+        );
         slot.armed = false;
         drop(owners);
         Ok((id, transport))
@@ -226,6 +270,7 @@ impl SessionManager for Sessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
+        self.seen(id, false);
         Ok(self.local.initialize_session(id, message).await?)
     }
 
@@ -244,6 +289,7 @@ impl SessionManager for Sessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<EventStream, Self::Error> {
+        self.seen(id, false);
         Ok(Box::pin(self.local.create_stream(id, message).await?))
     }
 
@@ -252,10 +298,19 @@ impl SessionManager for Sessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<(), Self::Error> {
-        Ok(self.local.accept_message(id, message).await?)
+        let initialized = matches!(
+            &message,
+            ClientJsonRpcMessage::Notification(n)
+                if matches!(n.notification, ClientNotification::InitializedNotification(_))
+        );
+        self.local.accept_message(id, message).await?;
+        // Marked once rmcp took it: from then on the lane answers what rmcp would.
+        self.seen(id, initialized);
+        Ok(())
     }
 
     async fn create_standalone_stream(&self, id: &SessionId) -> Result<EventStream, Self::Error> {
+        self.seen(id, false);
         Ok(Box::pin(self.local.create_standalone_stream(id).await?))
     }
 

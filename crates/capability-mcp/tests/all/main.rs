@@ -9,6 +9,7 @@ mod clients;
 mod execute;
 mod gateway;
 mod http_gate;
+mod http_lane;
 mod http_sessions;
 mod http_slow;
 mod serve;
