@@ -57,8 +57,7 @@ enum ToolRefused {
     Governance(#[from] ModelError),
 }
 
-/// What the host registered of the upstream tools: capability id → definition hash.
-/// The upstream tools registered, and the listings made from them.
+/// What the host registered of the upstream tools, and the listings made from them.
 #[derive(Default)]
 pub(crate) struct Registered {
     /// Capability id to the definition hash registered.
