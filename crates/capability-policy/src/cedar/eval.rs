@@ -46,11 +46,23 @@ impl From<RequestError> for PolicyFault {
     }
 }
 
-/// Bound on cached slices and entity sets, after which the caches are cleared.
-const CACHE_LIMIT: usize = 4096;
+/// Bound on the entries of each cache (slices by capability, entity sets, fixed results),
+/// after which it is cleared: room for the tools of a large gateway.
+const CACHE_LIMIT: usize = 16_384;
+
+/// Bound on the policies the cached slices hold together (a slice holds the policies that
+/// apply to its capability: where thousands apply to every capability, few slices fit).
+const SLICE_POLICY_LIMIT: usize = 1 << 20;
 
 /// Slices of one capability, one slot per action type.
 type SliceSlots = [Option<Arc<Slice>>; ActionType::ALL.len()];
+
+/// The slices made so far, and how many policies they hold together.
+#[derive(Default)]
+struct SliceCache {
+    by_capability: HashMap<String, SliceSlots>,
+    policies: usize,
+}
 
 /// Rule indices, one list per action type.
 type ActionLists = [Vec<usize>; ActionType::ALL.len()];
@@ -194,7 +206,8 @@ struct PartResult {
 /// entities of each (agent, capability) pair, builds requests from typed values (not JSON) holding only the
 /// context attributes the slice's policies name, and caches the matches of policies that
 /// read no per-call data (only principal, resource, action, environment, tenant, stage).
-/// Caches are bounded (4096 entries each, then cleared).
+/// Caches are bounded (16,384 entries each, and the slices 2^20 policies in all; then
+/// cleared).
 pub struct CedarPolicies {
     /// The files the policies were loaded from, for [`CedarPolicies::check`].
     files: Vec<PolicyFile>,
@@ -215,7 +228,7 @@ pub struct CedarPolicies {
     actions: Vec<EntityUid>,
     agent_type: EntityTypeName,
     capability_type: EntityTypeName,
-    slices: Mutex<HashMap<String, SliceSlots>>,
+    slices: Mutex<SliceCache>,
     entities: Mutex<HashMap<u64, Arc<Entities>>>,
     fixed_results: Mutex<HashMap<u64, Arc<PartResult>>>,
     hasher: std::collections::hash_map::RandomState,
@@ -295,7 +308,7 @@ impl CedarPolicies {
             actions,
             agent_type: type_name(AGENT_TYPE)?,
             capability_type: type_name(CAPABILITY_TYPE)?,
-            slices: Mutex::new(HashMap::new()),
+            slices: Mutex::new(SliceCache::default()),
             entities: Mutex::new(HashMap::new()),
             fixed_results: Mutex::new(HashMap::new()),
             hasher: std::collections::hash_map::RandomState::new(),
@@ -371,13 +384,19 @@ impl CedarPolicies {
     fn slice(&self, action: ActionType, capability: &str) -> Arc<Slice> {
         let slot = action as usize;
         let mut cache = lock(&self.slices);
-        if let Some(s) = cache.get(capability).and_then(|slots| slots[slot].as_ref()) {
+        if let Some(s) = cache
+            .by_capability
+            .get(capability)
+            .and_then(|slots| slots[slot].as_ref())
+        {
             return Arc::clone(s);
         }
         let mut fixed = Part::default();
         let mut native = NativePart::default();
         let mut dynamic = Part::default();
+        let mut held = 0;
         for i in self.scope.rules(action, capability) {
+            held += 1;
             let (rule, policy, used) = (&self.rules[i], &self.compiled[i], &self.uses[i]);
             let part = if used.is_fixed() {
                 &mut fixed
@@ -401,10 +420,15 @@ impl CedarPolicies {
             native,
             dynamic,
         });
-        if cache.len() >= CACHE_LIMIT {
-            cache.clear();
+        if cache.by_capability.len() >= CACHE_LIMIT
+            || cache.policies.saturating_add(held) > SLICE_POLICY_LIMIT
+        {
+            cache.by_capability.clear();
+            cache.policies = 0;
         }
+        cache.policies += held;
         cache
+            .by_capability
             .entry(capability.to_string())
             .or_insert_with(|| std::array::from_fn(|_| None))[slot] = Some(Arc::clone(&slice));
         slice
