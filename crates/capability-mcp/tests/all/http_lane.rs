@@ -5,30 +5,14 @@
 use std::time::Duration;
 
 use capability_mcp::{HttpLimits, ServeOptions};
-use capability_test_support::http::http;
 use serde_json::{Value, json};
 
-use crate::http_sessions::{bearer, open, token};
+use crate::http_sessions::{open, token};
 use crate::serve::{Served, host, serve};
 
-/// A request in session `id` with `token` (and `extra` headers).
-fn in_session(
-    server: &Served,
-    token: &str,
-    id: &str,
-    body: &Value,
-    extra: &[(&str, &str)],
-) -> (u16, String, String) {
-    let auth = bearer(token);
-    let mut headers = vec![
-        ("Authorization", auth.as_str()),
-        ("Mcp-Session-Id", id),
-        ("MCP-Protocol-Version", "2025-06-18"),
-        ("Content-Type", "application/json"),
-        ("Accept", "application/json, text/event-stream"),
-    ];
-    headers.extend_from_slice(extra);
-    http(&server.addr, "POST", "/mcp", &headers, &body.to_string())
+/// A `POST` of `body` in session `id` with `token`.
+fn in_session(server: &Served, token: &str, id: &str, body: &Value) -> (u16, String, String) {
+    crate::http_sessions::in_session(server, token, id, "POST", &body.to_string(), &[])
 }
 
 /// The JSON-RPC messages of an event-stream body (its non-empty `data:` lines).
@@ -74,20 +58,13 @@ fn the_lane_answers_as_rmcp_does() {
         },
     );
     let id = open(&server, &secret);
-    let lane = in_session(
-        &server,
-        &secret,
-        &id,
-        &slugify(5, "Hello Lane", json!({})),
-        &[],
-    );
+    let lane = in_session(&server, &secret, &id, &slugify(5, "Hello Lane", json!({})));
     // `task` is a parameter the lane does not know: rmcp answers.
     let rmcp = in_session(
         &server,
         &secret,
         &id,
         &slugify(5, "Hello Lane", json!({"task": null})),
-        &[],
     );
     assert_eq!((lane.0, rmcp.0), (200, 200), "{lane:?} {rmcp:?}");
     for (status, head, _) in [&lane, &rmcp] {
@@ -120,13 +97,13 @@ fn the_lane_answers_as_rmcp_does() {
             slugify(6, "", json!({"arguments": {"text": 7}, "task": null})),
         ),
     ] {
-        let a = messages(&in_session(&server, &secret, &id, &call, &[]).2);
-        let b = messages(&in_session(&server, &secret, &id, &extra, &[]).2);
+        let a = messages(&in_session(&server, &secret, &id, &call).2);
+        let b = messages(&in_session(&server, &secret, &id, &extra).2);
         assert_eq!(steady(a[0].clone()), steady(b[0].clone()));
     }
 
     // Another principal's token gets the answer to an unknown session, lane or not.
-    let (status, _, _) = in_session(&server, &other, &id, &slugify(7, "x", json!({})), &[]);
+    let (status, _, _) = in_session(&server, &other, &id, &slugify(7, "x", json!({})));
     assert_eq!(status, 404);
 }
 
@@ -153,13 +130,8 @@ fn a_session_used_only_for_calls_stays_alive() {
     let mut n = 0;
     while started.elapsed() < Duration::from_millis(2_500) {
         n += 1;
-        let (status, _, body) = in_session(
-            &server,
-            &secret,
-            &id,
-            &slugify(n, "Still here", json!({})),
-            &[],
-        );
+        let (status, _, body) =
+            in_session(&server, &secret, &id, &slugify(n, "Still here", json!({})));
         assert_eq!(
             status,
             200,
@@ -173,6 +145,6 @@ fn a_session_used_only_for_calls_stays_alive() {
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_millis(1_500));
-    let (status, _, body) = in_session(&server, &secret, &id, &slugify(99, "x", json!({})), &[]);
+    let (status, _, body) = in_session(&server, &secret, &id, &slugify(99, "x", json!({})));
     assert_eq!(status, 404, "{body}");
 }

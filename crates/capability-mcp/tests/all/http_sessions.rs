@@ -69,7 +69,7 @@ pub fn open(server: &Served, token: &str) -> String {
 }
 
 /// A request in session `id` with `token`.
-fn in_session(
+pub fn in_session(
     server: &Served,
     token: &str,
     id: &str,
