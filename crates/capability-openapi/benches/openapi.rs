@@ -17,10 +17,12 @@ use capability_openapi::{
 };
 use capability_runtime::capability::Capability;
 use capability_runtime::{CapabilityRuntime, ExecuteOptions};
-use capability_test_support::http;
 use capability_test_support::measure::{measure, paired};
 use capability_test_support::tls::{self, TestCa};
 use serde_json::{Value, json};
+
+mod common;
+use common::server;
 
 /// Peak resident memory of the process (a counting allocator would need `unsafe`, which the
 /// workspace forbids).
@@ -67,19 +69,6 @@ fn generated(operations: usize, server: &str) -> Value {
         "servers": [{"url": server}], "paths": paths,
         "components": {"schemas": {"Thing": {"type": "object", "required": ["id"],
             "properties": {"id": {"type": "integer"}, "name": {"type": "string"}, "next": {"$ref": "#/components/schemas/Thing"}}}}}})
-}
-
-/// The loopback server the generated document points at: `GET /things0/{id}`.
-fn server() -> std::net::SocketAddr {
-    http::spawn(axum::Router::new().route(
-        "/things0/{id}",
-        axum::routing::get(|| async {
-            (
-                [(axum::http::header::CONTENT_TYPE, "application/json")],
-                r#"{"id":1,"name":"x"}"#,
-            )
-        }),
-    ))
 }
 
 fn main() {

@@ -33,9 +33,11 @@ use capability_host::{Host, HostConfig, Outcome, Request, Storage};
 use capability_openapi::executor::Secrets;
 use capability_openapi::store::{Entry, Store};
 use capability_openapi::{HttpClient, HttpConfig, LazyApi, Resolver, build_api};
-use capability_test_support::http;
 use capability_test_support::measure::{Percentiles, timed};
 use serde_json::{Value, json};
+
+mod common;
+use common::server;
 
 /// A document of `operations` operations (two per path: a `get` and a `put`).
 fn generated(operations: usize, server: &str) -> Value {
@@ -74,19 +76,6 @@ fn generated(operations: usize, server: &str) -> Value {
                     "next": {"$ref": "#/components/schemas/Thing"}}},
                 "Tag": {"type": "object", "properties": {"name": {"type": "string"}}},
                 "Problem": {"type": "object", "properties": {"title": {"type": "string"}, "status": {"type": "integer"}}}}}})
-}
-
-/// The loopback server the documents point at: `GET /things0/{id}`.
-fn server() -> std::net::SocketAddr {
-    http::spawn(axum::Router::new().route(
-        "/things0/{id}",
-        axum::routing::get(|| async {
-            (
-                [(axum::http::header::CONTENT_TYPE, "application/json")],
-                r#"{"id":1,"name":"x"}"#,
-            )
-        }),
-    ))
 }
 
 /// The entry `cap openapi add` keeps for a document of `operations` operations.
