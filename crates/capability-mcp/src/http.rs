@@ -48,8 +48,9 @@ pub struct HttpLimits {
     /// and for sessions its crashed clients left to expire (the official conformance suite
     /// opens some 35 as one principal), while three quarters stay with the others.
     pub max_sessions_per_principal: usize,
-    /// How long a session lives without a request (rmcp's keep-alive, 5 minutes by
-    /// default); it then ends and frees its slot, like a session its client deleted.
+    /// How long a session lives without a request (5 minutes by default; a request answered
+    /// by the lane counts as one answered by rmcp); it then ends and frees its slot, like a
+    /// session its client deleted.
     pub session_idle_timeout: Duration,
     /// How long a connection has to send the head of a request: from when it opens, and
     /// from each answer on a kept-alive connection. A slower (or silent) connection is
@@ -169,7 +170,7 @@ async fn gate<S: Surface>(State(gate): State<Gate<S>>, request: Request, next: N
         .get(SESSION_ID)
         .and_then(|v| v.to_str().ok());
     if let Some(id) = session
-        && !gate.sessions.owned_by(id, &principal)
+        && !gate.sessions.claim(id, &principal)
     {
         return unknown_session();
     }
@@ -192,13 +193,25 @@ async fn gate<S: Surface>(State(gate): State<Gate<S>>, request: Request, next: N
 fn http_router<S: Surface>(surface: &S, ct: CancellationToken) -> Router {
     let limits = &surface.options().http;
     let guard = &limits.guard;
-    let mut local = LocalSessionManager::default();
-    local.session_config.keep_alive = Some(limits.session_idle_timeout);
     let sessions = Arc::new(Sessions::new(
-        local,
+        LocalSessionManager::default(),
         limits.max_sessions,
         limits.max_sessions_per_principal,
+        limits.session_idle_timeout,
     ));
+    // Idle sessions end here (not by rmcp's keep-alive: see `sessions`), until the server
+    // stops.
+    let idle = (Arc::clone(&sessions), ct.clone());
+    tokio::spawn(async move {
+        let (sessions, stop) = idle;
+        let mut tick = tokio::time::interval(sessions.idle_check_period());
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => break,
+                _ = tick.tick() => sessions.close_idle().await,
+            }
+        }
+    });
     let config = StreamableHttpServerConfig::default()
         .with_allowed_hosts(guard.host_patterns())
         .with_allowed_origins(guard.origin_patterns())

@@ -12,10 +12,10 @@
 //!
 //! The lane takes a request only when everything about it is plain, and hands anything else
 //! to rmcp with its body as it came: a `POST` naming a session of this principal that
-//! finished its handshake (`notifications/initialized` reached rmcp) and that rmcp saw a
-//! request of within half its keep-alive (so that rmcp's idle timer never ends a session
-//! used only for calls: one request in that span goes its way); `Accept` naming both JSON
-//! and event streams, a JSON `Content-Type`, a `Content-Length` within the body limit; no
+//! finished its handshake (`notifications/initialized` reached rmcp; the session's idle
+//! time is the gate's, so a call here keeps it alive as one through rmcp would); `Accept`
+//! naming both JSON and event streams, a JSON `Content-Type`, a `Content-Length` within the
+//! body limit; no
 //! `MCP-Protocol-Version` but one of the revisions negotiated with `initialize`, no
 //! `Mcp-Method`/`Mcp-Name` (those come with 2026-07-28 requests, whose headers rmcp checks
 //! against the body); and a body that is a `tools/call` whose every part the lane knows
@@ -114,17 +114,10 @@ fn plain<S: Surface>(
     if headers.contains_key("mcp-method") || headers.contains_key("mcp-name") {
         return false;
     }
-    match headers.get_all("mcp-protocol-version").iter().count() {
-        0 => {}
-        1 => {
-            let Some(v) = single(headers, "mcp-protocol-version") else {
-                return false;
-            };
-            if !SESSION_REVISIONS.contains(&v) {
-                return false;
-            }
-        }
-        _ => return false,
+    if headers.contains_key("mcp-protocol-version")
+        && !single(headers, "mcp-protocol-version").is_some_and(|v| SESSION_REVISIONS.contains(&v))
+    {
+        return false;
     }
     let accepts = |kind: &str| {
         headers.get_all(header::ACCEPT).iter().any(|v| {

@@ -3,20 +3,21 @@
 //! rmcp's [`LocalSessionManager`] keeps the sessions; [`Sessions`] stands in front of it and
 //! records, when a session is created, which principal created it: the principal of the
 //! request being served, which the gate puts in [`CALLER`] around the MCP service. The gate
-//! asks [`Sessions::owned_by`] before a request that names a session reaches rmcp, and
-//! answers a session of another principal as it answers an unknown one.
+//! asks [`Sessions::claim`] before a request that names a session reaches rmcp (or the
+//! lane), and answers a session of another principal as it answers an unknown one.
 //!
 //! It also holds the limits: at most `max` sessions in all and `per_principal` for one
 //! principal. A slot is taken when a session is about to be created (never for the stateless
 //! requests of 2026-07-28 clients, which open none) and given back when the session ends:
-//! closed by its client (`DELETE`), or ended by rmcp (idle past its keep-alive, the server
-//! stopping), which closes it through [`SessionManager::close_session`] too.
+//! closed by its client (`DELETE`), idle for longer than the idle timeout
+//! ([`Sessions::close_idle`]), or ended by rmcp (the server stopping), which closes it
+//! through [`SessionManager::close_session`] too.
 //!
-//! And it knows, for the gate's lane for `tools/call` ([`super::lane`]), whether a session
-//! finished its handshake (`notifications/initialized` reached rmcp) and when rmcp last saw
-//! a request of it: the lane answers a session's calls only while rmcp saw one within half
-//! the keep-alive, so a session used only for calls goes through rmcp often enough to stay
-//! alive there.
+//! The idle timeout is kept here, not by rmcp's keep-alive (which is off): rmcp sees only
+//! the requests that reach it, and the gate's lane for `tools/call` ([`super::lane`])
+//! answers others. Every request that names a session, whichever path answers it, starts
+//! its idle time again. The lane takes a session's calls once its handshake finished
+//! (`notifications/initialized` reached rmcp).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -103,7 +104,7 @@ struct Session {
     principal: Arc<str>,
     /// The client sent `notifications/initialized`.
     initialized: bool,
-    /// When rmcp last took a request or notification of it.
+    /// When the gate last took a request of it.
     seen: Instant,
 }
 
@@ -121,8 +122,8 @@ pub(crate) struct Sessions {
     local: LocalSessionManager,
     max: usize,
     per_principal: usize,
-    /// rmcp's keep-alive of an idle session.
-    keep_alive: Duration,
+    /// How long a session lives without a request.
+    idle_timeout: Duration,
     owners: Mutex<Owners>,
 }
 
@@ -153,13 +154,19 @@ impl Drop for Slot<'_> {
 }
 
 impl Sessions {
-    pub(crate) fn new(local: LocalSessionManager, max: usize, per_principal: usize) -> Sessions {
-        let keep_alive = local.session_config.keep_alive.unwrap_or(Duration::MAX);
+    /// The sessions of `local` (whose own keep-alive is turned off: see the module docs).
+    pub(crate) fn new(
+        mut local: LocalSessionManager,
+        max: usize,
+        per_principal: usize,
+        idle_timeout: Duration,
+    ) -> Sessions {
+        local.session_config.keep_alive = None;
         Sessions {
             local,
             max,
             per_principal,
-            keep_alive,
+            idle_timeout,
             owners: Mutex::new(Owners::default()),
         }
     }
@@ -168,29 +175,40 @@ impl Sessions {
         self.owners.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Whether the session `id` exists and was opened by `principal`.
-    pub(crate) fn owned_by(&self, id: &str, principal: &str) -> bool {
-        self.owners()
-            .by_id
-            .get(id)
-            .is_some_and(|s| &*s.principal == principal)
+    /// Whether the session `id` exists and was opened by `principal`; if so, a request of
+    /// it is being served: its idle time starts again.
+    pub(crate) fn claim(&self, id: &str, principal: &str) -> bool {
+        match self.owners().by_id.get_mut(id) {
+            Some(s) if &*s.principal == principal => {
+                s.seen = Instant::now();
+                true
+            }
+            _ => false,
+        }
     }
 
-    /// Whether the lane may answer a request of session `id` (see the module docs): it
-    /// finished its handshake and rmcp saw a request of it within half its keep-alive.
+    /// Whether the lane may answer a request of session `id`: it finished its handshake.
     pub(crate) fn in_lane(&self, id: &str) -> bool {
-        self.owners()
-            .by_id
-            .get(id)
-            .is_some_and(|s| s.initialized && s.seen.elapsed() < self.keep_alive / 2)
+        self.owners().by_id.get(id).is_some_and(|s| s.initialized)
     }
 
-    /// rmcp takes a message of session `id` now (`notifications/initialized` when
-    /// `initialized`).
-    fn seen(&self, id: &SessionId, initialized: bool) {
-        if let Some(s) = self.owners().by_id.get_mut(id) {
-            s.seen = Instant::now();
-            s.initialized |= initialized;
+    /// How often [`Sessions::close_idle`] should run: an idle session ends at most this
+    /// late (a tenth of the idle timeout, at most a second).
+    pub(crate) fn idle_check_period(&self) -> Duration {
+        (self.idle_timeout / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
+    }
+
+    /// Closes the sessions without a request for longer than the idle timeout.
+    pub(crate) async fn close_idle(&self) {
+        let idle: Vec<SessionId> = self
+            .owners()
+            .by_id
+            .iter()
+            .filter(|(_, s)| s.seen.elapsed() >= self.idle_timeout)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in idle {
+            let _ = self.close_session(&id).await;
         }
     }
 
@@ -270,7 +288,6 @@ impl SessionManager for Sessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<ServerJsonRpcMessage, Self::Error> {
-        self.seen(id, false);
         Ok(self.local.initialize_session(id, message).await?)
     }
 
@@ -289,7 +306,6 @@ impl SessionManager for Sessions {
         id: &SessionId,
         message: ClientJsonRpcMessage,
     ) -> Result<EventStream, Self::Error> {
-        self.seen(id, false);
         Ok(Box::pin(self.local.create_stream(id, message).await?))
     }
 
@@ -305,12 +321,13 @@ impl SessionManager for Sessions {
         );
         self.local.accept_message(id, message).await?;
         // Marked once rmcp took it: from then on the lane answers what rmcp would.
-        self.seen(id, initialized);
+        if initialized && let Some(s) = self.owners().by_id.get_mut(id) {
+            s.initialized = true;
+        }
         Ok(())
     }
 
     async fn create_standalone_stream(&self, id: &SessionId) -> Result<EventStream, Self::Error> {
-        self.seen(id, false);
         Ok(Box::pin(self.local.create_standalone_stream(id).await?))
     }
 

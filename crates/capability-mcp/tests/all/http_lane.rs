@@ -107,8 +107,8 @@ fn the_lane_answers_as_rmcp_does() {
     assert_eq!(status, 404);
 }
 
-/// A session whose client only calls tools stays alive past rmcp's idle timeout (one
-/// request in each half of it goes through rmcp); left idle, it ends as before.
+/// A session whose client only calls tools (answered in the lane) stays alive past the
+/// idle timeout, and lives the whole timeout after its last call; left idle, it ends.
 #[test]
 fn a_session_used_only_for_calls_stays_alive() {
     let dir = tempfile::tempdir().unwrap();
@@ -143,6 +143,13 @@ fn a_session_used_only_for_calls_stays_alive() {
             "still-here"
         );
         std::thread::sleep(Duration::from_millis(100));
+    }
+    // Idle for most of the timeout after calls in the lane: still alive, as under rmcp.
+    for n in [90, 91] {
+        std::thread::sleep(Duration::from_millis(600));
+        let (status, _, body) =
+            in_session(&server, &secret, &id, &slugify(n, "Still here", json!({})));
+        assert_eq!(status, 200, "after 600 ms idle: {body}");
     }
     std::thread::sleep(Duration::from_millis(1_500));
     let (status, _, body) = in_session(&server, &secret, &id, &slugify(99, "x", json!({})));
