@@ -261,7 +261,10 @@ async fn http(name: &str, home: &std::path::Path, command: &mut Command, call: C
     }
     Percentiles::of(&mut samples).print(&format!("{name} over HTTP (one client)"));
 
+    // As many sessions as one principal may hold (64 by default), under a token of their
+    // own: the one-client session above still holds a slot of the first.
     let clients = 64;
+    let token = self::token(home);
     let ok = Arc::new(AtomicU64::new(0));
     let failed = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(5);
