@@ -588,8 +588,8 @@ impl Host {
         *guard = Arc::new(next);
     }
 
-    /// With a sandbox pool ([`HostConfig::sandbox_pool`]): starts a spare for each node and
-    /// python module capability, up to the pool's capacity, so that even their first runs
+    /// With a sandbox pool ([`HostConfig::sandbox_pool`]): starts a spare for each node,
+    /// python and native module capability, up to the pool's capacity, so that even their first runs
     /// find one; how many were started.
     pub fn prewarm_pool(&self) -> usize {
         let Some(modules) = self.modules.get() else {

@@ -158,7 +158,7 @@ impl ModuleExecutor {
         self.pool.as_ref()
     }
 
-    /// Starts a spare for a node or python module capability ahead of its first run, when a
+    /// Starts a spare for a node, python or native module capability ahead of its first run, when a
     /// pool is kept and the capability runs in the process sandbox; whether one was started.
     pub fn prewarm(&self, capability: &dyn CapabilityView) -> bool {
         let Some(pool) = &self.pool else {
@@ -167,7 +167,7 @@ impl ModuleExecutor {
         let Ok(spec) = ModuleExecutor::spec(capability) else {
             return false;
         };
-        if !speaks_sessions(&spec) || !matches!(self.route(capability, &spec), Ok(Route::Process)) {
+        if !pre_starts(&spec) || !matches!(self.route(capability, &spec), Ok(Route::Process)) {
             return false;
         }
         pool.prestart(self.process, &spec, &self.host.grants(&[]), &self.limits);
@@ -183,14 +183,24 @@ impl ModuleExecutor {
         grants: &Grants,
         limits: &Limits<ProcessLimits>,
     ) -> Result<(Session, Outcome), SandboxError> {
-        let grantless = *grants == self.host.grants(&[]) && grants.effects.is_empty();
-        if let Some(pool) = self.pool.as_ref().filter(|_| grantless)
-            && let Some(mut session) = pool.claim(self.process, spec, grants, limits)
-        {
+        if let Some(mut session) = self.claim_spare(spec, grants, limits) {
             let outcome = session.call(first)?;
             return Ok((session, outcome));
         }
         Session::start(self.process, spec, first, grants, limits)
+    }
+
+    /// The pool's spare for a grant-less run of this module with these limits, if one waits
+    /// (claiming starts the next one).
+    fn claim_spare(
+        &self,
+        spec: &ModuleSpec,
+        grants: &Grants,
+        limits: &Limits<ProcessLimits>,
+    ) -> Option<Session> {
+        let grantless = *grants == self.host.grants(&[]) && grants.effects.is_empty();
+        let pool = self.pool.as_ref().filter(|_| grantless)?;
+        pool.claim(self.process, spec, grants, limits)
     }
 
     /// What the host opens when the matching effects are granted.
@@ -317,6 +327,12 @@ impl ModuleExecutor {
     ) -> Result<Outcome, SandboxError> {
         let grants = self.host.grants(granted);
         match route {
+            Route::Process if ModuleKind::of(&spec.module) == ModuleKind::Native => {
+                match self.claim_spare(spec, &grants, limits) {
+                    Some(mut spare) => spare.call(invocation),
+                    None => self.process.run(spec, invocation, &grants, limits),
+                }
+            }
             Route::Process => self.process.run(spec, invocation, &grants, limits),
             Route::Oci(oci) => oci.run(spec, invocation, &grants, limits),
             Route::Wasm(_) => Err(SandboxError::Invalid {
@@ -335,6 +351,13 @@ fn park_key(capability: &dyn CapabilityView, spec: &ModuleSpec, input: &Value) -
         spec.module,
         capability_core::json::canonical_hash(input)
     )
+}
+
+/// Whether a spare can be started for the module ahead of its run: node and python (their
+/// shims wait before importing the module) and native programs (started, they wait on
+/// stdin for their one request).
+fn pre_starts(spec: &ModuleSpec) -> bool {
+    speaks_sessions(spec) || ModuleKind::of(&spec.module) == ModuleKind::Native
 }
 
 /// Whether the module runs through a shim that speaks sessions (node, python).

@@ -1,13 +1,14 @@
 //! Pre-started, single-use sandboxes (see [`SandboxPool`]).
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use capability_exec::{Grants, Limits};
 
 use crate::process::ProcessSandbox;
 use crate::session::Session;
 use crate::stamp::FileStamp;
-use crate::types::{ModuleSpec, ProcessLimits};
+use crate::types::{ModuleKind, ModuleSpec, ProcessLimits};
 
 /// What a spare was started for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -54,7 +55,12 @@ struct Spare {
 /// Starting a sandbox and an interpreter in it (namespaces, mounts, landlock, seccomp, then
 /// node or python) is most of a module run. A spare is a session started ahead
 /// ([`Session::prestart`]): its interpreter is up behind the boundary and waits on stdin, before
-/// it has read a request or imported the module. A run that needs **no grants** claims the
+/// it has read a request or imported the module. A native module's spare is its program
+/// started behind the boundary (its own start-up runs, with no grants and no input, under
+/// the spare's limits: CPU time, memory and processes count from the start, the wall clock
+/// from the request) and waiting on stdin for its one request; it exits with its answer, so
+/// it serves that one op, and a native module keeps a spare per op of a run (`plan`,
+/// `execute`, `verify`) waiting. A run that needs **no grants** claims the
 /// spare started for the same module with the same limits; the next spare is started when
 /// that run ends (so that its start does not compete with the run for the CPU). The rules:
 ///
@@ -73,7 +79,14 @@ struct Spare {
 pub struct SandboxPool {
     capacity: usize,
     spares: Arc<Mutex<Vec<Spare>>>,
+    /// When a spare was last claimed: a native module's replacements wait for a quiet moment.
+    last_claim: Arc<Mutex<Instant>>,
 }
+
+/// How long no spare must have been claimed before a native module's replacements start: its
+/// run takes a spare per op, and replacements started in between would compete with the
+/// run's next ops for the CPU.
+const QUIET: Duration = Duration::from_millis(50);
 
 impl std::fmt::Debug for SandboxPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -90,6 +103,7 @@ impl SandboxPool {
         SandboxPool {
             capacity: capacity.max(1),
             spares: Arc::new(Mutex::new(Vec::new())),
+            last_claim: Arc::new(Mutex::new(Instant::now())),
         }
     }
 
@@ -139,17 +153,37 @@ impl SandboxPool {
             (claimed, stale)
         };
         drop(stale);
+        if let Ok(mut last) = self.last_claim.lock() {
+            *last = Instant::now();
+        }
         let refill = self.refill(sandbox, spec, key, now);
         match claimed {
+            Some(mut session) if ModuleKind::of(&spec.module) == ModuleKind::Native => {
+                let last_claim = Arc::clone(&self.last_claim);
+                session.set_pooled(Box::new(move || refill.start_when_quiet(last_claim)));
+                Some(session)
+            }
             Some(mut session) => {
                 session.set_pooled(Box::new(move || refill.start()));
                 Some(session)
             }
             None => {
-                refill.start();
+                refill.start_wanted();
                 None
             }
         }
+    }
+
+    /// How many spares a module keeps waiting: one for node and python (a run's ops share
+    /// one session), one per op of a run for a native module (its program answers one op:
+    /// `plan`, `execute` and `verify` each take a spare); never more than the capacity.
+    fn wanted(capacity: usize, spec: &ModuleSpec) -> usize {
+        let per_run = if ModuleKind::of(&spec.module) == ModuleKind::Native {
+            3
+        } else {
+            1
+        };
+        per_run.min(capacity)
     }
 
     /// Starts a spare for `spec` with these grants and limits now, ahead of its first run
@@ -162,7 +196,7 @@ impl SandboxPool {
         limits: &Limits<ProcessLimits>,
     ) {
         self.refill(sandbox, spec, Key::of(spec, grants, limits), stamp(spec))
-            .start();
+            .start_wanted();
     }
 
     fn refill(
@@ -184,6 +218,7 @@ impl SandboxPool {
 }
 
 /// Starting the next spare of a module.
+#[derive(Clone)]
 struct Refill {
     spares: Arc<Mutex<Vec<Spare>>>,
     capacity: usize,
@@ -194,6 +229,36 @@ struct Refill {
 }
 
 impl Refill {
+    /// Starts as many spares as the module keeps waiting, less those that wait already.
+    fn start_wanted(self) {
+        let wanted = SandboxPool::wanted(self.capacity, &self.spec);
+        let waiting = self
+            .spares
+            .lock()
+            .map_or(0, |s| s.iter().filter(|s| s.key == self.key).count());
+        for _ in waiting..wanted {
+            self.clone().start();
+        }
+    }
+
+    /// Starts the spare from a thread of its own once no spare was claimed for [`QUIET`].
+    fn start_when_quiet(self, last_claim: Arc<Mutex<Instant>>) {
+        let waiting = std::thread::Builder::new()
+            .name("sandbox-refill".into())
+            .spawn(move || {
+                loop {
+                    let since = last_claim.lock().map_or(QUIET, |t| t.elapsed());
+                    if since >= QUIET {
+                        break;
+                    }
+                    std::thread::sleep(QUIET - since);
+                }
+                self.start();
+            });
+        // Without a thread, the next run starts its own sandbox, as without a pool.
+        drop(waiting);
+    }
+
     fn start(self) {
         if self.stamp.is_none() {
             return;

@@ -258,7 +258,8 @@ impl ProcessSandbox {
     /// starts and waits; `first` yields the first request (its envelope from
     /// [`ProcessSandbox::session_opening`]) whenever it comes, and every later one is
     /// answered in the same process, with the same grants and limits. Only the node and
-    /// python shims speak sessions.
+    /// python shims speak sessions; a native module is started the same way but answers its
+    /// one request and exits (its program starts up and waits on stdin).
     pub(crate) fn run_session(
         &self,
         spec: &ModuleSpec,
@@ -268,10 +269,13 @@ impl ProcessSandbox {
         on_reply: &mut dyn FnMut(SessionReply) -> spawn::Next,
     ) -> Result<Outcome, SandboxError> {
         let kind = ModuleKind::of(&spec.module);
-        if !matches!(kind, ModuleKind::Node | ModuleKind::Python) {
+        if !matches!(
+            kind,
+            ModuleKind::Node | ModuleKind::Python | ModuleKind::Native
+        ) {
             return Err(SandboxError::Invalid {
                 detail: format!(
-                    "{}: only node and python modules run in sessions",
+                    "{}: only node, python and native modules are pre-started",
                     spec.module
                 ),
             });
@@ -759,7 +763,12 @@ impl ProcessSandbox {
             result,
             hook_present,
             boundary: report,
-            duration: finished.elapsed,
+            // A pre-started guest's time runs from its request.
+            duration: if pre_started {
+                op_started.get().elapsed()
+            } else {
+                finished.elapsed
+            },
             stderr,
             fuel_consumed: None,
         })

@@ -8,7 +8,9 @@
 //!
 //! The protocol is the shims' one with `"session": true` in the first envelope: after the
 //! handshake the shim answers each envelope line with one response line and reads the next,
-//! until stdin is closed. A thread owns the process (the sandbox is tied to the thread that
+//! until stdin is closed. A native module can be pre-started the same way
+//! ([`Session::prestart`]), but it reads its one envelope to the end of its input and exits
+//! with the answer: its session serves one op. A thread owns the process (the sandbox is tied to the thread that
 //! started it: it dies with it); [`Session::call`] hands it the next envelope. A session left
 //! idle for [`Session::IDLE`] is closed by its thread, and dropping a session closes it; closing
 //! waits for the thread, so the sandbox and what it made on the host are gone when it returns.
@@ -22,7 +24,7 @@ use capability_exec::{Grants, Invocation, Limits};
 use crate::error::SandboxError;
 use crate::linux::spawn::Next;
 use crate::process::{ProcessSandbox, SessionReply};
-use crate::types::{ModuleSpec, Outcome, ProcessLimits};
+use crate::types::{ModuleKind, ModuleSpec, Outcome, ProcessLimits};
 
 enum Event {
     /// The answer to the pending op; the process waits for the next request.
@@ -185,7 +187,13 @@ impl Session {
             }
             Ok(Event::Ended(ended)) => {
                 self.close();
-                ended
+                // A native module answers its one request as it exits.
+                ended.map(|mut outcome| {
+                    if self.pooled && self.called {
+                        outcome.boundary.notes.push(PRE_STARTED_NOTE.into());
+                    }
+                    outcome
+                })
             }
             Err(_) => {
                 self.close();
@@ -214,7 +222,10 @@ impl Session {
             });
         };
         let first = !self.called;
-        let bytes = if first {
+        let bytes = if first && ModuleKind::of(&self.spec.module) == ModuleKind::Native {
+            // A native module reads one envelope to the end of its input.
+            ProcessSandbox::session_request(&self.spec, invocation, &self.grants)
+        } else if first {
             ProcessSandbox::session_opening(&self.spec, invocation, &self.grants)
         } else {
             ProcessSandbox::session_request(&self.spec, invocation, &self.grants)

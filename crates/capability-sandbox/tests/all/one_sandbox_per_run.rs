@@ -385,3 +385,149 @@ fn a_spare_is_not_used_for_a_changed_module_or_a_granted_run() {
         assert_eq!(g.sandbox.starts(), 1 + 2 * run, "run {run}");
     }
 }
+
+/// A native program (built with gcc) that answers only `execute`: whether `/tmp` held the
+/// marker an earlier run would have left (then it leaves one), a token read from
+/// `/dev/urandom`, and, asked to, it spins.
+const C_STATEFUL: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+  static char in[65536];
+  size_t n = 0; ssize_t r;
+  while (n < sizeof in - 1 && (r = read(0, in + n, sizeof in - 1 - n)) > 0) n += (size_t)r;
+  in[n] = 0;
+  if (!strstr(in, "\"op\":\"execute\"")) { printf("{\"output\":null,\"hook\":false}\n"); return 0; }
+  if (strstr(in, "\"spin\":true")) for (;;) {}
+  int marker = access("/tmp/marker", F_OK) == 0;
+  int fd = open("/tmp/marker", O_CREAT | O_WRONLY, 0600); if (fd >= 0) close(fd);
+  unsigned long long token = 0;
+  fd = open("/dev/urandom", O_RDONLY); if (fd >= 0) { if (read(fd, &token, sizeof token) < 0) token = 0; close(fd); }
+  printf("{\"output\":{\"marker\":%s,\"token\":\"%llx\"}}\n", marker ? "true" : "false", token);
+  return 0;
+}
+"#;
+
+/// A native package built from [`C_STATEFUL`] with a pool of `capacity`.
+fn native(id: &str, capacity: usize, wall: Duration) -> Package {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("stateful.c");
+    std::fs::write(&src, C_STATEFUL).unwrap();
+    let ok = std::process::Command::new("gcc")
+        .args(["-O2", "-o"])
+        .arg(dir.path().join("stateful"))
+        .arg(&src)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "gcc failed");
+    let manifest = manifest(id, &[]);
+    let sandbox: &'static ProcessSandbox =
+        Box::leak(Box::new(ProcessSandbox::new(SandboxConfig::default())));
+    let executor = ModuleExecutor::new(ExecutorChoice::Process)
+        .with_process_sandbox(sandbox)
+        .with_limits(Limits {
+            timeout: wall,
+            ..Limits::default()
+        })
+        .with_pool(capacity);
+    let runtime = CapabilityRuntime::builder()
+        .policy(EffectPolicy::permissive())
+        .executor(Arc::new(executor))
+        .build();
+    let source = ModuleSource {
+        package_root: dir.path().to_path_buf(),
+        module: "./stateful".into(),
+        integrity: None,
+    };
+    runtime
+        .register(Capability::module(&manifest, source).unwrap())
+        .unwrap();
+    Package {
+        _dir: dir,
+        runtime,
+        sandbox,
+    }
+}
+
+#[test]
+fn pooled_native_runs_take_a_started_program_per_op_and_use_it_once() {
+    let p = native("pool/native", 3, Duration::from_secs(20));
+    let mut tokens = std::collections::HashSet::new();
+    for run in 1..=3u64 {
+        // Calls come spaced, as to a server: the replacements start once no op is under way.
+        std::thread::sleep(Duration::from_millis(200));
+        let receipt = p
+            .runtime
+            .invoke("pool/native", json!({}), &ExecuteOptions::approved())
+            .unwrap();
+        let output = receipt.output.as_ref().unwrap();
+        // A fresh program and /tmp each run.
+        assert_eq!(output["marker"], false, "run {run}: {output}");
+        assert!(
+            tokens.insert(output["token"].to_string()),
+            "run {run}: a program served twice"
+        );
+        let isolation = receipt.isolation.as_ref().unwrap();
+        assert_eq!(isolation["kind"], "process-sandbox");
+        let pre_started = isolation["notes"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(capability_sandbox::PRE_STARTED_NOTE));
+        // The first run's plan starts its own sandbox and three spares (one per op); its
+        // execute already takes one of them.
+        assert!(pre_started, "run {run}: {isolation}");
+        // Every op took one program: the first run started 1 + 3 and replaced the two it
+        // took; each later run takes three and replaces them.
+        wait_for_starts(&p, 3 * run + 3);
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(p.sandbox.starts(), 3 * run + 3, "run {run}");
+    }
+}
+
+#[test]
+fn a_native_spare_waits_without_a_clock_and_keeps_its_limits() {
+    let p = native("pool/native-limits", 3, Duration::from_millis(1500));
+    p.runtime
+        .invoke("pool/native-limits", json!({}), &ExecuteOptions::approved())
+        .unwrap();
+    wait_for_starts(&p, 6);
+    // The spares have waited longer than the wall clock: a run's clock starts with its request.
+    std::thread::sleep(Duration::from_millis(2000));
+    let receipt = p
+        .runtime
+        .invoke("pool/native-limits", json!({}), &ExecuteOptions::approved())
+        .unwrap();
+    assert_eq!(receipt.output.as_ref().unwrap()["marker"], false);
+    // A pooled native program that spins is stopped at its wall clock, and the receipt says so.
+    std::thread::sleep(Duration::from_millis(300));
+    let err = p
+        .runtime
+        .invoke(
+            "pool/native-limits",
+            json!({"spin": true}),
+            &ExecuteOptions::approved(),
+        )
+        .unwrap_err();
+    let receipt = p
+        .runtime
+        .get_receipt(err.receipt_id.as_ref().unwrap())
+        .unwrap()
+        .unwrap();
+    let error = receipt.error.as_ref().unwrap();
+    assert_eq!(error.name, "SandboxTimeout", "{error:?}");
+    assert!(
+        error.message.contains("wall-clock limit of 1500 ms"),
+        "{error:?}"
+    );
+    let isolation = receipt.isolation.as_ref().unwrap();
+    assert!(
+        isolation["notes"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(capability_sandbox::PRE_STARTED_NOTE)),
+        "{isolation}"
+    );
+}
