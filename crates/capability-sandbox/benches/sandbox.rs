@@ -6,7 +6,8 @@
 //! sandbox pool, the call arriving after the spare is up (as calls to a server do), beside the
 //! reference's `NodePermissionExecutor` way of running the same module (the current node with
 //! its permission model, the module's directory readable, the envelope on stdin), spawned
-//! the same way.
+//! the same way. A native module's run through the runtime with the pool (a spare per op),
+//! beside the same runtime without a pool and beside three plain spawns of the program.
 //!
 //! Run: `cargo bench -p capability-sandbox --bench sandbox`
 
@@ -206,10 +207,22 @@ fn pooled_runtime(
     module: &str,
     manifest: &Value,
 ) -> capability_runtime::CapabilityRuntime {
+    runtime_with(root, module, manifest, 2)
+}
+
+/// A runtime whose executor keeps a pool of `pool` spares (none with 0).
+fn runtime_with(
+    root: &Path,
+    module: &str,
+    manifest: &Value,
+    pool: usize,
+) -> capability_runtime::CapabilityRuntime {
     use capability_runtime::capability::{Capability, ModuleSource};
-    let executor =
-        capability_sandbox::ModuleExecutor::new(capability_sandbox::ExecutorChoice::Process)
-            .with_pool(2);
+    let mut executor =
+        capability_sandbox::ModuleExecutor::new(capability_sandbox::ExecutorChoice::Process);
+    if pool > 0 {
+        executor = executor.with_pool(pool);
+    }
     let runtime = capability_runtime::CapabilityRuntime::builder()
         .policy(capability_core::authorization::EffectPolicy::permissive())
         .executor(std::sync::Arc::new(executor))
@@ -233,15 +246,56 @@ fn spaced(
     iters: u64,
 ) -> Duration {
     let options = capability_runtime::ExecuteOptions::approved();
+    spaced_runs(iters, || {
+        let receipt = runtime.invoke(id, input.clone(), &options).unwrap();
+        assert!(receipt.output.is_some());
+    })
+}
+
+/// Times `run` once per iteration, each after the same untimed pause as [`spaced`].
+fn spaced_runs(iters: u64, mut run: impl FnMut()) -> Duration {
     let mut total = Duration::ZERO;
     for _ in 0..iters {
         std::thread::sleep(Duration::from_millis(400));
         let started = std::time::Instant::now();
-        let receipt = runtime.invoke(id, input.clone(), &options).unwrap();
+        run();
         total += started.elapsed();
-        assert!(receipt.output.is_some());
     }
     total
+}
+
+/// A native module's run through the runtime with a pool (the spares started during the
+/// pause), beside the same runtime without one (a fresh sandbox per op) and the program
+/// spawned plainly once per op, all spaced alike.
+fn native_pool(c: &mut Criterion) {
+    let (dir, native) = native_package();
+    let manifest = json!({"specVersion": "0.1", "id": "bench/native", "version": "1.0.0",
+        "name": "Native", "description": "Answers ok.", "effects": []});
+    let input = json!({"action": "ok"});
+    let pooled = runtime_with(dir.path(), &native.module, &manifest, 4);
+    let fresh = runtime_with(dir.path(), &native.module, &manifest, 0);
+    let mut g = c.benchmark_group("pool");
+    g.sample_size(20).measurement_time(Duration::from_secs(20));
+    g.bench_function("native/pooled", |b| {
+        b.iter_custom(|iters| spaced(&pooled, "bench/native", &input, iters))
+    });
+    g.bench_function("native/fresh", |b| {
+        b.iter_custom(|iters| spaced(&fresh, "bench/native", &input, iters))
+    });
+    // The runtime asks a native program three times (plan, execute, verify: a program
+    // answers one op): the same three spawns, plainly.
+    let bin = native.package_root.join("cap");
+    let env = envelope(input.clone());
+    g.bench_function("native/unsandboxed-three-spawns", |b| {
+        b.iter_custom(|iters| {
+            spaced_runs(iters, || {
+                for _ in 0..3 {
+                    plain_spawn(&bin, &[], &env);
+                }
+            })
+        })
+    });
+    g.finish();
 }
 
 fn pool(c: &mut Criterion) {
@@ -311,5 +365,5 @@ fn pool(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench, pool);
+criterion_group!(benches, bench, pool, native_pool);
 criterion_main!(benches);
