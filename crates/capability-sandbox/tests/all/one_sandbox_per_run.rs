@@ -77,6 +77,18 @@ fn build(
         .replace("manifest: MANIFEST", &format!("manifest: {text}"))
         .replace("__MANIFEST__", &py_text);
     std::fs::write(dir.path().join(file), source).unwrap();
+    registered(dir, file, &manifest, pool, wall)
+}
+
+/// The module `file` of `dir` registered with `manifest` in a runtime whose executor keeps
+/// `pool` pre-started sandboxes (when given) and whose runs have this wall clock.
+fn registered(
+    dir: tempfile::TempDir,
+    file: &str,
+    manifest: &Value,
+    pool: Option<usize>,
+    wall: Duration,
+) -> Package {
     // A sandbox instance of its own, so that its start counter sees only this package's runs.
     let sandbox: &'static ProcessSandbox =
         Box::leak(Box::new(ProcessSandbox::new(SandboxConfig::default())));
@@ -99,7 +111,7 @@ fn build(
         integrity: None,
     };
     runtime
-        .register(Capability::module(&manifest, source).unwrap())
+        .register(Capability::module(manifest, source).unwrap())
         .unwrap();
     Package {
         _dir: dir,
@@ -230,6 +242,33 @@ def execute(input, ctx):
     return {"calls": CALLS[0], "token": TOKEN, "marker": marker, "version": 1}
 "#;
 
+/// Runs `id` with `{"spin": true}`: it fails at its wall clock of `wall_ms`, and its receipt
+/// (returned) says so.
+fn spinning_run_times_out(
+    p: &Package,
+    id: &str,
+    wall_ms: u64,
+) -> Arc<capability_core::receipt::Receipt> {
+    let err = p
+        .runtime
+        .invoke(id, json!({"spin": true}), &ExecuteOptions::approved())
+        .unwrap_err();
+    let receipt = p
+        .runtime
+        .get_receipt(err.receipt_id.as_ref().unwrap())
+        .unwrap()
+        .unwrap();
+    let error = receipt.error.as_ref().unwrap();
+    assert_eq!(error.name, "SandboxTimeout", "{error:?}");
+    assert!(
+        error
+            .message
+            .contains(&format!("wall-clock limit of {wall_ms} ms")),
+        "{error:?}"
+    );
+    receipt
+}
+
 /// Waits until the sandbox has started `n` times (a spare starts in the background).
 fn wait_for_starts(p: &Package, n: u64) {
     let started = std::time::Instant::now();
@@ -313,25 +352,7 @@ fn a_spare_waits_without_a_clock_and_a_pooled_run_keeps_its_limits() {
     wait_for_starts(&p, 3);
     assert_eq!(p.sandbox.starts(), 3, "the run took the spare");
     // A pooled run that spins is still stopped at its wall clock, and its receipt says so.
-    let err = p
-        .runtime
-        .invoke(
-            "pool/limits",
-            json!({"spin": true}),
-            &ExecuteOptions::approved(),
-        )
-        .unwrap_err();
-    let receipt = p
-        .runtime
-        .get_receipt(err.receipt_id.as_ref().unwrap())
-        .unwrap()
-        .unwrap();
-    let error = receipt.error.as_ref().unwrap();
-    assert_eq!(error.name, "SandboxTimeout", "{error:?}");
-    assert!(
-        error.message.contains("wall-clock limit of 1500 ms"),
-        "{error:?}"
-    );
+    spinning_run_times_out(&p, "pool/limits", 1500);
     wait_for_starts(&p, 4);
     assert_eq!(p.sandbox.starts(), 4, "the spinning run was a spare");
 }
@@ -423,33 +444,7 @@ fn native(id: &str, capacity: usize, wall: Duration) -> Package {
         .unwrap()
         .success();
     assert!(ok, "gcc failed");
-    let manifest = manifest(id, &[]);
-    let sandbox: &'static ProcessSandbox =
-        Box::leak(Box::new(ProcessSandbox::new(SandboxConfig::default())));
-    let executor = ModuleExecutor::new(ExecutorChoice::Process)
-        .with_process_sandbox(sandbox)
-        .with_limits(Limits {
-            timeout: wall,
-            ..Limits::default()
-        })
-        .with_pool(capacity);
-    let runtime = CapabilityRuntime::builder()
-        .policy(EffectPolicy::permissive())
-        .executor(Arc::new(executor))
-        .build();
-    let source = ModuleSource {
-        package_root: dir.path().to_path_buf(),
-        module: "./stateful".into(),
-        integrity: None,
-    };
-    runtime
-        .register(Capability::module(&manifest, source).unwrap())
-        .unwrap();
-    Package {
-        _dir: dir,
-        runtime,
-        sandbox,
-    }
+    registered(dir, "stateful", &manifest(id, &[]), Some(capacity), wall)
 }
 
 #[test]
@@ -503,25 +498,7 @@ fn a_native_spare_waits_without_a_clock_and_keeps_its_limits() {
     assert_eq!(receipt.output.as_ref().unwrap()["marker"], false);
     // A pooled native program that spins is stopped at its wall clock, and the receipt says so.
     std::thread::sleep(Duration::from_millis(300));
-    let err = p
-        .runtime
-        .invoke(
-            "pool/native-limits",
-            json!({"spin": true}),
-            &ExecuteOptions::approved(),
-        )
-        .unwrap_err();
-    let receipt = p
-        .runtime
-        .get_receipt(err.receipt_id.as_ref().unwrap())
-        .unwrap()
-        .unwrap();
-    let error = receipt.error.as_ref().unwrap();
-    assert_eq!(error.name, "SandboxTimeout", "{error:?}");
-    assert!(
-        error.message.contains("wall-clock limit of 1500 ms"),
-        "{error:?}"
-    );
+    let receipt = spinning_run_times_out(&p, "pool/native-limits", 1500);
     let isolation = receipt.isolation.as_ref().unwrap();
     assert!(
         isolation["notes"]
