@@ -242,6 +242,14 @@ def execute(input, ctx):
     return {"calls": CALLS[0], "token": TOKEN, "marker": marker, "version": 1}
 "#;
 
+/// Whether the receipt says its run's sandbox was pre-started.
+fn pre_started(receipt: &capability_core::receipt::Receipt) -> bool {
+    receipt.isolation.as_ref().unwrap()["notes"]
+        .as_array()
+        .unwrap()
+        .contains(&json!(capability_sandbox::PRE_STARTED_NOTE))
+}
+
 /// Runs `id` with `{"spin": true}`: it fails at its wall clock of `wall_ms`, and its receipt
 /// (returned) says so.
 fn spinning_run_times_out(
@@ -310,11 +318,11 @@ fn pooled_runs_take_a_sandbox_started_ahead_and_use_it_once() {
             let isolation = receipt.isolation.as_ref().unwrap();
             assert_eq!(isolation["kind"], "process-sandbox");
             // The receipt says whether the run's sandbox was pre-started.
-            let pre_started = isolation["notes"]
-                .as_array()
-                .unwrap()
-                .contains(&json!(capability_sandbox::PRE_STARTED_NOTE));
-            assert_eq!(pre_started, run > 1, "{file} run {run}: {isolation}");
+            assert_eq!(
+                pre_started(&receipt),
+                run > 1,
+                "{file} run {run}: {isolation}"
+            );
             // The first run starts its own sandbox and a spare; every later run takes the
             // spare and starts the next one: one start per run, plus the one waiting.
             wait_for_starts(&p, run + 1);
@@ -467,13 +475,9 @@ fn pooled_native_runs_take_a_started_program_per_op_and_use_it_once() {
         );
         let isolation = receipt.isolation.as_ref().unwrap();
         assert_eq!(isolation["kind"], "process-sandbox");
-        let pre_started = isolation["notes"]
-            .as_array()
-            .unwrap()
-            .contains(&json!(capability_sandbox::PRE_STARTED_NOTE));
         // The first run's plan starts its own sandbox and three spares (one per op); its
         // execute already takes one of them.
-        assert!(pre_started, "run {run}: {isolation}");
+        assert!(pre_started(&receipt), "run {run}: {isolation}");
         // Every op took one program: the first run started 1 + 3 and replaced the two it
         // took; each later run takes three and replaces them.
         wait_for_starts(&p, 3 * run + 3);
@@ -499,12 +503,5 @@ fn a_native_spare_waits_without_a_clock_and_keeps_its_limits() {
     // A pooled native program that spins is stopped at its wall clock, and the receipt says so.
     std::thread::sleep(Duration::from_millis(300));
     let receipt = spinning_run_times_out(&p, "pool/native-limits", 1500);
-    let isolation = receipt.isolation.as_ref().unwrap();
-    assert!(
-        isolation["notes"]
-            .as_array()
-            .unwrap()
-            .contains(&json!(capability_sandbox::PRE_STARTED_NOTE)),
-        "{isolation}"
-    );
+    assert!(pre_started(&receipt), "{:?}", receipt.isolation);
 }
