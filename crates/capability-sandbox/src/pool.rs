@@ -62,7 +62,8 @@ struct Spare {
 /// it serves that one op, and a native module keeps a spare per op of a run (`plan`,
 /// `execute`, `verify`) waiting. A run that needs **no grants** claims the
 /// spare started for the same module with the same limits; the next spare is started when
-/// that run ends (so that its start does not compete with the run for the CPU). The rules:
+/// that run ends and no spare has been claimed for [`QUIET`] (so that its start does not
+/// compete with runs under way for the CPU). The rules:
 ///
 /// * **Single use.** A claimed spare serves one run (its plan, execute and verify, as any
 ///   session) and is then closed and destroyed; nothing crosses from one run to the next.
@@ -79,13 +80,13 @@ struct Spare {
 pub struct SandboxPool {
     capacity: usize,
     spares: Arc<Mutex<Vec<Spare>>>,
-    /// When a spare was last claimed: a native module's replacements wait for a quiet moment.
+    /// When a spare was last claimed: replacements wait for a quiet moment.
     last_claim: Arc<Mutex<Instant>>,
 }
 
-/// How long no spare must have been claimed before a native module's replacements start: its
+/// How long no spare must have been claimed before a replacement starts: a native module's
 /// run takes a spare per op, and replacements started in between would compete with the
-/// run's next ops for the CPU.
+/// run's next ops (or, for any module, other runs under way) for the CPU.
 const QUIET: Duration = Duration::from_millis(50);
 
 impl std::fmt::Debug for SandboxPool {
@@ -158,13 +159,9 @@ impl SandboxPool {
         }
         let refill = self.refill(sandbox, spec, key, now);
         match claimed {
-            Some(mut session) if ModuleKind::of(&spec.module) == ModuleKind::Native => {
+            Some(mut session) => {
                 let last_claim = Arc::clone(&self.last_claim);
                 session.set_pooled(Box::new(move || refill.start_when_quiet(last_claim)));
-                Some(session)
-            }
-            Some(mut session) => {
-                session.set_pooled(Box::new(move || refill.start()));
                 Some(session)
             }
             None => {
